@@ -1,0 +1,1 @@
+"""Benchmarks: each measures envd against a baseline in the same run."""

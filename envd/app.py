@@ -1,0 +1,70 @@
+"""create_app(): the Starlette application with every route, both Connect services and the
+middleware chain, in the reference envd's order (CORS, access token, Basic-auth user)."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING, cast
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Mount
+
+from envd import http
+from envd._gen.filesystem.filesystem_connect import FilesystemASGIApplication
+from envd._gen.process.process_connect import ProcessASGIApplication
+from envd.auth import AccessTokenMiddleware, BasicAuthUserMiddleware, CORSMiddleware
+from envd.errors import EnvdHTTPError, ErrorMappingInterceptor, InternalErrorMiddleware, json_error
+from envd.filesystem.service import FilesystemService
+from envd.process.service import ProcessService
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from starlette.requests import Request
+
+    from envd.settings import Settings
+    from envd.state import SandboxState
+
+
+async def _envd_error(_: Request, exc: Exception) -> Response:
+    error = cast("EnvdHTTPError", exc)  # registered for EnvdHTTPError only
+    return json_error(error.status, error.message)
+
+
+async def _router_error(_: Request, exc: Exception) -> Response:
+    # The reference router's answers: plain-text 404, empty 405.
+    error = cast("HTTPException", exc)  # registered for HTTPException only
+    if error.status_code == 404:
+        return PlainTextResponse("404 page not found\n", status_code=404)
+    return Response(status_code=error.status_code, headers=error.headers)
+
+
+def create_app(settings: Settings, state: SandboxState) -> Starlette:
+    interceptors = [ErrorMappingInterceptor()]
+    filesystem = FilesystemService(state)
+    process = ProcessService(state)
+    filesystem_rpc = FilesystemASGIApplication(filesystem, interceptors=interceptors)
+    process_rpc = ProcessASGIApplication(process, interceptors=interceptors)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        yield
+
+    return Starlette(
+        routes=[
+            *http.routes(settings, state),
+            Mount(filesystem_rpc.path, app=filesystem_rpc),
+            Mount(process_rpc.path, app=process_rpc),
+        ],
+        middleware=[
+            Middleware(InternalErrorMiddleware),
+            Middleware(CORSMiddleware),
+            Middleware(AccessTokenMiddleware, state=state),
+            Middleware(BasicAuthUserMiddleware),
+        ],
+        exception_handlers={EnvdHTTPError: _envd_error, HTTPException: _router_error},
+        lifespan=lifespan,
+    )

@@ -1,0 +1,227 @@
+"""Who may call and as whom: CORS, the X-Access-Token check, Basic-auth user selection and
+signed /files URLs, all as the reference envd does them (its middleware order: CORS outermost,
+then the token, then the Basic-auth user)."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import json
+import struct
+import time
+from typing import TYPE_CHECKING, Final
+
+from connectrpc.code import Code
+from connectrpc.errors import ConnectError
+from starlette.datastructures import Headers
+
+from envd.errors import EnvdHTTPError, json_error
+from envd.users import UnknownUserError, User, lookup_user
+
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+    from envd.state import SandboxState
+
+# Routes that authenticate themselves (or need no token): exact method and path.
+TOKEN_EXEMPT: Final = frozenset(
+    {("GET", "/health"), ("GET", "/files"), ("POST", "/files"), ("POST", "/init")}
+)
+UNAUTHORIZED_MESSAGE: Final = (
+    "unauthorized access, please provide a valid access token or method signing if supported"
+)
+
+_CORS_EXPOSED: Final = "Grpc-Status, Grpc-Message, Grpc-Status-Details-Bin, Location, Cache-Control, X-Content-Type-Options"
+_CORS_METHODS: Final = frozenset({"HEAD", "GET", "POST", "PUT", "PATCH", "DELETE"})
+CORS_MAX_AGE_S: Final = 7200
+
+
+class CORSMiddleware:
+    """Permissive CORS: any origin, any request header; preflights answered before auth."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        if "origin" not in headers:
+            await self.app(scope, receive, send)
+            return
+        requested = headers.get("access-control-request-method", "").upper()
+        if scope["method"] == "OPTIONS" and requested:
+            await self._preflight(headers, requested, send)
+            return
+
+        async def send_with_cors(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                raw = list(message.get("headers", []))
+                raw += [
+                    (b"access-control-allow-origin", b"*"),
+                    (b"access-control-expose-headers", _CORS_EXPOSED.encode()),
+                    (b"vary", b"Origin"),
+                ]
+                message = {**message, "headers": raw}
+            await send(message)
+
+        await self.app(scope, receive, send_with_cors)
+
+    @staticmethod
+    async def _preflight(headers: Headers, method: str, send: Send) -> None:
+        raw: list[tuple[bytes, bytes]] = [
+            (b"vary", b"Origin, Access-Control-Request-Method, Access-Control-Request-Headers")
+        ]
+        if method in _CORS_METHODS:
+            raw += [
+                (b"access-control-allow-origin", b"*"),
+                (b"access-control-allow-methods", method.encode()),
+                (b"access-control-max-age", str(CORS_MAX_AGE_S).encode()),
+            ]
+            requested_headers = headers.get("access-control-request-headers")
+            if requested_headers:
+                raw.append((b"access-control-allow-headers", requested_headers.encode("latin-1")))
+        await send({"type": "http.response.start", "status": 204, "headers": raw})
+        await send({"type": "http.response.body", "body": b""})
+
+
+class AccessTokenMiddleware:
+    """Once /init has set a token, every non-exempt request must carry it in X-Access-Token."""
+
+    def __init__(self, app: ASGIApp, state: SandboxState) -> None:
+        self.app = app
+        self.state = state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            scope["type"] == "http"
+            and self.state.access_token is not None
+            and (scope["method"], scope["path"]) not in TOKEN_EXEMPT
+            and not self.state.token_matches(Headers(scope=scope).get("x-access-token"))
+        ):
+            await json_error(401, UNAUTHORIZED_MESSAGE)(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+def basic_auth_username(authorization: str | None) -> str | None:
+    """The user name of an `Authorization: Basic` header (password ignored), or None."""
+    if not authorization:
+        return None
+    scheme, _, value = authorization.partition(" ")
+    if scheme.lower() != "basic":
+        return None
+    try:
+        decoded = base64.b64decode(value.strip(), validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    username, _, _password = decoded.partition(":")
+    return username or None
+
+
+class BasicAuthUserMiddleware:
+    """Rejects a Basic-auth header naming an unknown user, on every route, as Connect's
+    `unauthenticated` (the reference envd's authn middleware)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            headers = Headers(scope=scope)
+            username = basic_auth_username(headers.get("authorization"))
+            if username is not None:
+                try:
+                    lookup_user(username)
+                except UnknownUserError:
+                    await _send_unauthenticated(headers, f"invalid username: '{username}'", send)
+                    return
+        await self.app(scope, receive, send)
+
+
+async def _send_unauthenticated(headers: Headers, message: str, send: Send) -> None:
+    error = {"code": "unauthenticated", "message": message}
+    content_type = headers.get("content-type", "")
+    if content_type.startswith("application/connect+"):
+        # Connect streams report errors in an end-of-stream frame under HTTP 200.
+        payload = json.dumps({"error": error}).encode()
+        body = struct.pack(">BI", 0x02, len(payload)) + payload
+        status, media = 200, content_type.split(";")[0]
+    else:
+        body, status, media = json.dumps(error).encode(), 401, "application/json"
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", media.encode()), (b"content-length", b"%d" % len(body))],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+def rpc_user(authorization: str | None, state: SandboxState) -> User:
+    """The user an RPC runs as: the Basic-auth user, else the default user.
+
+    Raises:
+        ConnectError: UNAUTHENTICATED when that user does not exist.
+    """
+    username = basic_auth_username(authorization)
+    if username is not None:
+        try:
+            return lookup_user(username)
+        except UnknownUserError:
+            raise ConnectError(Code.UNAUTHENTICATED, f"invalid username: '{username}'") from None
+    try:
+        return lookup_user(state.default_user)
+    except UnknownUserError:
+        raise ConnectError(
+            Code.UNAUTHENTICATED, f"invalid default user: '{state.default_user}'"
+        ) from None
+
+
+def file_signature(
+    path: str, operation: str, username: str, token: str, expiration: int | None
+) -> str:
+    """The reference envd's v1 signature of a /files URL."""
+    text = f"{path}:{operation}:{username}:{token}"
+    if expiration is not None:
+        text += f":{expiration}"
+    digest = hashlib.sha256(text.encode()).digest()
+    return "v1_" + base64.b64encode(digest).decode().rstrip("=")
+
+
+def check_file_access(
+    state: SandboxState,
+    *,
+    operation: str,
+    path: str,
+    username: str,
+    header_token: str | None,
+    signature: str | None,
+    expiration: int | None,
+) -> None:
+    """Authorise a GET/POST /files request by header token or URL signature.
+
+    `path` and `username` are the raw query values ("" when absent): the signature covers
+    exactly what the client sent, before any resolution.
+
+    Raises:
+        EnvdHTTPError: 401 with the reference envd's message.
+    """
+    token = state.access_token
+    if token is None:
+        return
+    if header_token is not None:
+        if not state.token_matches(header_token):
+            raise EnvdHTTPError(401, "access token present in header but does not match")
+        return
+    if not signature:
+        raise EnvdHTTPError(401, "missing signature query parameter")
+    expected = file_signature(path, operation, username, token, expiration)
+    if not hmac.compare_digest(signature.encode(), expected.encode()):
+        raise EnvdHTTPError(401, "invalid signature")
+    if expiration is not None and expiration < int(time.time()):
+        raise EnvdHTTPError(401, "signature is already expired")

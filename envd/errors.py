@@ -1,0 +1,149 @@
+"""The error vocabulary, mapped once at the boundary: EnvdHTTPError for plain HTTP routes
+(JSON `{"code","message"}`), ConnectError for RPCs, and the interceptor that turns any
+other exception from an RPC handler into a Connect error instead of a dropped connection."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import logging
+from typing import TYPE_CHECKING, Any, Final
+
+from connectrpc.code import Code
+from connectrpc.errors import ConnectError
+from starlette.responses import Response
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+
+    from connectrpc.request import RequestContext
+
+log = logging.getLogger("envd.errors")
+
+
+class EnvdHTTPError(Exception):
+    """An error answered on a plain HTTP route as `{"code": status, "message": message}`."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def json_error(status: int, message: str) -> Response:
+    """The reference envd's JSON error body (code first, then message, then a newline)."""
+    body = json.dumps({"code": status, "message": message}, ensure_ascii=False) + "\n"
+    return Response(
+        body,
+        status_code=status,
+        headers={"X-Content-Type-Options": "nosniff"},
+        media_type="application/json; charset=utf-8",
+    )
+
+
+# Errno → Connect code for failures that are the caller's doing; anything else is INTERNAL.
+# The SDKs turn codes into exception types, so each RPC may still override these.
+_ERRNO_TO_CODE: Final = {
+    errno.ENOENT: Code.NOT_FOUND,
+    errno.EEXIST: Code.ALREADY_EXISTS,
+    errno.ENOTDIR: Code.INVALID_ARGUMENT,
+    errno.EISDIR: Code.INVALID_ARGUMENT,
+    errno.ENAMETOOLONG: Code.INVALID_ARGUMENT,
+    errno.ELOOP: Code.FAILED_PRECONDITION,
+}
+
+
+@contextlib.contextmanager
+def os_errors(action: str, path: str, **overrides: Code) -> Iterator[None]:
+    """Turn an OSError raised in the block into a ConnectError naming the action and the path.
+
+    `overrides` maps errno names (e.g. ENOENT=Code.NOT_FOUND) to the code this RPC uses.
+    """
+    try:
+        yield
+    except OSError as exc:
+        name = errno.errorcode.get(exc.errno or 0, "")
+        code = overrides.get(name) or _ERRNO_TO_CODE.get(exc.errno or 0, Code.INTERNAL)
+        raise ConnectError(code, f"error {action} {path}: {exc.strerror or exc}") from exc
+
+
+def _as_connect_error(exc: Exception, ctx: RequestContext[Any, Any]) -> ConnectError:
+    if isinstance(exc, ConnectError):
+        return exc
+    log.error("unexpected error in %s", ctx.method.name, exc_info=exc)
+    return ConnectError(Code.INTERNAL, f"{ctx.method.name}: {type(exc).__name__}: {exc}")
+
+
+class ErrorMappingInterceptor:
+    """Last line of defence for RPCs: any non-Connect exception becomes INTERNAL.
+
+    Without it connectrpc re-raises into uvicorn, which logs a traceback and closes the
+    keep-alive connection, failing the client's next requests on it.
+    """
+
+    async def intercept_unary(
+        self,
+        call_next: Callable[[Any, RequestContext[Any, Any]], Awaitable[Any]],
+        request: Any,
+        ctx: RequestContext[Any, Any],
+    ) -> Any:
+        try:
+            return await call_next(request, ctx)
+        except Exception as exc:
+            raise _as_connect_error(exc, ctx) from exc
+
+    async def intercept_client_stream(
+        self,
+        call_next: Callable[[AsyncIterator[Any], RequestContext[Any, Any]], Awaitable[Any]],
+        request: AsyncIterator[Any],
+        ctx: RequestContext[Any, Any],
+    ) -> Any:
+        try:
+            return await call_next(request, ctx)
+        except Exception as exc:
+            raise _as_connect_error(exc, ctx) from exc
+
+    async def intercept_server_stream(
+        self,
+        call_next: Callable[[Any, RequestContext[Any, Any]], AsyncIterator[Any]],
+        request: Any,
+        ctx: RequestContext[Any, Any],
+    ) -> AsyncIterator[Any]:
+        inner = call_next(request, ctx)
+        try:
+            async for message in inner:
+                yield message
+        except Exception as exc:
+            raise _as_connect_error(exc, ctx) from exc
+        finally:
+            # Run the handler's own cleanup now, not whenever the generator is collected.
+            await inner.aclose()  # type: ignore[attr-defined]  # handlers are async generators
+
+
+class InternalErrorMiddleware:
+    """Outermost guard for plain HTTP routes: an unexpected exception is logged once and
+    answered as JSON 500, and is not re-raised into the server (which would drop the
+    keep-alive connection)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking_send(message: Any) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except Exception:
+            log.exception("unexpected error in %s %s", scope["method"], scope["path"])
+            if not started:
+                await json_error(500, "internal error")(scope, receive, send)

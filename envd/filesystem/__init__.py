@@ -1,0 +1,1 @@
+"""The filesystem.Filesystem Connect service."""

@@ -1,0 +1,17 @@
+"""The plain-HTTP half of envd: /health, /metrics, /envs, /init, /files, /files/compose."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from envd.http import health
+
+if TYPE_CHECKING:
+    from starlette.routing import BaseRoute
+
+    from envd.settings import Settings
+    from envd.state import SandboxState
+
+
+def routes(settings: Settings, state: SandboxState) -> list[BaseRoute]:
+    return [*health.routes()]

@@ -1,0 +1,1 @@
+"""The process.Process Connect service."""

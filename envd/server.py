@@ -1,0 +1,86 @@
+"""serve(): bind the listener, run uvicorn with envd's connection policy, tell systemd."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from typing import Final
+
+import uvicorn
+
+from envd.app import create_app
+from envd.logs import setup_logging
+from envd.settings import ENVD_VERSION, Settings
+from envd.state import SandboxState
+from envd.systemd import sd_notify
+
+log = logging.getLogger("envd.server")
+
+# Must exceed the upstream proxy's idle timeout, or pooled connections get reset (Go: 640 s).
+IDLE_TIMEOUT_S: Final = 640
+GRACEFUL_SHUTDOWN_S: Final = 5
+RUN_DIR: Final = "/run/e2b"
+
+
+class _Server(uvicorn.Server):
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:  # the listener is bound: only now is envd reachable
+            sd_notify(f"READY=1\nSTATUS=listening on port {self.config.port}")
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        sd_notify("STOPPING=1")
+        await super().shutdown(sockets)
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.set_inheritable(False)
+    return sock
+
+
+def _write_marker_files(state: SandboxState) -> None:
+    """/run/e2b/.E2B_SANDBOX mirrors the env var for processes that do not inherit it."""
+    try:
+        os.makedirs(RUN_DIR, mode=0o755, exist_ok=True)
+        path = os.path.join(RUN_DIR, ".E2B_SANDBOX")
+        with open(path, "w") as f:
+            f.write(state.internal_env["E2B_SANDBOX"])
+        os.chmod(path, 0o444)
+    except OSError as exc:
+        log.warning("cannot write %s markers: %s", RUN_DIR, exc)
+
+
+def build_server(settings: Settings, sock: socket.socket) -> uvicorn.Server:
+    state = SandboxState.for_settings(settings)
+    _write_marker_files(state)
+    config = uvicorn.Config(
+        create_app(settings, state),
+        host=settings.host,
+        port=sock.getsockname()[1],
+        loop="uvloop",
+        http="httptools",
+        lifespan="on",
+        log_config=None,
+        access_log=False,
+        timeout_keep_alive=IDLE_TIMEOUT_S,
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+    )
+    return _Server(config)
+
+
+def serve(settings: Settings) -> int:
+    setup_logging(settings.verbose)
+    try:
+        sock = bind_socket(settings.host, settings.port)
+    except OSError as exc:
+        log.error("cannot listen on %s:%d: %s", settings.host, settings.port, exc)
+        return 1
+    log.info("envd %s listening on %s:%d", ENVD_VERSION, settings.host, sock.getsockname()[1])
+    server = build_server(settings, sock)
+    server.run(sockets=[sock])
+    return 0

@@ -1,0 +1,80 @@
+"""Fixtures: real envd daemons on loopback and clients for them.
+
+`envd` is one daemon shared by the session: tests using it must leave its state (token,
+env vars, default user) as they found it. Tests that change state ask `envd_factory` for a
+daemon of their own. Every daemon's log is checked for tracebacks when it stops.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import httpx
+import pytest
+
+from tests.envd_process import TRACEBACK_MARKER, EnvdProcess, start_envd
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+
+def _stop_and_check(daemon: EnvdProcess) -> None:
+    daemon.stop()
+    logs = daemon.logs()
+    assert TRACEBACK_MARKER not in logs, f"envd logged a traceback:\n{logs}"
+
+
+@pytest.fixture(scope="session")
+def envd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EnvdProcess]:
+    daemon = start_envd(tmp_path_factory.mktemp("envd-logs"))
+    yield daemon
+    _stop_and_check(daemon)
+
+
+@pytest.fixture
+def envd_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., EnvdProcess]]:
+    """Start fresh daemons (with extra flags or env) for tests that change daemon state."""
+    started: list[EnvdProcess] = []
+
+    def factory(*flags: str, env: dict[str, str] | None = None) -> EnvdProcess:
+        daemon = start_envd(tmp_path_factory.mktemp("envd-logs"), *flags, env=env)
+        started.append(daemon)
+        return daemon
+
+    yield factory
+    for daemon in started:
+        _stop_and_check(daemon)
+
+
+@pytest.fixture
+def http(envd: EnvdProcess) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=envd.url, timeout=30) as client:
+        yield client
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    if os.geteuid() == 0:
+        return
+    skip = pytest.mark.skip(reason="needs root (euid 0)")
+    for item in items:
+        if item.get_closest_marker("root"):
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def workdir() -> Iterator[Path]:
+    """A fresh directory every user may enter and write (pytest's tmp_path parents are 0700,
+    which would hide it from `user`)."""
+    d = Path(tempfile.mkdtemp(prefix="envd-test-"))
+    d.chmod(0o777)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)

@@ -1,0 +1,98 @@
+"""Start and stop real envd daemons for tests and benchmarks: `python -m envd` subprocesses on
+loopback, each with its own port and log file."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import httpx
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+# A traceback in the daemon's log means an exception escaped a handler: always a defect.
+TRACEBACK_MARKER = "Traceback (most recent call last)"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class EnvdProcess:
+    url: str
+    port: int
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def logs(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def rss_bytes(self) -> int:
+        with open(f"/proc/{self.pid}/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    def open_fds(self) -> int:
+        return len(os.listdir(f"/proc/{self.pid}/fd"))
+
+    def stop(self, timeout: float = 10) -> int:
+        """SIGTERM, then SIGKILL if it does not exit in time; returns the exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+
+def start_envd(log_dir: Path, *flags: str, env: dict[str, str] | None = None) -> EnvdProcess:
+    """Start `python -m envd` on a free loopback port and wait until /health answers."""
+    port = free_port()
+    log_path = log_dir / f"envd-{port}.log"
+    child_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
+    child_env.update(env or {})
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "envd",
+                "-port",
+                str(port),
+                "-bind",
+                "127.0.0.1",
+                "-isnotfc",
+                *flags,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=child_env,
+        )
+    daemon = EnvdProcess(f"http://127.0.0.1:{port}", port, proc, log_path)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"envd exited with {proc.returncode}:\n{daemon.logs()}")
+        try:
+            if httpx.get(daemon.url + "/health", timeout=1).status_code == 204:
+                return daemon
+        except httpx.TransportError:
+            pass
+        time.sleep(0.02)
+    daemon.stop()
+    raise RuntimeError(f"envd did not become healthy:\n{daemon.logs()}")

@@ -1,0 +1,35 @@
+"""The server's routing basics over the wire: health, unknown routes, wrong methods."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import httpx
+
+
+def test_health_is_204_no_store(http: httpx.Client) -> None:
+    r = http.get("/health")
+    assert r.status_code == 204
+    assert r.headers["cache-control"] == "no-store"
+    assert r.content == b""
+
+
+def test_unknown_path_is_plain_404(http: httpx.Client) -> None:
+    r = http.get("/no/such/route")
+    assert r.status_code == 404
+    assert r.text == "404 page not found\n"
+
+
+def test_wrong_method_is_405(http: httpx.Client) -> None:
+    assert http.post("/health").status_code == 405
+
+
+def test_version_flag_prints_claimed_version() -> None:
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "envd", "-version"], capture_output=True, text=True, check=True
+    )
+    assert out.stdout == "0.6.4\n"
