@@ -53,7 +53,7 @@ def create_app(settings: Settings, state: SandboxState) -> Starlette:
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         yield
 
-    return Starlette(
+    app = Starlette(
         routes=[
             *http.routes(settings, state),
             Mount(filesystem_rpc.path, app=filesystem_rpc),
@@ -68,3 +68,12 @@ def create_app(settings: Settings, state: SandboxState) -> Starlette:
         exception_handlers={EnvdHTTPError: _envd_error, HTTPException: _router_error},
         lifespan=lifespan,
     )
+    # Awaited by the server when shutdown begins, before connections are drained, so open
+    # streams can end cleanly instead of being cut (see server.py).
+    app.state.shutdown_hooks = []
+    return app
+
+
+async def run_shutdown_hooks(app: Starlette) -> None:
+    for hook in app.state.shutdown_hooks:
+        await hook()

@@ -5,15 +5,18 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import uvicorn
 
-from envd.app import create_app
+from envd.app import create_app, run_shutdown_hooks
 from envd.logs import setup_logging
 from envd.settings import ENVD_VERSION, Settings
 from envd.state import SandboxState
 from envd.systemd import sd_notify
+
+if TYPE_CHECKING:
+    from starlette.applications import Starlette
 
 log = logging.getLogger("envd.server")
 
@@ -24,6 +27,10 @@ RUN_DIR: Final = "/run/e2b"
 
 
 class _Server(uvicorn.Server):
+    def __init__(self, config: uvicorn.Config, app: Starlette) -> None:
+        super().__init__(config)
+        self.app = app
+
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
         if self.started:  # the listener is bound: only now is envd reachable
@@ -31,6 +38,7 @@ class _Server(uvicorn.Server):
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         sd_notify("STOPPING=1")
+        await run_shutdown_hooks(self.app)
         await super().shutdown(sockets)
 
 
@@ -58,8 +66,9 @@ def _write_marker_files(state: SandboxState) -> None:
 def build_server(settings: Settings, sock: socket.socket) -> uvicorn.Server:
     state = SandboxState.for_settings(settings)
     _write_marker_files(state)
+    app = create_app(settings, state)
     config = uvicorn.Config(
-        create_app(settings, state),
+        app,
         host=settings.host,
         port=sock.getsockname()[1],
         loop="uvloop",
@@ -70,7 +79,7 @@ def build_server(settings: Settings, sock: socket.socket) -> uvicorn.Server:
         timeout_keep_alive=IDLE_TIMEOUT_S,
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
     )
-    return _Server(config)
+    return _Server(config, app)
 
 
 def serve(settings: Settings) -> int:
