@@ -1,15 +1,218 @@
-"""FilesystemService: one short method per filesystem.Filesystem RPC."""
+"""FilesystemService: one short method per filesystem.Filesystem RPC. Error codes and messages
+follow Go envd's internal/services/filesystem (one file per RPC there)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import errno
+import os
+import posixpath
+import shutil
+import stat
+from typing import TYPE_CHECKING, Any, Final
+
+from anyio import to_thread
+from connectrpc.code import Code
+from connectrpc.errors import ConnectError
 
 from envd._gen.filesystem.filesystem_connect import Filesystem
+from envd._gen.filesystem.filesystem_pb import (
+    CreateWatcherResponse,
+    GetWatcherEventsResponse,
+    ListDirResponse,
+    MakeDirResponse,
+    MoveResponse,
+    RemoveResponse,
+    RemoveWatcherResponse,
+    StatResponse,
+)
+from envd.auth import rpc_user
+from envd.filesystem import entries
+from envd.filesystem.watch import PollingWatchers, closing_on_exit, open_watcher, watch_events
+from envd.users import ensure_dirs, expand_path
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from connectrpc.request import RequestContext
+
+    from envd._gen.filesystem.filesystem_pb import (
+        CreateWatcherRequest,
+        GetWatcherEventsRequest,
+        ListDirRequest,
+        MakeDirRequest,
+        MoveRequest,
+        RemoveRequest,
+        RemoveWatcherRequest,
+        StatRequest,
+        WatchDirRequest,
+        WatchDirResponse,
+    )
+    from envd.filesystem.watch import DirWatcher
     from envd.state import SandboxState
+    from envd.users import User
+
+KEEPALIVE_INTERVAL_S: Final = 90  # Go envd's default when Keepalive-Ping-Interval is absent
+
+
+def keepalive_interval(header: str | None) -> float:
+    """Seconds between keepalives; Go crashes on <= 0, envd falls back to the default."""
+    try:
+        seconds = int(header or "")
+    except ValueError:
+        return KEEPALIVE_INTERVAL_S
+    return seconds if seconds > 0 else KEEPALIVE_INTERVAL_S
+
+
+def _remove_tree(path: str) -> None:
+    """`rm -rf`: a symlink is removed, not its target; a missing path is not an error."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        os.unlink(path)
+        return
+
+    def vanished_ok(_func: Any, _path: str, exc_info: Any) -> None:
+        if not isinstance(exc_info[1], FileNotFoundError):
+            raise exc_info[1]
+
+    shutil.rmtree(path, onerror=vanished_ok)
 
 
 class FilesystemService(Filesystem):
     def __init__(self, state: SandboxState) -> None:
         self.state = state
+        self._streams: set[DirWatcher] = set()
+        self._polling = PollingWatchers()
+
+    async def shutdown(self) -> None:
+        """End open WatchDir streams cleanly and drop polling watchers (daemon shutdown)."""
+        for watcher in list(self._streams):
+            watcher.close()
+        self._polling.close_all()
+
+    def _user(self, ctx: RequestContext[Any, Any]) -> User:
+        return rpc_user(ctx.request_headers.get("authorization"), self.state)
+
+    def _resolve(self, path: str, user: User) -> str:
+        try:
+            resolved = expand_path(path, user, self.state.default_workdir)
+            resolved.encode("utf-8", "surrogateescape")  # lone surrogates from JSON escapes
+        except (ValueError, UnicodeError) as exc:
+            raise ConnectError(Code.INVALID_ARGUMENT, f"invalid path {path!r}: {exc}") from None
+        return resolved
+
+    async def stat(
+        self, request: StatRequest, ctx: RequestContext[StatRequest, StatResponse]
+    ) -> StatResponse:
+        path = self._resolve(request.path, self._user(ctx))
+        try:
+            return StatResponse(entry=entries.entry_info(path))
+        except FileNotFoundError as exc:
+            raise ConnectError(Code.NOT_FOUND, f"file not found: {exc}") from None
+        except OSError as exc:
+            raise ConnectError(Code.INTERNAL, f"error getting file info: {exc}") from None
+
+    async def make_dir(
+        self, request: MakeDirRequest, ctx: RequestContext[MakeDirRequest, MakeDirResponse]
+    ) -> MakeDirResponse:
+        user = self._user(ctx)
+        path = self._resolve(request.path, user)
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise ConnectError(Code.INTERNAL, f"error getting file info: {exc}") from None
+        else:
+            if stat.S_ISDIR(st.st_mode):
+                raise ConnectError(Code.ALREADY_EXISTS, f"directory already exists: {path}")
+            raise ConnectError(
+                Code.INVALID_ARGUMENT, f"path already exists but it is not a directory: {path}"
+            )
+        try:
+            await to_thread.run_sync(ensure_dirs, path, user)
+            return MakeDirResponse(entry=entries.entry_info(path))
+        except OSError as exc:
+            raise ConnectError(Code.INTERNAL, f"error creating directory: {exc}") from None
+
+    async def move(
+        self, request: MoveRequest, ctx: RequestContext[MoveRequest, MoveResponse]
+    ) -> MoveResponse:
+        user = self._user(ctx)
+        source = self._resolve(request.source, user)
+        destination = self._resolve(request.destination, user)
+        try:
+            await to_thread.run_sync(ensure_dirs, posixpath.dirname(destination), user)
+        except OSError as exc:
+            raise ConnectError(Code.INTERNAL, f"error creating destination dirs: {exc}") from None
+        try:
+            os.rename(source, destination)
+            return MoveResponse(entry=entries.entry_info(destination))
+        except FileNotFoundError as exc:
+            raise ConnectError(Code.NOT_FOUND, f"source file not found: {exc}") from None
+        except OSError as exc:
+            raise ConnectError(Code.INTERNAL, f"error renaming: {exc}") from None
+
+    async def list_dir(
+        self, request: ListDirRequest, ctx: RequestContext[ListDirRequest, ListDirResponse]
+    ) -> ListDirResponse:
+        path = self._resolve(request.path, self._user(ctx))
+        try:
+            found = await to_thread.run_sync(entries.list_dir, path, request.depth or 1)
+        except FileNotFoundError as exc:
+            raise ConnectError(Code.NOT_FOUND, f"path not found: {exc}") from None
+        except entries.RootNotADirectoryError:
+            raise ConnectError(Code.INVALID_ARGUMENT, f"path is not a directory: {path}") from None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise ConnectError(
+                    Code.FAILED_PRECONDITION, f'cyclic symlink or chain >255 links at "{path}"'
+                ) from None
+            raise ConnectError(Code.INTERNAL, f"error reading directory {path}: {exc}") from None
+        return ListDirResponse(entries=found)
+
+    async def remove(
+        self, request: RemoveRequest, ctx: RequestContext[RemoveRequest, RemoveResponse]
+    ) -> RemoveResponse:
+        path = self._resolve(request.path, self._user(ctx))
+        try:
+            await to_thread.run_sync(_remove_tree, path)
+        except OSError as exc:
+            raise ConnectError(Code.INTERNAL, f"error removing file or directory: {exc}") from None
+        return RemoveResponse()
+
+    async def watch_dir(
+        self, request: WatchDirRequest, ctx: RequestContext[WatchDirRequest, WatchDirResponse]
+    ) -> AsyncIterator[WatchDirResponse]:
+        path = self._resolve(request.path, self._user(ctx))
+        keepalive_s = keepalive_interval(ctx.request_headers.get("keepalive-ping-interval"))
+        watcher = await open_watcher(path, request.recursive, request.allow_network_mounts)
+        with closing_on_exit(watcher, self._streams):
+            async for message in watch_events(watcher, request.include_entry, keepalive_s):
+                yield message
+
+    async def create_watcher(
+        self,
+        request: CreateWatcherRequest,
+        ctx: RequestContext[CreateWatcherRequest, CreateWatcherResponse],
+    ) -> CreateWatcherResponse:
+        path = self._resolve(request.path, self._user(ctx))
+        watcher = await open_watcher(path, request.recursive, request.allow_network_mounts)
+        return CreateWatcherResponse(watcher_id=self._polling.add(watcher, request.include_entry))
+
+    async def get_watcher_events(
+        self,
+        request: GetWatcherEventsRequest,
+        ctx: RequestContext[GetWatcherEventsRequest, GetWatcherEventsResponse],
+    ) -> GetWatcherEventsResponse:
+        return GetWatcherEventsResponse(events=await self._polling.drain(request.watcher_id))
+
+    async def remove_watcher(
+        self,
+        request: RemoveWatcherRequest,
+        ctx: RequestContext[RemoveWatcherRequest, RemoveWatcherResponse],
+    ) -> RemoveWatcherResponse:
+        self._polling.remove(request.watcher_id)
+        return RemoveWatcherResponse()

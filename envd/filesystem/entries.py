@@ -1,0 +1,189 @@
+"""EntryInfo as the reference envd builds it (lstat based, symlinks described by their target)
+and the ListDir walk. Blocking helpers: the service runs the big ones in a worker thread."""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import stat
+from typing import TYPE_CHECKING, Final
+
+from protobuf.wkt.google.protobuf.timestamp_pb import Timestamp
+
+from envd._gen.filesystem.filesystem_pb import EntryInfo, FileType
+from envd.users import group_name, owner_name
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+METADATA_XATTR_PREFIX: Final = "user.e2b."
+
+# Go's FileMode.String(): one letter per type/flag bit, in this order, then the rwx triplets.
+_GO_MODE_LETTERS: Final = "dalTLDpSugct?"
+
+
+class RootNotADirectoryError(ValueError):
+    """ListDir was asked for something that resolves to a non-directory."""
+
+
+def wire_str(text: str) -> str:
+    """A str that protobuf can encode: file names are bytes, and names that are not UTF-8
+    arrive here surrogate-escaped; their undecodable bytes become U+FFFD on the wire.
+
+    The reference cannot send such names at all (Go's protobuf refuses invalid UTF-8 in
+    strings); replacing them keeps a listing usable, at the cost of not round-tripping them.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    return text
+
+
+def go_permissions(mode: int) -> str:
+    """Go's `FileMode.String()` for an lstat `st_mode` (not Python's `stat.filemode`)."""
+    fmt = stat.S_IFMT(mode)
+    flags = {
+        "d": fmt == stat.S_IFDIR,
+        "L": fmt == stat.S_IFLNK,
+        "D": fmt in (stat.S_IFBLK, stat.S_IFCHR),
+        "p": fmt == stat.S_IFIFO,
+        "S": fmt == stat.S_IFSOCK,
+        "u": bool(mode & stat.S_ISUID),
+        "g": bool(mode & stat.S_ISGID),
+        "c": fmt == stat.S_IFCHR,
+        "t": bool(mode & stat.S_ISVTX),
+    }
+    letters = "".join(letter for letter in _GO_MODE_LETTERS if flags.get(letter)) or "-"
+    rwx = "".join(char if mode & (1 << (8 - i)) else "-" for i, char in enumerate("rwxrwxrwx"))
+    return letters + rwx
+
+
+def read_metadata(path: str) -> dict[str, str]:
+    """`user.e2b.*` xattrs (prefix stripped), following symlinks; best effort as in Go."""
+    try:
+        names = os.listxattr(path)
+    except OSError:
+        return {}
+    metadata: dict[str, str] = {}
+    for name in names:
+        if not name.startswith(METADATA_XATTR_PREFIX):
+            continue
+        try:
+            key = name[len(METADATA_XATTR_PREFIX) :]
+            key.encode("utf-8")  # surrogate-escaped: not UTF-8, skipped as Go does
+            metadata[key] = os.getxattr(path, name).decode("utf-8")
+        except (OSError, UnicodeError):
+            continue
+    return metadata
+
+
+def _type_of(mode: int) -> FileType:
+    if stat.S_ISREG(mode):
+        return FileType.FILE
+    if stat.S_ISDIR(mode):
+        return FileType.DIRECTORY
+    return FileType.UNSPECIFIED
+
+
+def entry_from_lstat(
+    path: str,
+    st: os.stat_result,
+    *,
+    owner: Callable[[int], str] = owner_name,
+    group: Callable[[int], str] = group_name,
+) -> EntryInfo:
+    """Describe `path` from its lstat result; a symlink takes its final target's type and mode."""
+    file_type = _type_of(st.st_mode)
+    mode = st.st_mode & 0o777
+    symlink_target: str | None = None
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            target_st = os.stat(path)
+            file_type, mode = _type_of(target_st.st_mode), target_st.st_mode & 0o777
+        except OSError:
+            file_type, mode = FileType.UNSPECIFIED, 0
+        try:
+            symlink_target = os.path.realpath(path, strict=True)
+        except OSError:  # dangling or a loop: the reference reports the link itself
+            symlink_target = path
+    entry = EntryInfo(
+        name=wire_str(posixpath.basename(path.rstrip("/")) or "/"),
+        type=file_type,
+        path=wire_str(path),
+        size=st.st_size,
+        mode=mode,
+        permissions=go_permissions(st.st_mode),
+        owner=owner(st.st_uid),
+        group=group(st.st_gid),
+        metadata=read_metadata(path),
+    )
+    if st.st_mtime_ns:
+        seconds, nanos = divmod(st.st_mtime_ns, 1_000_000_000)
+        entry.modified_time = Timestamp(seconds=seconds, nanos=nanos)
+    if symlink_target is not None:
+        entry.symlink_target = wire_str(symlink_target)
+    return entry
+
+
+def entry_info(path: str) -> EntryInfo:
+    """EntryInfo of `path` (not followed if it is a symlink).
+
+    Raises:
+        OSError: lstat failed.
+    """
+    return entry_from_lstat(path, os.lstat(path))
+
+
+class _NameCache:
+    """uid/gid → name lookups memoised for one walk (thousands of entries, few owners)."""
+
+    def __init__(self, lookup: Callable[[int], str]) -> None:
+        self._lookup = lookup
+        self._names: dict[int, str] = {}
+
+    def __call__(self, ident: int) -> str:
+        name = self._names.get(ident)
+        if name is None:
+            name = self._names[ident] = self._lookup(ident)
+        return name
+
+
+def _byte_order(entry: os.DirEntry[str]) -> bytes:
+    return entry.name.encode("utf-8", "surrogateescape")
+
+
+def list_dir(root: str, depth: int) -> list[EntryInfo]:
+    """Entries under `root` down to `depth` levels, pre-order, siblings in byte order.
+
+    `root` is the requested path; the walk reads its realpath but reports paths under the
+    requested (cleaned) root, and never follows symlinks inside the tree (Go ListDir).
+
+    Raises:
+        OSError: the root could not be resolved or read (ELOOP for a symlink cycle).
+        RootNotADirectoryError: the root is not a directory.
+    """
+    real_root = os.path.realpath(root, strict=True)
+    if not os.path.isdir(real_root):
+        raise RootNotADirectoryError(root)
+    owner, group = _NameCache(owner_name), _NameCache(group_name)
+    entries: list[EntryInfo] = []
+
+    def walk(real_dir: str, shown_dir: str, level: int) -> None:
+        try:
+            with os.scandir(real_dir) as it:
+                children = sorted(it, key=_byte_order)
+        except FileNotFoundError:  # vanished mid-walk
+            return
+        for child in children:
+            shown = posixpath.join(shown_dir, child.name)
+            try:
+                st = child.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            entries.append(entry_from_lstat(shown, st, owner=owner, group=group))
+            if level < depth and stat.S_ISDIR(st.st_mode):
+                walk(child.path, shown, level + 1)
+
+    walk(real_root, posixpath.normpath(root), 1)
+    return entries
