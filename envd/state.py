@@ -8,8 +8,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from datetime import datetime
-
     from envd.settings import Settings
 
 
@@ -24,8 +22,9 @@ class SandboxState:
     access_token: str | None = None
     default_user: str = "root"
     default_workdir: str | None = None
-    # Newest /init timestamp applied: older requests are replays and change nothing.
-    last_init_timestamp: datetime | None = None
+    # Newest /init timestamp applied (Unix ns): older requests are replays and change nothing.
+    last_init_timestamp_ns: int | None = None
+    # /init is single-flight, as in the reference envd.
     init_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @classmethod
@@ -39,8 +38,14 @@ class SandboxState:
     def replace_user_env(self, env: dict[str, str]) -> None:
         self.user_env = {k: v for k, v in env.items() if k not in self.internal_env}
 
-    def token_matches(self, candidate: str | None) -> bool:
-        """Constant-time comparison against the current access token."""
+    def token_matches(self, candidate: str | bytes | None) -> bool:
+        """Constant-time comparison against the current access token.
+
+        Pass raw header bytes where there are some: the reference compares bytes, and a str
+        decoded from latin-1 header bytes would not equal a non-ASCII token.
+        """
         if self.access_token is None or candidate is None:
             return False
-        return hmac.compare_digest(candidate.encode(), self.access_token.encode())
+        if isinstance(candidate, str):
+            candidate = candidate.encode()
+        return hmac.compare_digest(candidate, self.access_token.encode())

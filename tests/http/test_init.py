@@ -1,0 +1,160 @@
+"""POST /init over the wire: body validation, token rules, env replacement, replay protection
+and the clock policy. Every test that changes state uses a daemon of its own."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+import httpx
+import pytest
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    from tests.envd_process import EnvdProcess
+
+UNAUTHORIZED = (
+    "unauthorized access, please provide a valid access token or method signing if supported"
+)
+
+
+@pytest.fixture
+def client(envd_factory: Callable[..., EnvdProcess]) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=envd_factory().url, timeout=30) as c:
+        yield c
+
+
+def _rfc3339(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+BAD_BODIES = [
+    b"{",
+    b"   ",
+    b"[]",
+    b"5",
+    b'"text"',
+    b'{"envVars": 1}',
+    b'{"envVars": {"A": 1}}',
+    b'{"envVars": ["A"]}',
+    b'{"accessToken": ""}',
+    b'{"accessToken": 42}',
+    b'{"accessToken": "a\\u0062c"}',
+    b'{"accessToken": "a\\"b"}',
+    b'{"defaultUser": 1}',
+    b'{"defaultWorkdir": true}',
+    b'{"timestamp": "yesterday"}',
+    b'{"timestamp": "2026-13-01T00:00:00Z"}',
+    b'{"timestamp": "2026-01-01T00:00:00"}',
+    b'{"timestamp": 1700000000}',
+    b'{"hyperloopIP": 1}',
+    b'{"volumeMounts": {}}',
+    b'{"unknown": NaN}',
+    b'{"a": 1} {"b": 2}',
+    b"\xff\xfe",
+    b"[" * 100_000 + b"]" * 100_000,
+]
+
+
+def test_bad_bodies_are_400_with_an_empty_body_and_change_nothing(client: httpx.Client) -> None:
+    for body in BAD_BODIES:
+        r = client.post("/init", content=body)
+        assert (r.status_code, r.content) == (400, b""), body[:40]
+    # Still open to anyone: no token was set by any of them, and no env var arrived.
+    assert client.get("/envs").json() == {"E2B_SANDBOX": "false"}
+
+
+def test_empty_null_and_unknown_fields_are_accepted(client: httpx.Client) -> None:
+    for body in [b"", b"null", b"{}", b'{"envVars": null, "accessToken": null, "x": [1]}']:
+        r = client.post("/init", content=body)
+        assert r.status_code == 204, body
+        assert r.headers["cache-control"] == "no-store"
+        assert "content-type" not in r.headers
+        # We claim 0.6.4; the reference adds this header only from 0.6.12.
+        assert "x-envd-version" not in r.headers
+        assert r.content == b""
+
+
+def test_first_init_sets_the_token_and_later_ones_must_repeat_it(client: httpx.Client) -> None:
+    assert client.post("/init", json={"accessToken": "secret-1"}).status_code == 204
+    r = client.get("/envs")
+    assert r.status_code == 401
+    assert r.json() == {"code": 401, "message": UNAUTHORIZED}
+    assert client.get("/envs", headers={"X-Access-Token": "secret-1"}).status_code == 200
+
+    r = client.post("/init", json={"envVars": {"A": "1"}})
+    assert (r.status_code, r.text) == (401, "access token reset not authorized")
+    assert r.headers["content-type"] == "text/plain; charset=utf-8"
+    r = client.post("/init", json={"accessToken": "secret-2"})
+    assert (r.status_code, r.text) == (401, "access token validation failed")
+    # A rejected /init changed nothing: the old token still works, no env var arrived.
+    token = {"X-Access-Token": "secret-1"}
+    assert client.get("/envs", headers=token).json() == {"E2B_SANDBOX": "false"}
+
+    # Repeating the token is authorised (the header is not what /init checks).
+    r = client.post("/init", json={"accessToken": "secret-1", "envVars": {"A": "1"}})
+    assert r.status_code == 204
+    assert client.get("/envs", headers=token).json() == {"A": "1", "E2B_SANDBOX": "false"}
+
+
+def test_field_names_match_case_insensitively_like_go(client: httpx.Client) -> None:
+    assert client.post("/init", json={"ENVVARS": {"K": "v"}}).status_code == 204
+    assert client.get("/envs").json()["K"] == "v"
+
+
+def test_env_vars_replace_the_user_set_and_internal_vars_are_protected(
+    client: httpx.Client,
+) -> None:
+    first = {"A": "1", "B": "2", "E2B_SANDBOX": "hijacked"}
+    assert client.post("/init", json={"envVars": first}).status_code == 204
+    assert client.get("/envs").json() == {"A": "1", "B": "2", "E2B_SANDBOX": "false"}
+    assert client.post("/init", json={"envVars": {"B": "3", "C": ""}}).status_code == 204
+    assert client.get("/envs").json() == {"B": "3", "C": "", "E2B_SANDBOX": "false"}
+    # Absent envVars leaves the set alone; an empty object clears it.
+    assert client.post("/init", json={}).status_code == 204
+    assert client.get("/envs").json() == {"B": "3", "C": "", "E2B_SANDBOX": "false"}
+    assert client.post("/init", json={"envVars": {}}).status_code == 204
+    assert client.get("/envs").json() == {"E2B_SANDBOX": "false"}
+
+
+def test_older_timestamps_are_replays_and_change_nothing(client: httpx.Client) -> None:
+    now = datetime.now(UTC)
+    newest, older = _rfc3339(now), _rfc3339(now - timedelta(seconds=1))
+    assert (
+        client.post("/init", json={"timestamp": newest, "envVars": {"V": "new"}}).status_code == 204
+    )
+    r = client.post("/init", json={"timestamp": older, "envVars": {"V": "old"}, "accessToken": "t"})
+    assert r.status_code == 204
+    # Neither the env var nor the token was applied.
+    assert client.get("/envs").json()["V"] == "new"
+    # Equal timestamps are applied, and so are requests without one.
+    assert (
+        client.post("/init", json={"timestamp": newest, "envVars": {"V": "same"}}).status_code
+        == 204
+    )
+    assert client.get("/envs").json()["V"] == "same"
+    assert client.post("/init", json={"envVars": {"V": "none"}}).status_code == 204
+    assert client.get("/envs").json()["V"] == "none"
+
+
+def test_nanosecond_timestamps_are_compared_exactly(client: httpx.Client) -> None:
+    base = _rfc3339(datetime.now(UTC)).replace("Z", "")[:19]
+    later, earlier = base + ".000000002Z", base + ".000000001Z"
+    assert client.post("/init", json={"timestamp": later, "envVars": {"V": "2"}}).status_code == 204
+    assert (
+        client.post("/init", json={"timestamp": earlier, "envVars": {"V": "1"}}).status_code == 204
+    )
+    assert client.get("/envs").json()["V"] == "2"
+
+
+def test_isnotfc_never_moves_the_host_clock(client: httpx.Client) -> None:
+    # Far enough ahead that the reference would set CLOCK_REALTIME (> 5 s), small enough to be
+    # harmless on a shared machine should this test ever fail.
+    offset_s = 60
+    wall, mono = time.time(), time.monotonic()
+    ahead = _rfc3339(datetime.now(UTC) + timedelta(seconds=offset_s))
+    assert client.post("/init", json={"timestamp": ahead}).status_code == 204
+    drift = (time.time() - wall) - (time.monotonic() - mono)
+    assert abs(drift) < offset_s / 2
