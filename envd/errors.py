@@ -147,3 +147,30 @@ class InternalErrorMiddleware:
             log.exception("unexpected error in %s %s", scope["method"], scope["path"])
             if not started:
                 await json_error(500, "internal error")(scope, receive, send)
+
+
+# Errno → HTTP status for the /files routes. ENOSPC/EDQUOT are the reference envd's 507
+# "insufficient storage"; ENAMETOOLONG and friends are the caller's bad path, not our fault.
+_ERRNO_TO_STATUS: Final = {
+    errno.ENOSPC: 507,
+    errno.EDQUOT: 507,
+    errno.ENOENT: 404,
+    errno.ENAMETOOLONG: 400,
+    errno.ENOTDIR: 400,
+    errno.EISDIR: 400,
+    errno.ELOOP: 400,
+}
+
+
+@contextlib.contextmanager
+def http_os_errors(action: str, path: str, **overrides: int) -> Iterator[None]:
+    """Turn an OSError raised in the block into an EnvdHTTPError "error <action> '<path>': …".
+
+    `overrides` maps errno names (e.g. ENOENT=500) to the status this route uses.
+    """
+    try:
+        yield
+    except OSError as exc:
+        name = errno.errorcode.get(exc.errno or 0, "")
+        status = overrides.get(name) or _ERRNO_TO_STATUS.get(exc.errno or 0, 500)
+        raise EnvdHTTPError(status, f"error {action} '{path}': {exc.strerror or exc}") from exc

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from envd.http import envs, health, init, metrics
+from envd.http import compose, download, envs, health, init, metrics, upload
 
 if TYPE_CHECKING:
     from starlette.routing import BaseRoute
@@ -14,4 +14,12 @@ if TYPE_CHECKING:
 
 
 def routes(settings: Settings, state: SandboxState) -> list[BaseRoute]:
-    return [*health.routes(), *metrics.routes(), *envs.routes(state), *init.routes(settings, state)]
+    return [
+        *health.routes(),
+        *metrics.routes(),
+        *envs.routes(state),
+        *init.routes(settings, state),
+        *download.routes(state),
+        *upload.routes(state),
+        *compose.routes(state),
+    ]

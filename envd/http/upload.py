@@ -1,0 +1,289 @@
+"""POST /files: upload one raw body or the `file` parts of a multipart body (§5.6).
+
+Bodies are streamed: each received chunk (about 250 KiB from uvicorn) is written with one
+`os.write` from the event loop, and multipart bodies are parsed incrementally, so memory stays
+flat whatever the size. What a failed upload leaves behind is described in file_writer.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import zlib
+from typing import TYPE_CHECKING, Final
+
+import anyio.to_thread
+from python_multipart.exceptions import MultipartParseError
+from python_multipart.multipart import MultipartParser, parse_options_header
+from starlette.requests import ClientDisconnect
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from envd.errors import EnvdHTTPError
+from envd.http.file_request import (
+    InvalidParameterError,
+    authorize_file_request,
+    entry_json,
+    resolve_path,
+)
+from envd.http.file_writer import UploadTarget, open_upload_target, parse_metadata
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from starlette.requests import Request
+
+    from envd.state import SandboxState
+    from envd.users import User
+
+log = logging.getLogger("envd.http.files")
+
+# Bound on what one compressed chunk may inflate to at once (gzip bombs stay flat in memory).
+INFLATE_CHUNK_BYTES: Final = 4 * 1024 * 1024
+
+
+async def _gunzip(body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """Inflate a gzip body (several concatenated members allowed, as Go's reader does)."""
+    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    in_member = False
+    seen_data = False
+    try:
+        async for chunk in body:
+            pending = chunk
+            while pending:
+                seen_data = in_member = True
+                out = inflater.decompress(pending, INFLATE_CHUNK_BYTES)
+                pending = inflater.unconsumed_tail
+                if inflater.eof:
+                    pending = inflater.unused_data + pending
+                    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                    in_member = False
+                if out:
+                    yield out
+    except zlib.error as exc:
+        raise EnvdHTTPError(400, f"error decompressing request body: {exc}") from exc
+    if in_member:
+        tail = inflater.flush()  # output held back by the max_length bound
+        if tail:
+            yield tail
+    if not seen_data or (in_member and not inflater.eof):
+        raise EnvdHTTPError(400, "error decompressing request body: unexpected EOF")
+
+
+def _decoded_body(request: Request) -> AsyncIterator[bytes]:
+    raw = request.headers.get("content-encoding", "")
+    encoding = raw.split(";", 1)[0].strip().lower()
+    if encoding in ("", "identity"):
+        return request.stream()
+    if encoding == "gzip":
+        return _gunzip(request.stream())
+    raise EnvdHTTPError(
+        400, f"error decompressing request body: unsupported Content-Encoding: {raw}"
+    )
+
+
+def _content_length(request: Request) -> int | None:
+    value = request.headers.get("content-length")
+    return int(value) if value is not None and value.isdigit() else None
+
+
+async def _open(path: str, user: User, content_length: int | None) -> UploadTarget:
+    return await anyio.to_thread.run_sync(open_upload_target, path, user, content_length)
+
+
+async def _finish(target: UploadTarget, metadata: dict[str, str]) -> dict[str, object]:
+    stored = await anyio.to_thread.run_sync(target.finish, metadata)
+    return entry_json(target.path, stored)
+
+
+async def _upload_raw(
+    request: Request, body: AsyncIterator[bytes], path: str, user: User, metadata: dict[str, str]
+) -> list[dict[str, object]]:
+    target = await _open(path, user, _content_length(request))
+    try:
+        async for chunk in body:
+            target.write(chunk)
+    except BaseException:
+        target.abort()
+        raise
+    return [await _finish(target, metadata)]
+
+
+class _PartEvents:
+    """python-multipart callbacks that queue part boundaries and data, so the async upload
+    loop can open files (in a thread) and write between two parser.write() calls."""
+
+    def __init__(self) -> None:
+        # A part's headers (dict) when it begins, its data (bytes), None when it ends.
+        self.events: list[dict[str, bytes] | bytes | None] = []
+        self.finished = False
+        self._headers: dict[str, bytes] = {}
+        self._field = b""
+        self._value = b""
+
+    def parser(self, boundary: bytes) -> MultipartParser:
+        return MultipartParser(
+            boundary,
+            {
+                "on_part_begin": self._begin,
+                "on_header_field": self._header_field,
+                "on_header_value": self._header_value,
+                "on_header_end": self._header_end,
+                "on_headers_finished": self._headers_finished,
+                "on_part_data": self._data,
+                "on_part_end": self._part_end,
+                "on_end": self._end,
+            },
+        )
+
+    def _begin(self) -> None:
+        self._headers = {}
+
+    def _header_field(self, data: bytes, start: int, end: int) -> None:
+        self._field += data[start:end]
+
+    def _header_value(self, data: bytes, start: int, end: int) -> None:
+        self._value += data[start:end]
+
+    def _header_end(self) -> None:
+        self._headers.setdefault(self._field.decode("latin-1").lower(), self._value)
+        self._field, self._value = b"", b""
+
+    def _headers_finished(self) -> None:
+        self.events.append(self._headers)
+
+    def _data(self, data: bytes, start: int, end: int) -> None:
+        # Copied: the parser may hand us its own look-behind buffer, reused later.
+        self.events.append(bytes(data[start:end]))
+
+    def _part_end(self) -> None:
+        self.events.append(None)
+
+    def _end(self) -> None:
+        self.finished = True
+
+
+def _part_filename(headers: dict[str, bytes]) -> tuple[bool, str | None]:
+    """(is a `file` part, its filename taken verbatim, directories included)."""
+    disposition = headers.get("content-disposition", b"").decode("latin-1")
+    _, options = parse_options_header(disposition)
+    if options.get(b"name") != b"file":
+        return False, None
+    filename = options.get(b"filename")
+    # Header bytes are UTF-8 on the wire; undecodable bytes survive as surrogates.
+    return True, None if filename is None else filename.decode("utf-8", "surrogateescape")
+
+
+class _MultipartUpload:
+    """Writes each `file` part of one multipart request, in order."""
+
+    def __init__(
+        self, request: Request, state: SandboxState, user: User, metadata: dict[str, str]
+    ) -> None:
+        self.request = request
+        self.state = state
+        self.user = user
+        self.metadata = metadata
+        self.path_param = request.query_params.get("path")
+        self.entries: list[dict[str, object]] = []
+        self.target: UploadTarget | None = None
+
+    async def run(self, body: AsyncIterator[bytes], boundary: bytes) -> list[dict[str, object]]:
+        parts = _PartEvents()
+        parser = parts.parser(boundary)
+        try:
+            async for chunk in body:
+                try:
+                    parser.write(chunk)
+                except MultipartParseError as exc:
+                    raise EnvdHTTPError(400, f"error parsing multipart body: {exc}") from exc
+                for event in parts.events:
+                    await self._handle(event)
+                parts.events.clear()
+            if not parts.finished:
+                # A quirk fix: the reference answers 500 for a truncated multipart body.
+                raise EnvdHTTPError(400, "error parsing multipart body: unexpected EOF")
+        except BaseException:
+            if self.target is not None:
+                self.target.abort()
+            raise
+        return self.entries
+
+    async def _handle(self, event: dict[str, bytes] | bytes | None) -> None:
+        if isinstance(event, dict):
+            await self._begin_part(event)
+        elif self.target is None:
+            return  # data of a part that is not a file
+        elif isinstance(event, bytes):
+            self.target.write(event)
+        else:
+            target, self.target = self.target, None
+            self.entries.append(await _finish(target, self.metadata))
+
+    async def _begin_part(self, headers: dict[str, bytes]) -> None:
+        is_file, filename = _part_filename(headers)
+        if not is_file:
+            return
+        raw = self.path_param if self.path_param is not None else filename
+        if raw is None:
+            raise EnvdHTTPError(
+                400,
+                "error getting multipart custom part file name: "
+                "filename not found in Content-Disposition header",
+            )
+        path = resolve_path(raw, self.user, self.state)
+        uploaded = [str(entry["path"]) for entry in self.entries]
+        if path in uploaded:
+            message = (
+                f"you cannot upload multiple files to the same path '{path}' in one upload "
+                "request, only the first specified file was uploaded"
+            )
+            others = [p for p in uploaded if p != path]
+            if len(others) > 1:
+                message += f", also the following files were uploaded: {', '.join(others)}"
+            raise EnvdHTTPError(400, message)
+        self.target = await _open(path, self.user, _content_length(self.request))
+
+
+async def upload(request: Request, state: SandboxState) -> Response:
+    try:
+        file_request = authorize_file_request(request, state, "write")
+    except InvalidParameterError as exc:
+        return exc.response()
+    user = file_request.user
+    body = _decoded_body(request)
+    metadata = parse_metadata(request.headers)
+    content_type = request.headers.get("content-type", "")
+    media_type, options = parse_options_header(content_type)
+    try:
+        if media_type == b"application/octet-stream":
+            if "path" not in request.query_params:
+                raise EnvdHTTPError(400, "path query parameter is required for raw body upload")
+            path = resolve_path(file_request.raw_path, user, state)
+            entries = await _upload_raw(request, body, path, user, metadata)
+        elif media_type.startswith(b"multipart/"):
+            boundary = options.get(b"boundary")
+            if not boundary:
+                raise EnvdHTTPError(400, "error parsing multipart body: no boundary parameter")
+            entries = await _MultipartUpload(request, state, user, metadata).run(body, boundary)
+        else:
+            raise EnvdHTTPError(
+                400,
+                f"unsupported content type: {content_type}, "
+                "expected multipart/form-data or application/octet-stream",
+            )
+    except ClientDisconnect:
+        log.info(
+            "upload to %s abandoned: client disconnected", file_request.raw_path or "(multipart)"
+        )
+        return Response(status_code=400)  # nobody is left to read it
+    # The reference sets no Content-Type; Go's server then sniffs this one.
+    body_json = json.dumps(entries, ensure_ascii=False, separators=(",", ":")) + "\n"
+    return Response(body_json, media_type="text/plain; charset=utf-8")
+
+
+def routes(state: SandboxState) -> list[BaseRoute]:
+    async def post_files(request: Request) -> Response:
+        return await upload(request, state)
+
+    return [Route("/files", post_files, methods=["POST"])]
