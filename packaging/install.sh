@@ -1,0 +1,147 @@
+#!/bin/sh
+# Install envd with its own interpreter prefix, a launcher and the systemd unit. Idempotent:
+# running it again upgrades envd in place. Run as root.
+#
+#   packaging/install.sh [--root DIR] [--prefix DIR] [--python PATH] [--bin-dir DIR]
+#                     [--unit-dir DIR] [--enable]
+#
+#   --root DIR      install into the root file system mounted at DIR (an image being built):
+#                   every step runs chrooted into DIR with DIR's own python3
+#   --prefix DIR    envd's private prefix (default /usr/lib/envd): a venv of the system python3
+#   --python PATH   the interpreter the venv is made from (default /usr/bin/python3, >= 3.11)
+#   --bin-dir DIR   where the launcher `envd` goes (default /usr/bin, which the unit runs)
+#   --unit-dir DIR  where envd.service goes (default /lib/systemd/system)
+#   --enable        enable envd.service (and, on a running system, start or restart it)
+#
+# Why a prefix of its own: the interpreter is part of the artifact. Templates pip-install into
+# the system Python, set PYTHONPATH, or upgrade packages envd depends on; the launcher runs
+# `<prefix>/bin/python -I -m envd`, and -I ignores PYTHONPATH, PYTHONHOME and the user's site
+# directory, so none of that reaches envd.
+set -eu
+
+root=""
+prefix=/usr/lib/envd
+python=/usr/bin/python3
+bin_dir=/usr/bin
+unit_dir=/lib/systemd/system
+enable=no
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --root) root=$2; shift 2 ;;
+    --prefix) prefix=$2; shift 2 ;;
+    --python) python=$2; shift 2 ;;
+    --bin-dir) bin_dir=$2; shift 2 ;;
+    --unit-dir) unit_dir=$2; shift 2 ;;
+    --enable) enable=yes; shift ;;
+    -h | --help) sed -n '2,14s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    *) echo "install.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+fail() {
+  echo "install.sh: $*" >&2
+  exit 1
+}
+
+[ "$(id -u)" = 0 ] || fail "run as root"
+src=$(cd "$(dirname "$0")/.." && pwd)
+{ [ -f "$src/pyproject.toml" ] && [ -d "$src/envd" ]; } || fail "no envd source tree at $src"
+if [ -n "$root" ]; then
+  root=$(cd "$root" && pwd) || fail "no root file system at $root"
+  [ "$root" != / ] || root=""
+fi
+
+# Run a command inside the target: chrooted into --root (with /proc, /sys and /dev mounted for
+# the duration, as pip and venv need them), or directly.
+mounted=""
+stage=""
+cleanup() {
+  [ -z "$stage" ] || rm -rf "$root$stage"
+  for m in $mounted; do umount -l "$root$m" || true; done
+}
+trap cleanup EXIT
+trap 'exit 1' HUP INT TERM
+in_target() {
+  if [ -n "$root" ]; then
+    chroot "$root" "$@"
+  else
+    "$@"
+  fi
+}
+if [ -n "$root" ]; then
+  for m in /proc /sys /dev; do
+    if ! mountpoint -q "$root$m"; then
+      mkdir -p "$root$m"
+      mount --rbind "$m" "$root$m"
+      mount --make-rslave "$root$m"
+      mounted="$m $mounted"
+    fi
+  done
+  # pip downloads the dependencies from inside the target: it needs a resolver configuration.
+  [ -s "$root/etc/resolv.conf" ] || cp -L /etc/resolv.conf "$root/etc/resolv.conf"
+fi
+
+in_target "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' ||
+  fail "$python is missing or older than 3.11: install python3 >= 3.11 (and its venv module) first"
+
+# A copy of the source with the build commit stamped into envd/cli.py (a source tree says
+# "unknown"); the build happens in the target, against the target's Python.
+stage=$(mktemp -d -p "$root/var/tmp" envd-install.XXXXXX)
+stage=${stage#"$root"}
+tar -C "$src" --exclude=__pycache__ -cf - pyproject.toml README.md envd | tar -C "$root$stage" -xf -
+commit=$(git -C "$src" rev-parse --short=7 HEAD 2>/dev/null || echo unknown)
+sed -i "s/^COMMIT = \"unknown\"$/COMMIT = \"$commit\"/" "$root$stage/envd/cli.py"
+chmod -R a+rX "$root$stage"
+
+# Recreate the venv when its interpreter is gone or is a different Python than the target's
+# (e.g. the image moved to a newer Debian), otherwise upgrade it in place.
+want=$(in_target "$python" -c 'import sys; print(sys.version_info[:2])')
+have=$(in_target "$prefix/bin/python" -I -c 'import sys; print(sys.version_info[:2])' 2>/dev/null || true)
+if [ "$want" != "$have" ]; then
+  rm -rf "$root$prefix"
+  in_target "$python" -m venv "$prefix" ||
+    fail "cannot create a venv with $python: install its venv module (Debian: python3-venv)"
+fi
+# Build a wheel (not an editable install: the prefix must not depend on this source tree), then
+# replace envd itself even when the version is unchanged, and add any missing dependency.
+in_target env PIP_DISABLE_PIP_VERSION_CHECK=1 \
+  "$prefix/bin/python" -I -m pip wheel -q --no-cache-dir --no-deps -w "$stage/dist" "$stage"
+wheel=$(cd "$root$stage/dist" && ls envd-*.whl)
+in_target env PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_WARN_SCRIPT_LOCATION=1 \
+  "$prefix/bin/python" -I -m pip install -q --no-cache-dir --force-reinstall --no-deps \
+  "$stage/dist/$wheel"
+in_target env PIP_DISABLE_PIP_VERSION_CHECK=1 \
+  "$prefix/bin/python" -I -m pip install -q --no-cache-dir "$stage/dist/$wheel"
+# Byte-compile everything in the prefix now, so the first start does not pay for it (pip's own
+# compile step is skipped when PYTHONDONTWRITEBYTECODE is set).
+in_target "$prefix/bin/python" -I -m compileall -q -j 0 "$prefix/lib" >/dev/null
+
+# The launcher: the only thing outside the prefix besides the unit. exec keeps the PID, so
+# systemd's main process (Type=notify, NotifyAccess=main) is envd itself.
+mkdir -p "$root$bin_dir"
+cat >"$root$bin_dir/envd.new" <<EOF
+#!/bin/sh
+# envd launcher, installed by envd's packaging/install.sh: envd's private interpreter, isolated.
+exec $prefix/bin/python -I -m envd "\$@"
+EOF
+chmod 0755 "$root$bin_dir/envd.new"
+mv -f "$root$bin_dir/envd.new" "$root$bin_dir/envd"
+
+mkdir -p "$root$unit_dir"
+install -m 0644 "$src/packaging/envd.service" "$root$unit_dir/envd.service"
+
+version=$(in_target "$bin_dir/envd" -version)
+echo "install.sh: envd $version (commit $commit) in ${root:-}$prefix, unit in ${root:-}$unit_dir"
+
+# systemd is managing this system (not an image being built) when /run/systemd/system exists.
+running=no
+[ -z "$root" ] && [ -d /run/systemd/system ] && running=yes
+[ $running = no ] || systemctl daemon-reload
+if [ $enable = yes ]; then
+  if [ -n "$root" ]; then
+    systemctl --root="$root" enable envd.service
+  else
+    systemctl enable envd.service
+    [ $running = no ] || systemctl restart envd.service
+  fi
+fi
