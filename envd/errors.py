@@ -33,7 +33,9 @@ class EnvdHTTPError(Exception):
 
 def json_error(status: int, message: str) -> Response:
     """The reference envd's JSON error body (code first, then message, then a newline)."""
-    body = json.dumps({"code": status, "message": message}, ensure_ascii=False) + "\n"
+    # Compact, as Go's json.Encoder writes it: clients compare these bodies byte for byte.
+    payload = {"code": status, "message": message}
+    body = json.dumps(payload, ensure_ascii=False, separators=(",", ":")) + "\n"
     return Response(
         body,
         status_code=status,
