@@ -18,6 +18,7 @@ from envd._gen.process.process_connect import ProcessASGIApplication
 from envd.auth import AccessTokenMiddleware, BasicAuthUserMiddleware, CORSMiddleware
 from envd.errors import EnvdHTTPError, ErrorMappingInterceptor, InternalErrorMiddleware, json_error
 from envd.filesystem.service import FilesystemService
+from envd.process.registry import ProcessRegistry
 from envd.process.service import ProcessService
 
 if TYPE_CHECKING:
@@ -45,13 +46,15 @@ async def _router_error(_: Request, exc: Exception) -> Response:
 def create_app(settings: Settings, state: SandboxState) -> Starlette:
     interceptors = [ErrorMappingInterceptor()]
     filesystem = FilesystemService(state)
-    process = ProcessService(state)
+    processes = ProcessRegistry()
+    process = ProcessService(processes, state)
     filesystem_rpc = FilesystemASGIApplication(filesystem, interceptors=interceptors)
     process_rpc = ProcessASGIApplication(process, interceptors=interceptors)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
-        yield
+        async with processes.running():  # stops every child on the way out
+            yield
 
     app = Starlette(
         routes=[

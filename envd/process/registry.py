@@ -1,0 +1,170 @@
+"""ProcessRegistry: every process started through this daemon, found by pid or tag; exit
+retention; the tasks that pump their output; and their shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+from connectrpc.code import Code
+from connectrpc.errors import ConnectError
+
+from envd.process.handle import ProcessHandle
+from envd.process.spawn import spawn
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from envd._gen.process.process_pb import ProcessConfig, ProcessEvent, ProcessSelector
+    from envd.process.broadcast import Subscription
+    from envd.process.handle import Chunk
+    from envd.process.spawn import SpawnRequest
+
+log = logging.getLogger("envd.process")
+
+EXIT_RETENTION_S: Final = 30.0  # Go 0.6.12: a Connect after the exit still gets start + end
+STOP_GRACE_S: Final = 2.0  # SIGTERM → SIGKILL on shutdown
+STREAMS_END_WAIT_S: Final = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class RetainedExit:
+    pid: int
+    tag: str | None
+    end: ProcessEvent.EndEvent
+
+
+class ProcessRegistry:
+    def __init__(self) -> None:
+        self._live: dict[int, ProcessHandle] = {}  # insertion order = start order
+        self._retained_by_pid: dict[int, RetainedExit] = {}
+        self._retained_by_tag: dict[str, RetainedExit] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._streams: set[Subscription[Chunk]] = set()
+        self._no_streams = asyncio.Event()
+
+    def start(
+        self, request: SpawnRequest, config: ProcessConfig, tag: str | None
+    ) -> tuple[ProcessHandle, Subscription[Chunk]]:
+        """Spawn, register, and subscribe the caller before any output is read.
+
+        Raises:
+            SpawnError: the child could not be started.
+        """
+        handle = ProcessHandle(spawn(request), config, tag)
+        self._forget_retained(handle.pid, tag)
+        self._live[handle.pid] = handle
+        subscription = self.subscribe(handle)
+        task = asyncio.create_task(handle.run(self._on_end))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return handle, subscription
+
+    def subscribe(self, handle: ProcessHandle) -> Subscription[Chunk]:
+        subscription = handle.output.subscribe()
+        self._streams.add(subscription)
+        self._no_streams.clear()
+        return subscription
+
+    def unsubscribe(self, subscription: Subscription[Chunk]) -> None:
+        subscription.stop()
+        self._streams.discard(subscription)
+        if not self._streams:
+            self._no_streams.set()
+
+    def _on_end(self, handle: ProcessHandle) -> None:
+        self._live.pop(handle.pid, None)
+        retained = RetainedExit(handle.pid, handle.tag, handle.end.result())
+        self._retained_by_pid[handle.pid] = retained
+        if handle.tag is not None:
+            self._retained_by_tag[handle.tag] = retained
+        asyncio.get_running_loop().call_later(EXIT_RETENTION_S, self._evict, retained)
+
+    def _evict(self, retained: RetainedExit) -> None:
+        # Only this entry: a newer exit with the same pid or tag has its own timer.
+        if self._retained_by_pid.get(retained.pid) is retained:
+            del self._retained_by_pid[retained.pid]
+        if retained.tag is not None and self._retained_by_tag.get(retained.tag) is retained:
+            del self._retained_by_tag[retained.tag]
+
+    def _forget_retained(self, pid: int, tag: str | None) -> None:
+        self._retained_by_pid.pop(pid, None)
+        if tag is not None:
+            self._retained_by_tag.pop(tag, None)
+
+    def live(self) -> list[ProcessHandle]:
+        return list(self._live.values())
+
+    def find(
+        self, selector: ProcessSelector | None, *, live_only: bool = False
+    ) -> ProcessHandle | RetainedExit:
+        """The live process (by tag: the most recently started live match), else its retained
+        exit unless `live_only` (the RPCs that act on a running process).
+
+        Raises:
+            ConnectError: UNIMPLEMENTED for an empty selector, NOT_FOUND for an unknown one.
+        """
+        which = selector.selector if selector is not None else None
+        if which is None:
+            raise ConnectError(Code.UNIMPLEMENTED, "invalid input type")
+        found: ProcessHandle | RetainedExit | None
+        if which.field == "pid":
+            found = self._live.get(which.value)
+            retained = self._retained_by_pid.get(which.value)
+        else:
+            # Go stops at the first live process with another tag (quirk 12.1); scan them all.
+            found = next((h for h in reversed(self._live.values()) if h.tag == which.value), None)
+            retained = self._retained_by_tag.get(which.value)
+        if found is None and not live_only:
+            found = retained
+        if found is None:
+            raise ConnectError(
+                Code.NOT_FOUND, f"process with {which.field} {which.value} not found"
+            )
+        return found
+
+    def find_live(self, selector: ProcessSelector | None) -> ProcessHandle:
+        found = self.find(selector, live_only=True)
+        assert isinstance(found, ProcessHandle)  # noqa: S101  # live_only never returns an exit
+        return found
+
+    async def end_streams(self) -> None:
+        """Shutdown hook: every open Start/Connect stream ends cleanly (end-of-stream, no end
+        event), before the server starts cutting connections."""
+        for subscription in list(self._streams):
+            subscription.stop()
+        if self._streams:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(STREAMS_END_WAIT_S):
+                    await self._no_streams.wait()
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """The lifespan: on exit, stop every child (SIGTERM to its group, SIGKILL after a grace
+        period) so a restart leaves no orphans, then cancel the remaining pumps."""
+        try:
+            yield
+        finally:
+            await self._stop_children()
+
+    async def _stop_children(self) -> None:
+        handles = self.live()
+        if handles:
+            log.info("stopping %d processes", len(handles))
+        for handle in handles:
+            handle.kill_quietly(signal.SIGTERM)
+        ends = [handle.end for handle in handles]
+        if ends:
+            _, pending = await asyncio.wait(ends, timeout=STOP_GRACE_S)
+            for handle in handles:
+                if not handle.end.done():
+                    handle.kill_quietly(signal.SIGKILL)
+            if pending:
+                await asyncio.wait(pending, timeout=STOP_GRACE_S)
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -1,0 +1,90 @@
+"""Start/Connect stream framing: start{pid} first, then data and keepalives, then end."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final, Literal, cast
+
+from connectrpc.code import Code
+from connectrpc.errors import ConnectError
+from protobuf import Oneof
+
+from envd._gen.process.process_pb import ProcessEvent
+from envd.process.broadcast import Signal
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Mapping
+
+    from envd.process.broadcast import Subscription
+    from envd.process.handle import Chunk, OutputKind, ProcessHandle
+
+KEEPALIVE_INTERVAL_S: Final = 90.0  # Go's default; the SDKs send 50
+
+
+def keepalive_interval(headers: Mapping[str, str]) -> float:
+    """`Keepalive-Ping-Interval` in seconds; missing, unparsable or <= 0 (which crashes Go,
+    quirk 12.2) means the default."""
+    try:
+        seconds = int(headers.get("keepalive-ping-interval", ""))
+    except ValueError:
+        return KEEPALIVE_INTERVAL_S
+    return float(seconds) if seconds > 0 else KEEPALIVE_INTERVAL_S
+
+
+def process_timeout_s(headers: Mapping[str, str]) -> float | None:
+    """`Connect-Timeout-Ms` on Start also bounds the process's life (Go kills it at the
+    deadline); None when absent or 0 (unlimited).
+
+    Raises:
+        ConnectError: INVALID_ARGUMENT when it is not an integer.
+    """
+    raw = headers.get("connect-timeout-ms")
+    if raw is None:
+        return None
+    try:
+        ms = int(raw)
+    except ValueError:
+        raise ConnectError(Code.INVALID_ARGUMENT, f"invalid Connect-Timeout-Ms: '{raw}'") from None
+    return ms / 1000 if ms > 0 else None
+
+
+def start_event(pid: int) -> ProcessEvent:
+    start: Oneof[Literal["start"], ProcessEvent.StartEvent]
+    start = Oneof("start", ProcessEvent.StartEvent(pid=pid))
+    return ProcessEvent(event=start)
+
+
+def end_of(end: ProcessEvent.EndEvent) -> ProcessEvent:
+    event: Oneof[Literal["end"], ProcessEvent.EndEvent] = Oneof("end", end)
+    return ProcessEvent(event=event)
+
+
+def data_event(kind: OutputKind, data: bytes) -> ProcessEvent:
+    # One wire type (bytes) for all three kinds; mypy cannot narrow a Literal union here.
+    output = cast("Oneof[Literal['stdout'], bytes]", Oneof(kind, data))
+    event: Oneof[Literal["data"], ProcessEvent.DataEvent]
+    event = Oneof("data", ProcessEvent.DataEvent(output=output))
+    return ProcessEvent(event=event)
+
+
+_KEEPALIVE_ONEOF: Oneof[Literal["keepalive"], ProcessEvent.KeepAlive]
+_KEEPALIVE_ONEOF = Oneof("keepalive", ProcessEvent.KeepAlive())
+_KEEPALIVE: Final = ProcessEvent(event=_KEEPALIVE_ONEOF)
+
+
+async def process_events(
+    handle: ProcessHandle, subscription: Subscription[Chunk], interval_s: float
+) -> AsyncIterator[ProcessEvent]:
+    """start, then every chunk as a data event (keepalive after `interval_s` without data),
+    then the end event. Stops without an end event when the daemon is shutting down."""
+    yield start_event(handle.pid)
+    while True:
+        item = await subscription.next(interval_s)
+        if item is Signal.TIMEOUT:
+            yield _KEEPALIVE
+        elif item is Signal.CLOSED:
+            break
+        else:
+            yield data_event(*item)
+    if subscription.stopped:
+        return
+    yield end_of(await handle.end)
