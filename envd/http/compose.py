@@ -16,7 +16,6 @@ import errno
 import fcntl
 import json
 import os
-import posixpath
 import stat
 import struct
 import uuid
@@ -29,8 +28,7 @@ from starlette.routing import BaseRoute, Route
 
 from envd.errors import EnvdHTTPError
 from envd.http.file_request import entry_json, resolve_path, resolve_user
-from envd.http.file_writer import go_error
-from envd.users import ensure_dirs
+from envd.http.file_writer import ensure_parent_dirs, go_error
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -193,11 +191,7 @@ def compose_files(request: ComposeRequest) -> None:
     _check_sources(request)
     if os.path.isdir(request.destination):
         raise EnvdHTTPError(400, f"path is a directory: {request.destination}")
-    try:
-        ensure_dirs(posixpath.dirname(request.destination), request.user)
-    except OSError as exc:
-        reason = str(exc) if exc.filename is None else go_error("mkdir", exc.filename, exc)
-        raise EnvdHTTPError(500, f"error ensuring directories: {reason}") from exc
+    ensure_parent_dirs(request.destination, request.user)
     temp, fd = _create_temp(request.destination, request.user)
     try:
         try:

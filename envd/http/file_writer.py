@@ -38,6 +38,12 @@ METADATA_KEY_MAX_BYTES: Final = 255 - len(XATTR_PREFIX)
 METADATA_TOTAL_MAX_BYTES: Final = 4096
 _NO_XATTR_SUPPORT: Final = frozenset({errno.ENOTSUP, errno.EOPNOTSUPP})
 _DISK_FULL: Final = frozenset({errno.ENOSPC, errno.EDQUOT})
+# A path the caller got wrong (a name longer than the filesystem allows): 400, not 500.
+_BAD_PATH: Final = frozenset({errno.ENAMETOOLONG})
+
+
+def path_error_status(exc: OSError) -> int:
+    return 400 if exc.errno in _BAD_PATH else 500
 
 
 def go_error(action: str, path: str, exc: OSError) -> str:
@@ -168,23 +174,30 @@ class UploadTarget:
                 log.warning("could not remove partial upload %s: %s", self.path, exc)
 
 
+def ensure_parent_dirs(path: str, user: User) -> None:
+    """§3.3 for the parent of `path`, failures as the reference reports them."""
+    try:
+        ensure_dirs(posixpath.dirname(path), user)
+    except OSError as exc:
+        reason = str(exc) if exc.filename is None else go_error("mkdir", exc.filename, exc)
+        status = path_error_status(exc)
+        raise EnvdHTTPError(status, f"error ensuring directories: {reason}") from exc
+
+
 def open_upload_target(path: str, user: User, content_length: int | None) -> UploadTarget:
     """Ensure the parents, then open `path` for writing as processFile does (blocking).
 
     Raises:
         EnvdHTTPError: 400 for a directory target, 507 when no inode is left, 500 otherwise.
     """
-    try:
-        ensure_dirs(posixpath.dirname(path), user)
-    except OSError as exc:
-        reason = str(exc) if exc.filename is None else go_error("mkdir", exc.filename, exc)
-        raise EnvdHTTPError(500, f"error ensuring directories: {reason}") from exc
+    ensure_parent_dirs(path, user)
     try:
         info: os.stat_result | None = os.stat(path)
     except FileNotFoundError:
         info = None
     except OSError as exc:
-        raise EnvdHTTPError(500, f"error getting file info: {go_error('stat', path, exc)}") from exc
+        message = f"error getting file info: {go_error('stat', path, exc)}"
+        raise EnvdHTTPError(path_error_status(exc), message) from exc
     if info is not None and stat.S_ISDIR(info.st_mode):
         raise EnvdHTTPError(400, f"path is a directory: {path}")
     created = False
@@ -202,7 +215,8 @@ def open_upload_target(path: str, user: User, content_length: int | None) -> Upl
             raise EnvdHTTPError(
                 507, f"not enough inodes available: {go_error('open', path, exc)}"
             ) from exc
-        raise EnvdHTTPError(500, f"error opening file: {go_error('open', path, exc)}") from exc
+        message = f"error opening file: {go_error('open', path, exc)}"
+        raise EnvdHTTPError(path_error_status(exc), message) from exc
     if info is None:
         try:
             os.fchown(fd, user.uid, user.gid)
