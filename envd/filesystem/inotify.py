@@ -73,22 +73,19 @@ class Inotify:
             raise _os_error()
 
     def read_events(self) -> list[RawEvent]:
-        """Every event queued now; empty if none (the fd is non-blocking)."""
+        """One read's worth of queued events; empty once the queue is drained (non-blocking)."""
+        try:
+            data = os.read(self.fd, _READ_BYTES)
+        except BlockingIOError:
+            return []
         events: list[RawEvent] = []
-        while True:
-            try:
-                data = os.read(self.fd, _READ_BYTES)
-            except BlockingIOError:
-                return events
-            offset = 0
-            while offset < len(data):
-                wd, mask, cookie, length = _EVENT_HEADER.unpack_from(data, offset)
-                start = offset + _EVENT_HEADER.size
-                name = data[start : start + length].rstrip(b"\0")
-                events.append(RawEvent(wd, mask, cookie, name))
-                offset = start + length
-            if len(data) < _READ_BYTES // 2:  # the queue is most likely empty now
-                return events
+        offset = 0
+        while offset < len(data):
+            wd, mask, cookie, length = _EVENT_HEADER.unpack_from(data, offset)
+            start = offset + _EVENT_HEADER.size
+            events.append(RawEvent(wd, mask, cookie, data[start : start + length].rstrip(b"\0")))
+            offset = start + length
+        return events
 
     def close(self) -> None:
         if self.fd >= 0:

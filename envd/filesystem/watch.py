@@ -72,6 +72,7 @@ _NETWORK_FS_MAGIC: Final = {
     0x65735546: "fuse",
 }
 _ID_ALPHABET: Final = string.ascii_lowercase + string.digits
+_READS_PER_WAKEUP: Final = 16
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -124,9 +125,12 @@ class DirWatcher:
         self._inotify = inotify.Inotify()
         self._dirs: dict[int, str] = {}  # wd → directory relative to root ("" is the root)
         self._buffer: deque[FsEvent] = deque()
+        # Names announced by a synthetic CREATE whose real CREATE may still be queued: an
+        # entry made between add_watch and the walk of a new directory is seen by both.
+        self._synthetic: set[str] = set()
         self._error: str | None = None
         self._wakeup = asyncio.Event()
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop = asyncio.get_running_loop()
         self._paused = False
         self.closed = False
 
@@ -159,11 +163,11 @@ class DirWatcher:
             child_rel = posixpath.join(rel, child.name) if rel else child.name
             if on_existing is not None:
                 on_existing.append(FsEvent(child_rel, EventType.CREATE))
+                self._synthetic.add(child_rel)
             if child.is_dir(follow_symlinks=False):
                 self.add_tree(child_rel, on_existing)
 
     def start(self) -> None:
-        self._loop = asyncio.get_running_loop()
         self._loop.add_reader(self._inotify.fd, self._on_readable)
 
     def close(self) -> None:
@@ -171,21 +175,25 @@ class DirWatcher:
         if self.closed:
             return
         self.closed = True
-        if self._loop is not None and not self._paused and self._error is None:
+        if not self._paused and self._error is None:
             self._loop.remove_reader(self._inotify.fd)
         self._inotify.close()
         self._wakeup.set()
 
     def _on_readable(self) -> None:
-        for raw in self._inotify.read_events():
-            self._translate(raw)
-            if self._error is not None:
+        # Bounded work per callback so a storm of events cannot starve other requests.
+        for _ in range(_READS_PER_WAKEUP):
+            if self._error is not None or len(self._buffer) >= MAX_BUFFERED_EVENTS:
+                self._loop.remove_reader(self._inotify.fd)
+                self._paused = True
                 break
-        if self._loop is not None and (
-            self._error is not None or len(self._buffer) >= MAX_BUFFERED_EVENTS
-        ):
-            self._loop.remove_reader(self._inotify.fd)
-            self._paused = True
+            raw_events = self._inotify.read_events()
+            if not raw_events:
+                # Every event queued before the last synthetic walk has now been seen.
+                self._synthetic.clear()
+                break
+            for raw in raw_events:
+                self._translate(raw)
         self._wakeup.set()
 
     def _forget_under(self, rel: str) -> None:
@@ -211,6 +219,11 @@ class DirWatcher:
                 self._forget_under(dir_rel)
             return
         rel = posixpath.join(dir_rel, os.fsdecode(raw.name)) if raw.name else ""
+        created = raw.mask & (inotify.IN_CREATE | inotify.IN_MOVED_TO)
+        if rel in self._synthetic:
+            self._synthetic.discard(rel)
+            if created:  # already announced (and watched) by the walk
+                return
         for mask, event_type in _OPS_IN_ORDER:
             if raw.mask & mask:
                 self._buffer.append(FsEvent(rel or ".", event_type))
@@ -218,7 +231,7 @@ class DirWatcher:
             return
         if raw.mask & (inotify.IN_MOVED_FROM | inotify.IN_DELETE):
             self._forget_under(rel)
-        if raw.mask & (inotify.IN_CREATE | inotify.IN_MOVED_TO):
+        if created:
             existing: list[FsEvent] = []
             self.add_tree(rel, existing)
             self._buffer.extend(existing)
@@ -248,7 +261,7 @@ class DirWatcher:
             raise WatcherError(self._error)
         events = list(self._buffer)
         self._buffer.clear()
-        if self._paused and self._error is None and not self.closed and self._loop:
+        if self._paused and self._error is None and not self.closed:
             self._paused = False
             self._loop.add_reader(self._inotify.fd, self._on_readable)
         return events

@@ -1,0 +1,148 @@
+"""WatchDir streams over the wire (§6.6): start first, op mapping and order, recursion,
+entry info, keepalives, validation and fd hygiene."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from typing import TYPE_CHECKING
+
+import anyio
+import pytest
+from connectrpc.code import Code
+from connectrpc.errors import ConnectError
+
+from envd._gen.filesystem.filesystem_pb import FileType
+from tests.filesystem.watching import CHMOD, CREATE, REMOVE, RENAME, WRITE, watching
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from tests.envd_process import EnvdProcess
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_ops_mapped_in_go_order(envd: EnvdProcess, workdir: Path) -> None:
+    async with watching(envd.url, str(workdir), binary=True) as stream:
+        f = workdir / "f.txt"
+        f.write_text("x")  # IN_CREATE, IN_MODIFY
+        assert await stream.events(2) == [("f.txt", CREATE), ("f.txt", WRITE)]
+        f.chmod(0o600)
+        assert await stream.events(1) == [("f.txt", CHMOD)]
+        f.rename(workdir / "g.txt")
+        assert await stream.events(2) == [("f.txt", RENAME), ("g.txt", CREATE)]
+        (workdir / "g.txt").unlink()
+        assert await stream.events(1) == [("g.txt", REMOVE)]
+
+
+async def test_file_written_by_a_child_process(envd: EnvdProcess, workdir: Path) -> None:
+    async with watching(envd.url, str(workdir)) as stream:
+        subprocess.run(["touch", str(workdir / "touched")], check=True)
+        assert (await stream.events(1))[0] == ("touched", CREATE)
+
+
+async def test_recursive_reports_nested_names(envd: EnvdProcess, workdir: Path) -> None:
+    (workdir / "nested").mkdir()
+    async with watching(envd.url, str(workdir), recursive=True) as stream:
+        (workdir / "nested" / "file").write_text("x")
+        assert await stream.events(2) == [("nested/file", CREATE), ("nested/file", WRITE)]
+        (workdir / "fresh").mkdir()
+        assert await stream.events(1) == [("fresh", CREATE)]
+        (workdir / "fresh" / "in-new-dir").write_text("x")
+        assert await stream.events(2) == [("fresh/in-new-dir", CREATE), ("fresh/in-new-dir", WRITE)]
+
+
+async def test_recursive_mkdir_p_gets_synthetic_creates(envd: EnvdProcess, workdir: Path) -> None:
+    async with watching(envd.url, str(workdir), recursive=True) as stream:
+        subprocess.run(["mkdir", "-p", str(workdir / "a" / "b" / "c")], check=True)
+        names = {name for name, kind in await stream.events(3) if kind == CREATE}
+        assert names == {"a", "a/b", "a/b/c"}
+        (workdir / "a" / "b" / "c" / "leaf").write_text("")
+        assert await stream.events(1) == [("a/b/c/leaf", CREATE)]
+
+
+async def test_not_recursive_ignores_nested(envd: EnvdProcess, workdir: Path) -> None:
+    (workdir / "sub").mkdir()
+    async with watching(envd.url, str(workdir)) as stream:
+        (workdir / "sub" / "hidden").write_text("")
+        (workdir / "visible").write_text("")
+        assert (await stream.events(1))[0] == ("visible", CREATE)
+
+
+async def test_include_entry_only_for_create_write_chmod(envd: EnvdProcess, workdir: Path) -> None:
+    async with watching(envd.url, str(workdir), include_entry=True) as stream:
+        f = workdir / "f"
+        f.write_text("abc")
+        create, write = await stream.messages(2)
+        assert create.entry is not None
+        assert (create.entry.name, create.entry.type) == ("f", FileType.FILE)
+        assert write.entry is not None
+        assert write.entry.size == 3
+        f.unlink()
+        f.write_text("")  # re-created at once: the REMOVE still carries no entry
+        removed = await stream.messages(1)
+        assert removed[0].type == REMOVE
+        assert removed[0].entry is None
+
+
+async def test_entry_omitted_without_flag(envd: EnvdProcess, workdir: Path) -> None:
+    async with watching(envd.url, str(workdir)) as stream:
+        (workdir / "f").write_text("")
+        (event,) = await stream.messages(1)
+        assert event.entry is None
+
+
+async def test_keepalive_at_requested_interval(envd: EnvdProcess, workdir: Path) -> None:
+    headers = {"keepalive-ping-interval": "1"}
+    async with watching(envd.url, str(workdir), headers=headers) as stream:
+        started = time.monotonic()
+        message = await stream.next(timeout_s=3)
+        assert message.event is not None
+        assert message.event.field == "keepalive"
+        assert 0.8 < time.monotonic() - started < 2.5
+
+
+async def test_bad_keepalive_header_falls_back_to_default(envd: EnvdProcess, workdir: Path) -> None:
+    for value in ("0", "-5", "soon"):
+        async with watching(envd.url, str(workdir), headers={"keepalive-ping-interval": value}):
+            pass  # the stream opened: start arrived, no crash on a bad interval
+
+
+async def test_watch_missing_file_and_network_guard_errors(
+    envd: EnvdProcess, workdir: Path
+) -> None:
+    (workdir / "file").write_text("")
+    cases = {"missing": Code.NOT_FOUND, "file": Code.INVALID_ARGUMENT}
+    for name, code in cases.items():
+        with pytest.raises(ConnectError) as err:
+            async with watching(envd.url, str(workdir / name)):
+                pass
+        assert err.value.code == code, name
+
+
+async def test_removed_root_reports_remove_dot(envd: EnvdProcess, workdir: Path) -> None:
+    root = workdir / "root"
+    root.mkdir()
+    async with watching(envd.url, str(root)) as stream:
+        root.rmdir()
+        assert await stream.events(1) == [(".", REMOVE)]
+
+
+async def test_disconnect_releases_inotify_fd(envd: EnvdProcess, workdir: Path) -> None:
+    before = envd.open_fds()
+    for _ in range(5):
+        async with watching(envd.url, str(workdir)):
+            pass
+    with anyio.fail_after(5):
+        while envd.open_fds() > before:
+            await anyio.sleep(0.05)
+
+
+async def test_burst_of_creates_is_complete(envd: EnvdProcess, workdir: Path) -> None:
+    async with watching(envd.url, str(workdir), binary=True) as stream:
+        for i in range(3000):
+            os.close(os.open(workdir / f"f{i}", os.O_CREAT | os.O_WRONLY, 0o644))
+        events = await stream.events(3000, timeout_s=20)
+        assert [name for name, _ in events] == [f"f{i}" for i in range(3000)]
