@@ -15,6 +15,7 @@ from connectrpc.errors import ConnectError
 from envd._gen.filesystem.filesystem_pb import (
     CreateWatcherRequest,
     EventType,
+    FilesystemEvent,
     GetWatcherEventsRequest,
     RemoveWatcherRequest,
 )
@@ -57,7 +58,7 @@ def test_include_entry_and_recursive(fs_proto: FilesystemClientSync, workdir: Pa
     try:
         (workdir / "sub" / "f").write_text("")
         deadline = time.monotonic() + 5
-        events = []
+        events: list[FilesystemEvent] = []
         while not events and time.monotonic() < deadline:
             request = GetWatcherEventsRequest(watcher_id=watcher_id)
             events = fs_proto.get_watcher_events(request).events

@@ -27,6 +27,12 @@ class WatchStream:
         with anyio.fail_after(timeout_s):
             return await anext(self._messages)
 
+    async def until_end(self, timeout_s: float = 5) -> None:
+        """Read until the stream ends (a ConnectError if it ends in an error)."""
+        with anyio.fail_after(timeout_s):
+            async for _ in self._messages:
+                pass
+
     async def events(self, count: int, timeout_s: float = 5) -> list[tuple[str, EventType]]:
         """The next `count` filesystem events (keepalives skipped) as (name, type)."""
         return [(e.name, e.type) for e in await self.messages(count, timeout_s)]

@@ -1,0 +1,74 @@
+"""Watchers at the edges of the machine and the daemon's life: running out of inotify
+instances, and streams still open when envd shuts down."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import time
+from typing import TYPE_CHECKING
+
+import anyio
+import pytest
+from connectrpc.code import Code
+from connectrpc.errors import ConnectError
+
+from envd._gen.filesystem.filesystem_pb import CreateWatcherRequest, RemoveWatcherRequest
+from tests.filesystem.watching import CREATE, watching
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+
+    from envd._gen.filesystem.filesystem_connect import FilesystemClientSync
+    from tests.envd_process import EnvdProcess
+
+pytestmark = pytest.mark.anyio
+
+# fs.inotify.max_user_instances is 128 on these machines; stop well past it.
+MAX_TRIES = 1024
+
+
+async def test_out_of_inotify_instances_then_recovers(envd: EnvdProcess, workdir: Path) -> None:
+    async with contextlib.AsyncExitStack() as streams:
+        with pytest.raises(ConnectError) as err:  # noqa: PT012  # opens streams until refused
+            for _ in range(MAX_TRIES):
+                await streams.enter_async_context(watching(envd.url, str(workdir)))
+        assert err.value.code == Code.RESOURCE_EXHAUSTED
+        assert "inotify" in err.value.message
+    # Every stream is closed: instances are back and watching works again.
+    with anyio.fail_after(5):
+        while True:
+            try:
+                async with watching(envd.url, str(workdir)) as stream:
+                    (workdir / "after").write_text("")
+                    assert (await stream.events(1))[0] == ("after", CREATE)
+                    break
+            except ConnectError:  # the kernel frees instances asynchronously
+                await anyio.sleep(0.05)
+
+
+def test_polling_watchers_out_of_instances(fs: FilesystemClientSync, workdir: Path) -> None:
+    created: list[str] = []
+    try:
+        with pytest.raises(ConnectError) as err:  # noqa: PT012  # creates until refused
+            for _ in range(MAX_TRIES):
+                request = CreateWatcherRequest(path=str(workdir))
+                created.append(fs.create_watcher(request).watcher_id)
+        assert err.value.code == Code.RESOURCE_EXHAUSTED
+    finally:
+        for watcher_id in created:
+            fs.remove_watcher(RemoveWatcherRequest(watcher_id=watcher_id))
+    fs.remove_watcher(RemoveWatcherRequest(watcher_id=fs.create_watcher(request).watcher_id))
+
+
+async def test_shutdown_ends_open_streams_cleanly(
+    envd_factory: Callable[..., EnvdProcess], workdir: Path
+) -> None:
+    daemon = envd_factory()
+    async with watching(daemon.url, str(workdir)) as stream:
+        daemon.proc.send_signal(signal.SIGTERM)
+        started = time.monotonic()
+        await stream.until_end(timeout_s=5)  # raises if the stream ends in an error
+        # Ended by envd's shutdown hook, not cut when uvicorn gives up on open connections.
+        assert time.monotonic() - started < 1
