@@ -16,6 +16,7 @@ from envd._gen.process.process_pb import (
     PTY,
     ProcessConfig,
     ProcessEvent,
+    ProcessInput,
     ProcessSelector,
     StartRequest,
 )
@@ -97,6 +98,16 @@ def by_pid(pid: int) -> ProcessSelector:
 def by_tag(tag: str) -> ProcessSelector:
     selector: Oneof[Literal["tag"], str] = Oneof("tag", tag)
     return ProcessSelector(selector=selector)
+
+
+def stdin_input(data: bytes) -> ProcessInput:
+    value: Oneof[Literal["stdin"], bytes] = Oneof("stdin", data)
+    return ProcessInput(input=value)
+
+
+def pty_input(data: bytes) -> ProcessInput:
+    value: Oneof[Literal["pty"], bytes] = Oneof("pty", data)
+    return ProcessInput(input=value)
 
 
 def zombie_children(pid: int) -> list[int]:
