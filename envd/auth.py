@@ -33,13 +33,19 @@ UNAUTHORIZED_MESSAGE: Final = (
     "unauthorized access, please provide a valid access token or method signing if supported"
 )
 
-_CORS_EXPOSED: Final = "Grpc-Status, Grpc-Message, Grpc-Status-Details-Bin, Location, Cache-Control, X-Content-Type-Options"
-_CORS_METHODS: Final = frozenset({"HEAD", "GET", "POST", "PUT", "PATCH", "DELETE"})
+_CORS_EXPOSED: Final = (
+    b"Grpc-Status, Grpc-Message, Grpc-Status-Details-Bin, Location, Cache-Control, "
+    b"X-Content-Type-Options"
+)
+# OPTIONS is always allowed for a preflight (rs/cors does the same).
+_CORS_METHODS: Final = frozenset({"HEAD", "GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 CORS_MAX_AGE_S: Final = 7200
+_END_STREAM_FLAG: Final = 0x02
 
 
 class CORSMiddleware:
-    """Permissive CORS: any origin, any request header; preflights answered before auth."""
+    """Permissive CORS as the reference's rs/cors setup: any origin, any request header,
+    preflights answered (204) before auth, CORS headers only for requests with an Origin."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -49,23 +55,20 @@ class CORSMiddleware:
             await self.app(scope, receive, send)
             return
         headers = Headers(scope=scope)
-        if "origin" not in headers:
-            await self.app(scope, receive, send)
-            return
-        requested = headers.get("access-control-request-method", "").upper()
+        requested = headers.get("access-control-request-method")
         if scope["method"] == "OPTIONS" and requested:
-            await self._preflight(headers, requested, send)
+            await self._preflight(headers, requested.upper(), send)
             return
+        cors: list[tuple[bytes, bytes]] = [(b"vary", b"Origin")]  # rs/cors always varies
+        if "origin" in headers and scope["method"] in _CORS_METHODS:
+            cors += [
+                (b"access-control-allow-origin", b"*"),
+                (b"access-control-expose-headers", _CORS_EXPOSED),
+            ]
 
         async def send_with_cors(message: Message) -> None:
             if message["type"] == "http.response.start":
-                raw = list(message.get("headers", []))
-                raw += [
-                    (b"access-control-allow-origin", b"*"),
-                    (b"access-control-expose-headers", _CORS_EXPOSED.encode()),
-                    (b"vary", b"Origin"),
-                ]
-                message = {**message, "headers": raw}
+                message = {**message, "headers": [*message.get("headers", []), *cors]}
             await send(message)
 
         await self.app(scope, receive, send_with_cors)
@@ -75,14 +78,14 @@ class CORSMiddleware:
         raw: list[tuple[bytes, bytes]] = [
             (b"vary", b"Origin, Access-Control-Request-Method, Access-Control-Request-Headers")
         ]
-        if method in _CORS_METHODS:
+        if "origin" in headers and method in _CORS_METHODS:
             raw += [
                 (b"access-control-allow-origin", b"*"),
                 (b"access-control-allow-methods", method.encode()),
                 (b"access-control-max-age", str(CORS_MAX_AGE_S).encode()),
             ]
             requested_headers = headers.get("access-control-request-headers")
-            if requested_headers:
+            if requested_headers:  # "allowed headers: *" reflects what was asked for
                 raw.append((b"access-control-allow-headers", requested_headers.encode("latin-1")))
         await send({"type": "http.response.start", "status": 204, "headers": raw})
         await send({"type": "http.response.body", "body": b""})
@@ -100,26 +103,37 @@ class AccessTokenMiddleware:
             scope["type"] == "http"
             and self.state.access_token is not None
             and (scope["method"], scope["path"]) not in TOKEN_EXEMPT
-            and not self.state.token_matches(Headers(scope=scope).get("x-access-token"))
+            and not self.state.token_matches(_raw_header(scope, b"x-access-token"))
         ):
             await json_error(401, UNAUTHORIZED_MESSAGE)(scope, receive, send)
             return
         await self.app(scope, receive, send)
 
 
+def _raw_header(scope: Scope, name: bytes) -> bytes | None:
+    """The first value of a request header as sent (the reference compares bytes)."""
+    for key, value in scope["headers"]:
+        if key == name:
+            return bytes(value)
+    return None
+
+
 def basic_auth_username(authorization: str | None) -> str | None:
-    """The user name of an `Authorization: Basic` header (password ignored), or None."""
-    if not authorization:
-        return None
-    scheme, _, value = authorization.partition(" ")
-    if scheme.lower() != "basic":
+    """The user name of an `Authorization: Basic` header (password ignored), or None.
+
+    Parsed as Go's Request.BasicAuth: "Basic " in any case, strict padded base64, and a colon
+    required; "Basic Og==" names the empty user (which then fails the lookup, as in Go).
+    """
+    if not authorization or authorization[:6].lower() != "basic ":
         return None
     try:
-        decoded = base64.b64decode(value.strip(), validate=True).decode()
-    except (binascii.Error, UnicodeDecodeError):
+        decoded = base64.b64decode(authorization[6:], validate=True)
+    except binascii.Error:
         return None
-    username, _, _password = decoded.partition(":")
-    return username or None
+    username, colon, _password = decoded.partition(b":")
+    if not colon:
+        return None
+    return username.decode(errors="replace")
 
 
 class BasicAuthUserMiddleware:
@@ -143,15 +157,17 @@ class BasicAuthUserMiddleware:
 
 
 async def _send_unauthenticated(headers: Headers, message: str, send: Send) -> None:
+    """connect-go's error writer: an end-of-stream frame (HTTP 200) for Connect streaming
+    requests, else the Connect unary JSON error (also for plain HTTP routes)."""
     error = {"code": "unauthenticated", "message": message}
-    content_type = headers.get("content-type", "")
-    if content_type.startswith("application/connect+"):
-        # Connect streams report errors in an end-of-stream frame under HTTP 200.
-        payload = json.dumps({"error": error}).encode()
-        body = struct.pack(">BI", 0x02, len(payload)) + payload
-        status, media = 200, content_type.split(";")[0]
+    media = headers.get("content-type", "").partition(";")[0].strip().lower()
+    if media.startswith("application/connect+"):
+        payload = json.dumps({"error": error}, separators=(",", ":")).encode()
+        body = struct.pack(">BI", _END_STREAM_FLAG, len(payload)) + payload
+        status = 200
     else:
-        body, status, media = json.dumps(error).encode(), 401, "application/json"
+        body = json.dumps(error, separators=(",", ":")).encode()
+        status, media = 401, "application/json"
     await send(
         {
             "type": "http.response.start",
@@ -214,11 +230,11 @@ def check_file_access(
     token = state.access_token
     if token is None:
         return
-    if header_token is not None:
+    if header_token:  # an empty header counts as absent, as in the reference
         if not state.token_matches(header_token):
             raise EnvdHTTPError(401, "access token present in header but does not match")
         return
-    if not signature:
+    if signature is None:  # an empty one is present, and simply wrong
         raise EnvdHTTPError(401, "missing signature query parameter")
     expected = file_signature(path, operation, username, token, expiration)
     if not hmac.compare_digest(signature.encode(), expected.encode()):

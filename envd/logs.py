@@ -44,3 +44,6 @@ def setup_logging(verbose: bool) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.DEBUG if verbose else logging.INFO)
+    # uvicorn narrates its lifecycle at INFO ("Started server process", "Waiting for
+    # application startup" ...); envd logs its own start and stop, so keep only its warnings.
+    logging.getLogger("uvicorn.error").setLevel(logging.DEBUG if verbose else logging.WARNING)

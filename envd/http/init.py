@@ -107,6 +107,13 @@ def _apply(settings: Settings, state: SandboxState, request: InitRequest) -> Non
         state.default_user = request.default_user
     if request.default_workdir:
         state.default_workdir = request.default_workdir
+    log.debug(
+        "/init applied: %s env vars, token %s, default user %r, default workdir %r",
+        "no" if request.env_vars is None else len(request.env_vars),
+        "set" if request.access_token else "cleared",
+        state.default_user,
+        state.default_workdir,
+    )
 
 
 def routes(settings: Settings, state: SandboxState) -> list[BaseRoute]:
