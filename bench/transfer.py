@@ -1,0 +1,92 @@
+"""Shared plumbing for the file-transfer benchmarks (B1 upload, B2 download): baseline
+servers in a subprocess, curl timings, peak RSS and the result table."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+import httpx
+
+from tests.envd_process import free_port
+
+MIB = 1024 * 1024
+
+
+@dataclass
+class Series:
+    """MiB/s of repeated runs of one variant."""
+
+    name: str
+    rates: list[float] = field(default_factory=list)
+
+    def median(self) -> float:
+        return statistics.median(self.rates)
+
+    def row(self, baseline: Series | None) -> str:
+        ratio = f"{self.median() / baseline.median():.2f}x" if baseline else "-"
+        spread = f"[{min(self.rates):.0f}-{max(self.rates):.0f}]"
+        return f"| {self.name} | {self.median():.0f} {spread} | {ratio} |"
+
+
+def start_baseline(module: str, *args: str) -> tuple[subprocess.Popen[bytes], str]:
+    """Run `python -m <module> --serve-baseline PORT ARGS…` and wait until it answers."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", module, "--serve-baseline", str(port), *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            httpx.get(f"{url}/ping", timeout=1)
+            return proc, url
+        except httpx.TransportError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                raise RuntimeError(f"baseline {module} did not start") from None
+            time.sleep(0.05)
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    proc.wait(10)
+
+
+def curl_seconds(*args: str) -> float:
+    """Run curl and return its total transfer time; fails on any HTTP error status."""
+    result = subprocess.run(
+        ["curl", "-sS", "--fail", "-o", "/dev/null", "-w", "%{time_total}", *args],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return float(result.stdout)
+
+
+def rss_mib(pid: int, field_name: str) -> float:
+    """VmRSS (current) or VmHWM (peak) of a process, in MiB."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith(field_name + ":"):
+                return int(line.split()[1]) / 1024
+    raise LookupError(field_name)
+
+
+def make_payload(path: str, size: int) -> None:
+    with open(path, "wb") as f:
+        block = os.urandom(MIB)
+        f.writelines(block for _ in range(size // MIB))
+        f.write(block[: size % MIB])
+
+
+def print_table(title: str, series: list[Series], baseline: Series) -> None:
+    print(f"\n{title}\n| variant | MiB/s median [range] | ratio to baseline |\n|---|---|---|")
+    for s in series:
+        print(s.row(None if s is baseline else baseline))

@@ -1,0 +1,125 @@
+"""B1: POST /files upload throughput with curl, octet-stream and multipart, against a minimal
+raw-ASGI app (uvicorn, uvloop + httptools) that os.write()s each body chunk, measured in the
+same run; plus envd's peak RSS (VmHWM) over its idle RSS.
+
+Payload and destination live on tmpfs (/dev/shm) so the disk's noise stays out.
+Run: .venv/bin/python -m bench.upload [--size-mib 1024] [--runs 5]   (needs curl)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+from typing import TYPE_CHECKING, Any
+
+from bench.transfer import (
+    MIB,
+    Series,
+    curl_seconds,
+    make_payload,
+    print_table,
+    rss_mib,
+    start_baseline,
+    stop,
+)
+from tests.envd_process import start_envd
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+def serve_baseline(port: int, directory: str) -> None:
+    import uvicorn
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        if scope["method"] == "POST":
+            fd = os.open(f"{directory}/baseline.bin", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            try:
+                more = True
+                while more:
+                    message = await receive()
+                    os.write(fd, message.get("body", b""))
+                    more = message.get("more_body", False)
+            finally:
+                os.close(fd)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"[]"})
+
+    uvicorn.run(app, port=port, loop="uvloop", http="httptools", log_level="warning")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--size-mib", type=int, default=1024)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--serve-baseline", nargs=2, metavar=("PORT", "DIR"))
+    args = parser.parse_args()
+    if args.serve_baseline:
+        serve_baseline(int(args.serve_baseline[0]), args.serve_baseline[1])
+        return
+    work = tempfile.mkdtemp(prefix="bench-upload-", dir="/dev/shm")
+    log_dir = tempfile.mkdtemp(prefix="bench-upload-logs-")
+    try:
+        run(args.size_mib * MIB, args.runs, work, log_dir)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(log_dir, ignore_errors=True)
+
+
+def run(size: int, runs: int, work: str, log_dir: str) -> None:
+    from pathlib import Path
+
+    payload = f"{work}/payload.bin"
+    make_payload(payload, size)
+    baseline_proc, baseline_url = start_baseline("bench.upload", work)
+    envd = start_envd(Path(log_dir))
+    idle_rss = rss_mib(envd.pid, "VmRSS")
+    baseline = Series("raw ASGI + os.write (baseline)")
+    raw = Series("envd octet-stream")
+    multipart = Series("envd multipart")
+    target = f"{work}/uploaded.bin"
+    raw_args = ["-X", "POST", "-H", "Content-Type: application/octet-stream", "-T", payload]
+    try:
+        for _ in range(runs):
+            seconds = curl_seconds(*raw_args, f"{baseline_url}/upload")
+            baseline.rates.append(size / MIB / seconds)
+            _remove(f"{work}/baseline.bin")
+            seconds = curl_seconds(*raw_args, f"{envd.url}/files?path={target}")
+            raw.rates.append(size / MIB / seconds)
+            _remove(target)
+            seconds = curl_seconds("-F", f"file=@{payload};filename={target}", f"{envd.url}/files")
+            multipart.rates.append(size / MIB / seconds)
+            _check_size(Path(target), size)
+            _remove(target)
+        peak_rss = rss_mib(envd.pid, "VmHWM")
+    finally:
+        envd.stop()
+        stop(baseline_proc)
+    print_table(
+        f"B1 upload, {size // MIB} MiB, curl, median of {runs}",
+        [baseline, raw, multipart],
+        baseline,
+    )
+    print(
+        f"\nenvd RSS: idle {idle_rss:.0f} MiB, peak (VmHWM) {peak_rss:.0f} MiB, "
+        f"growth {peak_rss - idle_rss:.0f} MiB (target <= 64)"
+    )
+
+
+def _remove(path: str) -> None:
+    if os.path.exists(path):
+        os.unlink(path)
+
+
+def _check_size(path: Path, size: int) -> None:
+    if path.stat().st_size != size:
+        sys.exit(f"upload of {path} has {path.stat().st_size} bytes, expected {size}")
+
+
+if __name__ == "__main__":
+    main()
