@@ -73,7 +73,7 @@ def create_app(settings: Settings, state: SandboxState) -> Starlette:
     )
     # Awaited by the server when shutdown begins, before connections are drained, so open
     # streams can end cleanly instead of being cut (see server.py).
-    app.state.shutdown_hooks = [filesystem.shutdown]
+    app.state.shutdown_hooks = [filesystem.shutdown, processes.end_streams]
     return app
 
 
