@@ -3,6 +3,7 @@ and the clock policy. Every test that changes state uses a daemon of its own."""
 
 from __future__ import annotations
 
+import pwd
 import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -12,6 +13,7 @@ import pytest
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
+    from pathlib import Path
 
     from tests.envd_process import EnvdProcess
 
@@ -158,3 +160,27 @@ def test_isnotfc_never_moves_the_host_clock(client: httpx.Client) -> None:
     assert client.post("/init", json={"timestamp": ahead}).status_code == 204
     drift = (time.time() - wall) - (time.monotonic() - mono)
     assert abs(drift) < offset_s / 2
+
+
+@pytest.mark.root
+def test_default_user_and_workdir_are_set_by_non_empty_values(
+    client: httpx.Client, workdir: Path
+) -> None:
+    body = {"defaultUser": "user", "defaultWorkdir": str(workdir)}
+    assert client.post("/init", json=body).status_code == 204
+    # Empty strings are ignored, not applied.
+    assert client.post("/init", json={"defaultUser": "", "defaultWorkdir": ""}).status_code == 204
+
+    # No path: /files falls back to the default workdir (a directory, hence 400).
+    r = client.get("/files")
+    assert (r.status_code, r.json()["message"]) == (400, f"path '{workdir}' is a directory")
+    # No username: the upload is made as the default user.
+    target = workdir / "owned.txt"
+    r = client.post(
+        "/files",
+        params={"path": str(target)},
+        content=b"x",
+        headers={"Content-Type": "application/octet-stream"},
+    )
+    assert r.status_code == 200
+    assert target.stat().st_uid == pwd.getpwnam("user").pw_uid
