@@ -3,9 +3,11 @@ and the ListDir walk. Blocking helpers: the service runs the big ones in a worke
 
 from __future__ import annotations
 
+import functools
 import os
 import posixpath
 import stat
+import time
 from typing import TYPE_CHECKING, Final
 
 from protobuf.wkt.google.protobuf.timestamp_pb import Timestamp
@@ -40,6 +42,7 @@ def wire_str(text: str) -> str:
     return text
 
 
+@functools.lru_cache(maxsize=1024)  # few distinct modes; this runs once per entry
 def go_permissions(mode: int) -> str:
     """Go's `FileMode.String()` for an lstat `st_mode` (not Python's `stat.filemode`)."""
     fmt = stat.S_IFMT(mode)
@@ -89,9 +92,6 @@ def _type_of(mode: int) -> FileType:
 def entry_from_lstat(
     path: str,
     st: os.stat_result,
-    *,
-    owner: Callable[[int], str] = owner_name,
-    group: Callable[[int], str] = group_name,
 ) -> EntryInfo:
     """Describe `path` from its lstat result; a symlink takes its final target's type and mode."""
     file_type = _type_of(st.st_mode)
@@ -114,8 +114,8 @@ def entry_from_lstat(
         size=st.st_size,
         mode=mode,
         permissions=go_permissions(st.st_mode),
-        owner=owner(st.st_uid),
-        group=group(st.st_gid),
+        owner=_owner_name(st.st_uid),
+        group=_group_name(st.st_gid),
         metadata=read_metadata(path),
     )
     if st.st_mtime_ns:
@@ -136,17 +136,29 @@ def entry_info(path: str) -> EntryInfo:
 
 
 class _NameCache:
-    """uid/gid → name lookups memoised for one walk (thousands of entries, few owners)."""
+    """uid/gid → name, remembered briefly: a Stat or a 10k-entry listing would otherwise
+    scan the passwd/group databases once per entry (about 20 µs each)."""
+
+    TTL_S: Final = 1.0
 
     def __init__(self, lookup: Callable[[int], str]) -> None:
         self._lookup = lookup
-        self._names: dict[int, str] = {}
+        self._names: dict[int, tuple[float, str]] = {}
 
     def __call__(self, ident: int) -> str:
-        name = self._names.get(ident)
-        if name is None:
-            name = self._names[ident] = self._lookup(ident)
+        now = time.monotonic()
+        cached = self._names.get(ident)
+        if cached is not None and now - cached[0] < self.TTL_S:
+            return cached[1]
+        if len(self._names) > 1024:  # many distinct owners: start over rather than grow
+            self._names.clear()
+        name = self._lookup(ident)
+        self._names[ident] = (now, name)
         return name
+
+
+_owner_name = _NameCache(owner_name)
+_group_name = _NameCache(group_name)
 
 
 def _byte_order(entry: os.DirEntry[str]) -> bytes:
@@ -166,7 +178,6 @@ def list_dir(root: str, depth: int) -> list[EntryInfo]:
     real_root = os.path.realpath(root, strict=True)
     if not os.path.isdir(real_root):
         raise RootNotADirectoryError(root)
-    owner, group = _NameCache(owner_name), _NameCache(group_name)
     entries: list[EntryInfo] = []
 
     def walk(real_dir: str, shown_dir: str, level: int) -> None:
@@ -181,7 +192,7 @@ def list_dir(root: str, depth: int) -> list[EntryInfo]:
                 st = child.stat(follow_symlinks=False)
             except FileNotFoundError:
                 continue
-            entries.append(entry_from_lstat(shown, st, owner=owner, group=group))
+            entries.append(entry_from_lstat(shown, st))
             if level < depth and stat.S_ISDIR(st.st_mode):
                 walk(child.path, shown, level + 1)
 

@@ -8,6 +8,7 @@ import os
 import posixpath
 import shutil
 import stat
+import time
 from typing import TYPE_CHECKING, Any, Final
 
 from anyio import to_thread
@@ -80,9 +81,33 @@ def _remove_tree(path: str) -> None:
     shutil.rmtree(path, onerror=vanished_ok)
 
 
+class _RecentUsers:
+    """rpc_user() results remembered for a second: resolving a user costs about 60 µs
+    (getgrouplist scans the group database), a third of a Stat. Failures are not kept."""
+
+    TTL_S: Final = 1.0
+
+    def __init__(self, state: SandboxState) -> None:
+        self._state = state
+        self._users: dict[tuple[str | None, str], tuple[float, User]] = {}
+
+    def get(self, authorization: str | None) -> User:
+        key = (authorization, self._state.default_user)
+        now = time.monotonic()
+        cached = self._users.get(key)
+        if cached is not None and now - cached[0] < self.TTL_S:
+            return cached[1]
+        user = rpc_user(authorization, self._state)
+        if len(self._users) > 64:  # many distinct headers: start over rather than grow
+            self._users.clear()
+        self._users[key] = (now, user)
+        return user
+
+
 class FilesystemService(Filesystem):
     def __init__(self, state: SandboxState) -> None:
         self.state = state
+        self._recent_users = _RecentUsers(state)
         self._streams: set[DirWatcher] = set()
         self._polling = PollingWatchers()
 
@@ -93,7 +118,7 @@ class FilesystemService(Filesystem):
         self._polling.close_all()
 
     def _user(self, ctx: RequestContext[Any, Any]) -> User:
-        return rpc_user(ctx.request_headers.get("authorization"), self.state)
+        return self._recent_users.get(ctx.request_headers.get("authorization"))
 
     def _resolve(self, path: str, user: User) -> str:
         try:
