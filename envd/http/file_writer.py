@@ -114,7 +114,7 @@ class UploadTarget:
         self.created = created
         self.content_length = content_length
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | memoryview) -> None:
         """Write all of `data` (straight from the event loop: page-cache writes are fast)."""
         view = memoryview(data)
         try:

@@ -114,8 +114,10 @@ class _PartEvents:
     loop can open files (in a thread) and write between two parser.write() calls."""
 
     def __init__(self) -> None:
-        # A part's headers (dict) when it begins, its data (bytes), None when it ends.
-        self.events: list[dict[str, bytes] | bytes | None] = []
+        # A part's headers (dict) when it begins, its data, None when it ends.
+        self.events: list[dict[str, bytes] | memoryview | None] = []
+        # The chunk being parsed: data inside it is passed on without a copy.
+        self.chunk = b""
         self.finished = False
         self._headers: dict[str, bytes] = {}
         self._field = b""
@@ -153,8 +155,10 @@ class _PartEvents:
         self.events.append(self._headers)
 
     def _data(self, data: bytes, start: int, end: int) -> None:
-        # Copied: the parser may hand us its own look-behind buffer, reused later.
-        self.events.append(bytes(data[start:end]))
+        if data is self.chunk:
+            self.events.append(memoryview(data)[start:end])
+        else:  # the parser's own look-behind buffer, which it reuses: copy
+            self.events.append(memoryview(bytes(data[start:end])))
 
     def _part_end(self) -> None:
         self.events.append(None)
@@ -193,6 +197,7 @@ class _MultipartUpload:
         parser = parts.parser(boundary)
         try:
             async for chunk in body:
+                parts.chunk = chunk
                 try:
                     parser.write(chunk)
                 except MultipartParseError as exc:
@@ -209,12 +214,12 @@ class _MultipartUpload:
             raise
         return self.entries
 
-    async def _handle(self, event: dict[str, bytes] | bytes | None) -> None:
+    async def _handle(self, event: dict[str, bytes] | memoryview | None) -> None:
         if isinstance(event, dict):
             await self._begin_part(event)
         elif self.target is None:
             return  # data of a part that is not a file
-        elif isinstance(event, bytes):
+        elif isinstance(event, memoryview):
             self.target.write(event)
         else:
             target, self.target = self.target, None

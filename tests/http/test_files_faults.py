@@ -183,3 +183,19 @@ def test_new_file_footprint_is_create_attrib_modify(http: httpx.Client, workdir:
         if name == "new.txt" and mask & (IN_CREATE | IN_ATTRIB | IN_MODIFY)
     ]
     assert counted == [IN_CREATE, IN_ATTRIB, IN_MODIFY]
+
+
+def test_download_abandoned_midway_releases_the_file(
+    envd: EnvdProcess, http: httpx.Client, workdir: Path
+) -> None:
+    target = workdir / "large.bin"
+    target.write_bytes(b"\0" * (64 * 1024 * 1024))
+    fds_before = envd.open_fds()
+    sock = socket.create_connection(("127.0.0.1", envd.port))
+    sock.sendall(f"GET /files?path={quote(str(target))} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    received = 0
+    while received < 1024 * 1024:
+        received += len(sock.recv(65536))
+    sock.close()
+    _wait_for(lambda: envd.open_fds() <= fds_before)
+    assert http.get("/health").status_code == 204
