@@ -11,10 +11,8 @@ import argparse
 import asyncio
 import logging
 import os
-import select
 import shutil
 import statistics
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -37,19 +35,25 @@ def _percentiles(samples: list[float]) -> tuple[float, float]:
     return statistics.median(ordered), ordered[int(len(ordered) * 0.99) - 1]
 
 
-def baseline_touch_ms(directory: Path, touches: int) -> list[float]:
-    """Spawn `touch` and read the inotify event in this process: the floor for B6."""
+async def baseline_touch_ms(directory: Path, touches: int) -> list[float]:
+    """Spawn `touch` the same way and read the inotify event in this process: B6's floor."""
+    loop = asyncio.get_running_loop()
     watcher = inotify.Inotify()
+    readable = asyncio.Event()
+    loop.add_reader(watcher.fd, readable.set)
     samples = []
     try:
         watcher.add_watch(str(directory), inotify.IN_CREATE)
         for i in range(touches):
             started = time.perf_counter()
-            subprocess.run(["touch", str(directory / f"base-{i}")], check=True)
+            child = await asyncio.create_subprocess_exec("touch", str(directory / f"base-{i}"))
             while not watcher.read_events():
-                select.select([watcher.fd], [], [], 5)
+                readable.clear()
+                await asyncio.wait_for(readable.wait(), 5)
             samples.append((time.perf_counter() - started) * 1000)
+            await child.wait()
     finally:
+        loop.remove_reader(watcher.fd)
         watcher.close()
     return samples
 
@@ -102,7 +106,7 @@ async def run(args: argparse.Namespace, scratch: Path) -> None:
             (scratch / name).mkdir()
         ours, floor = [], []
         for _ in range(5):  # interleaved, so load drift hits both alike
-            floor += baseline_touch_ms(scratch / "base", args.touches // 5)
+            floor += await baseline_touch_ms(scratch / "base", args.touches // 5)
             ours += await envd_touch_ms(envd, scratch / "touch", args.touches // 5)
             for directory in (scratch / "base", scratch / "touch"):
                 shutil.rmtree(directory)

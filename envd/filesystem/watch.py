@@ -246,7 +246,8 @@ class DirWatcher:
         if not self._buffer and self._error is None and not self.closed:
             self._wakeup.clear()
             try:
-                await asyncio.wait_for(self._wakeup.wait(), timeout_s)
+                async with asyncio.timeout(timeout_s):  # no extra task, unlike wait_for
+                    await self._wakeup.wait()
             except TimeoutError:
                 return None
         return self.take()
