@@ -146,3 +146,22 @@ async def test_burst_of_creates_is_complete(envd: EnvdProcess, workdir: Path) ->
             os.close(os.open(workdir / f"f{i}", os.O_CREAT | os.O_WRONLY, 0o644))
         events = await stream.events(3000, timeout_s=20)
         assert [name for name, _ in events] == [f"f{i}" for i in range(3000)]
+
+
+async def test_recursive_follows_renamed_directories(envd: EnvdProcess, workdir: Path) -> None:
+    (workdir / "old").mkdir()
+    async with watching(envd.url, str(workdir), recursive=True) as stream:
+        (workdir / "old").rename(workdir / "new")
+        assert await stream.events(2) == [("old", RENAME), ("new", CREATE)]
+        (workdir / "new" / "f").write_text("")
+        assert await stream.events(1) == [("new/f", CREATE)]
+
+
+async def test_undecodable_name_in_event(envd: EnvdProcess, workdir: Path) -> None:
+    async with watching(envd.url, str(workdir), include_entry=True) as stream:
+        with open(os.fsencode(workdir) + b"/bad-\xff", "w"):
+            pass
+        (event,) = await stream.messages(1)
+        assert (event.name, event.type) == ("bad-\ufffd", CREATE)
+        assert event.entry is not None
+        assert event.entry.name == "bad-\ufffd"
