@@ -140,7 +140,8 @@ async def test_commands(async_sandbox: AsyncSandbox, workdir: str) -> None:
     await handle.close_stdin()
     assert (await handle.wait()).stdout == "piped\n"
 
-    sleeper = await commands.run("sleep 30", background=True)
+    # Killed early, so run as `user` (see test_commands.KILLED_EARLY_USER).
+    sleeper = await commands.run("sleep 30", background=True, user="user")
     again = await commands.connect(sleeper.pid)
     assert await commands.kill(sleeper.pid) is True
     with pytest.raises(CommandExitException) as killed:
@@ -152,7 +153,7 @@ async def test_commands(async_sandbox: AsyncSandbox, workdir: str) -> None:
 
     started = time.monotonic()
     with pytest.raises(TimeoutException):
-        await commands.run("sleep 10", timeout=1)
+        await commands.run("sleep 10", timeout=1, user="user")
     assert time.monotonic() - started < 5
 
 

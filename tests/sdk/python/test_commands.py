@@ -19,6 +19,10 @@ from e2b.sandbox.commands.command_handle import PtySize
 if TYPE_CHECKING:
     from e2b.sandbox_sync.commands.command_handle import CommandHandle
 
+# Commands killed early run as `user`: a SIGKILL landing in root's login profile
+# (pyenv rehash on this kind of machine) leaves a lock that stalls every later root shell.
+KILLED_EARLY_USER = "user"
+
 
 def test_run_returns_output_and_exit_code(sandbox: Sandbox) -> None:
     result = sandbox.commands.run("echo out; echo err >&2")
@@ -71,7 +75,7 @@ def test_connect_to_running_command_and_list(sandbox: Sandbox) -> None:
 
 
 def test_kill(sandbox: Sandbox) -> None:
-    handle = sandbox.commands.run("sleep 30", background=True)
+    handle = sandbox.commands.run("sleep 30", background=True, user=KILLED_EARLY_USER)
     assert sandbox.commands.kill(handle.pid) is True
     with pytest.raises(CommandExitException) as caught:
         handle.wait()
@@ -129,7 +133,7 @@ def test_missing_cwd_is_invalid_argument(sandbox: Sandbox, workdir: str) -> None
 def test_command_timeout(sandbox: Sandbox) -> None:
     started = time.monotonic()
     with pytest.raises(TimeoutException):
-        sandbox.commands.run("sleep 10", timeout=1)
+        sandbox.commands.run("sleep 10", timeout=1, user=KILLED_EARLY_USER)
     assert time.monotonic() - started < 5
 
 

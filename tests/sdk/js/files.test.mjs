@@ -1,0 +1,176 @@
+// Sandbox.files through the real JS SDK: uploads, downloads, filesystem RPCs and watchers.
+import assert from 'node:assert/strict'
+import { chmodSync, mkdirSync, readdirSync, statSync } from 'node:fs'
+import { test } from 'node:test'
+
+import { FileNotFoundError, FileType, FilesystemEventType, NotFoundError } from 'e2b'
+
+import { sandbox, waitUntil, workdir } from './helpers.mjs'
+
+const BINARY = new Uint8Array(256 * 64 + 3).map((_, i) => i % 256)
+
+async function streamBytes(stream) {
+  const chunks = []
+  for await (const chunk of stream) chunks.push(chunk)
+  return Buffer.concat(chunks)
+}
+
+test('write and read text', async (t) => {
+  const dir = workdir(t)
+  const sbx = await sandbox()
+  const info = await sbx.files.write(`${dir}/hello.txt`, 'héllo wörld\n')
+  assert.deepEqual([info.name, info.path, info.type], ['hello.txt', `${dir}/hello.txt`, FileType.FILE])
+  assert.equal(await sbx.files.read(`${dir}/hello.txt`), 'héllo wörld\n')
+})
+
+test('write and read bytes, blob and stream', async (t) => {
+  const dir = workdir(t)
+  const sbx = await sandbox()
+  await sbx.files.write(`${dir}/a.bin`, BINARY.buffer)
+  await sbx.files.write(`${dir}/b.bin`, new Blob([BINARY]))
+  await sbx.files.write(`${dir}/c.bin`, new Blob([BINARY, BINARY]).stream())
+
+  assert.deepEqual(await sbx.files.read(`${dir}/a.bin`, { format: 'bytes' }), BINARY)
+  const blob = await sbx.files.read(`${dir}/b.bin`, { format: 'blob' })
+  assert.deepEqual(new Uint8Array(await blob.arrayBuffer()), BINARY)
+  const streamed = await streamBytes(await sbx.files.read(`${dir}/c.bin`, { format: 'stream' }))
+  assert.deepEqual(new Uint8Array(streamed), new Uint8Array([...BINARY, ...BINARY]))
+})
+
+test('write several files at once, creating parents', async (t) => {
+  const dir = workdir(t)
+  const sbx = await sandbox()
+  const infos = await sbx.files.write([
+    { path: `${dir}/one.txt`, data: 'first' },
+    { path: `${dir}/deep/er/two.txt`, data: 'second' },
+    { path: `${dir}/deep/three.bin`, data: new Blob([new Uint8Array([0, 1, 2])]) },
+  ])
+  assert.deepEqual(infos.map((i) => i.path).sort(), [
+    `${dir}/deep/er/two.txt`,
+    `${dir}/deep/three.bin`,
+    `${dir}/one.txt`,
+  ])
+  assert.equal(await sbx.files.read(`${dir}/deep/er/two.txt`), 'second')
+  assert.deepEqual(await sbx.files.read(`${dir}/deep/three.bin`, { format: 'bytes' }), new Uint8Array([0, 1, 2]))
+})
+
+test('gzip upload and gzip download', async (t) => {
+  const dir = workdir(t)
+  const sbx = await sandbox()
+  const text = 'compress me '.repeat(5000)
+  await sbx.files.write(`${dir}/z.txt`, text, { gzip: true })
+  assert.equal(statSync(`${dir}/z.txt`).size, text.length) // stored decompressed
+  assert.equal(await sbx.files.read(`${dir}/z.txt`, { gzip: true }), text)
+})
+
+test('exists, getInfo, makeDir', async (t) => {
+  const dir = workdir(t)
+  const sbx = await sandbox()
+  await sbx.files.write(`${dir}/f.txt`, '12345', { user: 'user' })
+  assert.equal(await sbx.files.exists(`${dir}/f.txt`), true)
+  assert.equal(await sbx.files.exists(`${dir}/missing`), false)
+
+  const info = await sbx.files.getInfo(`${dir}/f.txt`)
+  assert.deepEqual(
+    [info.name, info.type, info.size, info.owner, info.group, info.permissions],
+    ['f.txt', FileType.FILE, 5, 'user', 'user', '-rw-r--r--'],
+  )
+  assert.ok(Math.abs(info.modifiedTime.getTime() - Date.now()) < 60000)
+
+  assert.equal(await sbx.files.makeDir(`${dir}/a/b`), true)
+  assert.equal(await sbx.files.makeDir(`${dir}/a/b`), false)
+  const dirInfo = await sbx.files.getInfo(`${dir}/a/b`)
+  assert.deepEqual([dirInfo.type, dirInfo.permissions], [FileType.DIR, 'drwxr-xr-x'])
+})
+
+test('list with depth', async (t) => {
+  const dir = workdir(t)
+  const sbx = await sandbox()
+  for (const rel of ['file1.txt', 'subdir1/subdir1_1/a.txt', 'subdir1/subdir1_2/b.txt', 'subdir2/c.txt']) {
+    await sbx.files.write(`${dir}/${rel}`, rel)
+  }
+  const depth1 = await sbx.files.list(dir)
+  assert.deepEqual(depth1.map((e) => e.name), ['file1.txt', 'subdir1', 'subdir2'])
+  const depth2 = await sbx.files.list(dir, { depth: 2 })
+  assert.deepEqual(
+    depth2.map((e) => e.path.slice(dir.length + 1)),
+    ['file1.txt', 'subdir1', 'subdir1/subdir1_1', 'subdir1/subdir1_2', 'subdir2', 'subdir2/c.txt'],
+  )
+})
+
+test('rename and remove', async (t) => {
+  const dir = workdir(t)
+  const sbx = await sandbox()
+  await sbx.files.write(`${dir}/old.txt`, 'content')
+  const moved = await sbx.files.rename(`${dir}/old.txt`, `${dir}/moved/new.txt`)
+  assert.deepEqual([moved.name, moved.path], ['new.txt', `${dir}/moved/new.txt`])
+  assert.equal(await sbx.files.read(`${dir}/moved/new.txt`), 'content')
+  await sbx.files.remove(`${dir}/moved`)
+  await sbx.files.remove(`${dir}/never-existed`) // a missing path is not an error
+  assert.deepEqual(readdirSync(dir), [])
+})
+
+test('metadata round trip', async (t) => {
+  const dir = workdir(t)
+  const sbx = await sandbox()
+  const info = await sbx.files.write(`${dir}/m.txt`, 'x', { metadata: { owner: 'alice' } })
+  assert.deepEqual(info.metadata, { owner: 'alice' })
+  assert.deepEqual((await sbx.files.getInfo(`${dir}/m.txt`)).metadata, { owner: 'alice' })
+})
+
+test('missing paths raise NotFoundError', async (t) => {
+  const dir = workdir(t)
+  const sbx = await sandbox()
+  await assert.rejects(sbx.files.read(`${dir}/nope`), FileNotFoundError)
+  await assert.rejects(sbx.files.getInfo(`${dir}/nope`), NotFoundError)
+  await assert.rejects(sbx.files.list(`${dir}/nope`), NotFoundError)
+  await assert.rejects(sbx.files.rename(`${dir}/nope`, `${dir}/other`), NotFoundError)
+  await assert.rejects(sbx.files.watchDir(`${dir}/nope`, () => {}), NotFoundError)
+})
+
+test('watchDir reports create, write, chmod, rename and remove', async (t) => {
+  const dir = workdir(t)
+  const sbx = await sandbox()
+  const events = []
+  const handle = await sbx.files.watchDir(dir, (e) => events.push([e.type, e.name]))
+  try {
+    await sbx.files.write(`${dir}/w.txt`, 'data')
+    await waitUntil(() => events.length >= 3)
+    assert.deepEqual(events[0], [FilesystemEventType.CREATE, 'w.txt'])
+    assert.deepEqual(new Set(events.map((e) => e[0])), new Set(['create', 'chmod', 'write']))
+
+    events.length = 0
+    chmodSync(`${dir}/w.txt`, 0o600)
+    await sbx.files.rename(`${dir}/w.txt`, `${dir}/r.txt`)
+    await sbx.files.remove(`${dir}/r.txt`)
+    await waitUntil(() => events.length >= 4)
+    assert.deepEqual(events, [
+      [FilesystemEventType.CHMOD, 'w.txt'],
+      [FilesystemEventType.RENAME, 'w.txt'],
+      [FilesystemEventType.CREATE, 'r.txt'],
+      [FilesystemEventType.REMOVE, 'r.txt'],
+    ])
+  } finally {
+    await handle.stop()
+  }
+})
+
+test('watchDir with and without recursion', async (t) => {
+  const dir = workdir(t)
+  mkdirSync(`${dir}/nested`)
+  const sbx = await sandbox()
+  const flat = []
+  const deep = []
+  const flatHandle = await sbx.files.watchDir(dir, (e) => flat.push(e))
+  const deepHandle = await sbx.files.watchDir(dir, (e) => deep.push(e), { recursive: true, includeEntry: true })
+  try {
+    await sbx.files.write(`${dir}/nested/file`, 'x')
+    await waitUntil(() => deep.some((e) => e.name === 'nested/file' && e.type === FilesystemEventType.WRITE))
+    assert.deepEqual([deep[0].type, deep[0].name], [FilesystemEventType.CREATE, 'nested/file'])
+    assert.equal(deep[0].entry?.path, `${dir}/nested/file`)
+    assert.ok(flat.every((e) => e.name === 'nested'), JSON.stringify(flat))
+  } finally {
+    await flatHandle.stop()
+    await deepHandle.stop()
+  }
+})
