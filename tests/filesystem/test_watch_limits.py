@@ -14,6 +14,7 @@ from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
 from envd._gen.filesystem.filesystem_pb import CreateWatcherRequest, RemoveWatcherRequest
+from tests.filesystem.fuse_mount import fuse_mount
 from tests.filesystem.watching import CREATE, watching
 
 if TYPE_CHECKING:
@@ -72,3 +73,17 @@ async def test_shutdown_ends_open_streams_cleanly(
         await stream.until_end(timeout_s=5)  # raises if the stream ends in an error
         # Ended by envd's shutdown hook, not cut when uvicorn gives up on open connections.
         assert time.monotonic() - started < 1
+
+
+@pytest.mark.root
+async def test_network_filesystem_guard(envd: EnvdProcess, workdir: Path) -> None:
+    mount_point = workdir / "fuse"
+    mount_point.mkdir()
+    with fuse_mount(mount_point):
+        with pytest.raises(ConnectError) as err:
+            async with watching(envd.url, str(mount_point)):
+                pass
+        assert err.value.code == Code.INVALID_ARGUMENT
+        assert err.value.message == f"cannot watch path on network filesystem: {mount_point}"
+        async with watching(envd.url, str(mount_point), allow_network_mounts=True):
+            pass  # opted in: the stream starts

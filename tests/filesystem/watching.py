@@ -55,13 +55,19 @@ async def watching(
     *,
     recursive: bool = False,
     include_entry: bool = False,
+    allow_network_mounts: bool = False,
     headers: Mapping[str, str] | None = None,
     binary: bool = False,
 ) -> AsyncIterator[WatchStream]:
     """Open WatchDir, check the start message arrives first, and close the stream on exit."""
     codec = proto_binary_codec() if binary else proto_json_codec()
     async with FilesystemClient(url, codec=codec, send_compression=None) as client:
-        request = WatchDirRequest(path=path, recursive=recursive, include_entry=include_entry)
+        request = WatchDirRequest(
+            path=path,
+            recursive=recursive,
+            include_entry=include_entry,
+            allow_network_mounts=allow_network_mounts,
+        )
         messages = client.watch_dir(request, headers=headers)
         stream = WatchStream(messages)
         try:
