@@ -32,6 +32,9 @@ if TYPE_CHECKING:
 
 
 def serve_baseline(port: int, directory: str) -> None:
+    """The minimal app; `/threaded` writes through a worker thread per chunk instead, to show
+    what that hop would cost envd."""
+    import anyio.to_thread
     import uvicorn
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -43,7 +46,10 @@ def serve_baseline(port: int, directory: str) -> None:
                 more = True
                 while more:
                     message = await receive()
-                    os.write(fd, message.get("body", b""))
+                    if scope["path"] == "/threaded":
+                        await anyio.to_thread.run_sync(os.write, fd, message.get("body", b""))
+                    else:
+                        os.write(fd, message.get("body", b""))
                     more = message.get("more_body", False)
             finally:
                 os.close(fd)
@@ -80,6 +86,7 @@ def run(size: int, runs: int, work: str, log_dir: str) -> None:
     envd = start_envd(Path(log_dir))
     idle_rss = rss_mib(envd.pid, "VmRSS")
     baseline = Series("raw ASGI + os.write (baseline)")
+    threaded = Series("raw ASGI + os.write in a thread per chunk")
     raw = Series("envd octet-stream")
     multipart = Series("envd multipart")
     target = f"{work}/uploaded.bin"
@@ -88,6 +95,9 @@ def run(size: int, runs: int, work: str, log_dir: str) -> None:
         for _ in range(runs):
             seconds = curl_seconds(*raw_args, f"{baseline_url}/upload")
             baseline.rates.append(size / MIB / seconds)
+            _remove(f"{work}/baseline.bin")
+            seconds = curl_seconds(*raw_args, f"{baseline_url}/threaded")
+            threaded.rates.append(size / MIB / seconds)
             _remove(f"{work}/baseline.bin")
             seconds = curl_seconds(*raw_args, f"{envd.url}/files?path={target}")
             raw.rates.append(size / MIB / seconds)
@@ -102,7 +112,7 @@ def run(size: int, runs: int, work: str, log_dir: str) -> None:
         stop(baseline_proc)
     print_table(
         f"B1 upload, {size // MIB} MiB, curl, median of {runs}",
-        [baseline, raw, multipart],
+        [baseline, threaded, raw, multipart],
         baseline,
     )
     print(
