@@ -4,6 +4,7 @@ and the clock policy. Every test that changes state uses a daemon of its own."""
 from __future__ import annotations
 
 import pwd
+import socket
 import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -60,12 +61,39 @@ BAD_BODIES = [
 ]
 
 
-def test_bad_bodies_are_400_with_an_empty_body_and_change_nothing(client: httpx.Client) -> None:
-    for body in BAD_BODIES:
-        r = client.post("/init", content=body)
-        assert (r.status_code, r.content) == (400, b""), body[:40]
+def _post_on(sock: socket.socket, path: bytes, body: bytes) -> tuple[bytes, bytes]:
+    """POST on an open keep-alive connection; returns (status line, body)."""
+    sock.sendall(
+        b"POST %s HTTP/1.1\r\nHost: envd\r\nContent-Length: %d\r\n\r\n" % (path, len(body))
+    )
+    sock.sendall(body)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, "connection closed"
+        data += chunk
+    head, _, rest = data.partition(b"\r\n\r\n")
+    length = int(
+        dict(line.lower().split(b": ", 1) for line in head.split(b"\r\n")[1:]).get(
+            b"content-length", b"0"
+        )
+    )
+    while len(rest) < length:
+        rest += sock.recv(65536)
+    return head.split(b"\r\n")[0], rest
+
+
+def test_bad_bodies_are_400_with_an_empty_body_and_change_nothing(
+    envd_factory: Callable[..., EnvdProcess],
+) -> None:
+    daemon = envd_factory()
+    # One connection for all of them: none may cost the client its keep-alive connection.
+    with socket.create_connection(("127.0.0.1", daemon.port)) as sock:
+        sock.settimeout(30)
+        for body in BAD_BODIES:
+            assert _post_on(sock, b"/init", body) == (b"HTTP/1.1 400 Bad Request", b""), body[:40]
     # Still open to anyone: no token was set by any of them, and no env var arrived.
-    assert client.get("/envs").json() == {"E2B_SANDBOX": "false"}
+    assert httpx.get(daemon.url + "/envs").json() == {"E2B_SANDBOX": "false"}
 
 
 def test_empty_null_and_unknown_fields_are_accepted(client: httpx.Client) -> None:
