@@ -144,6 +144,10 @@ def _stat_target(path: str) -> None:
             raise EnvdHTTPError(404, f"path '{path}' does not exist") from None
     if stat.S_ISDIR(info.st_mode):
         raise EnvdHTTPError(400, f"path '{path}' is a directory")
+    if stat.S_ISFIFO(info.st_mode) or stat.S_ISSOCK(info.st_mode):
+        # Opening a FIFO would block until a writer appears, and neither can be read by
+        # offset: refuse instead of hanging (the reference hangs, then answers 500).
+        raise EnvdHTTPError(400, f"path '{path}' is not a regular file")
 
 
 def _choose_encoding(request: Request) -> str:

@@ -99,8 +99,12 @@ async def _finish(target: UploadTarget, metadata: dict[str, str]) -> dict[str, o
 async def _upload_raw(
     request: Request, body: AsyncIterator[bytes], path: str, user: User, metadata: dict[str, str]
 ) -> list[dict[str, object]]:
+    # The first chunk is read before the target is opened (and an existing file truncated),
+    # so a body that fails at once, such as a corrupt gzip header, leaves the file untouched.
+    first = await anext(body, b"")
     target = await _open(path, user, _content_length(request))
     try:
+        target.write(first)
         async for chunk in body:
             target.write(chunk)
     except BaseException:

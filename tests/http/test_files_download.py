@@ -270,3 +270,10 @@ def test_conditional_requests(http: httpx.Client, workdir: Path) -> None:
     current = email.utils.formatdate(mtime, usegmt=True)
     fresh = _get(http, str(target), Range="bytes=0-1", **{"If-Range": current})
     assert (fresh.status_code, fresh.content) == (206, b"01")
+
+
+def test_fifo_is_refused_without_blocking(http: httpx.Client, workdir: Path) -> None:
+    os.mkfifo(workdir / "pipe")
+    r = _get(http, str(workdir / "pipe"))
+    assert r.status_code == 400
+    assert r.json()["message"] == f"path '{workdir / 'pipe'}' is not a regular file"

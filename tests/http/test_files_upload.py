@@ -264,3 +264,11 @@ def test_concurrent_uploads_into_one_new_directory(http: httpx.Client, workdir: 
         t.join()
     assert statuses == [200] * 4
     assert sorted(p.name for p in base.iterdir()) == ["f0", "f1", "f2", "f3"]
+
+
+def test_corrupt_gzip_leaves_an_existing_file_untouched(http: httpx.Client, workdir: Path) -> None:
+    target = workdir / "precious.txt"
+    target.write_bytes(b"keep me")
+    r = _raw(http, str(target), b"\x1f\x8bnot really gzip", **{"Content-Encoding": "gzip"})
+    assert r.status_code == 400
+    assert target.read_bytes() == b"keep me"
