@@ -17,6 +17,7 @@ from envd._gen.filesystem.filesystem_connect import FilesystemASGIApplication
 from envd._gen.process.process_connect import ProcessASGIApplication
 from envd.auth import AccessTokenMiddleware, BasicAuthUserMiddleware, CORSMiddleware
 from envd.errors import EnvdHTTPError, ErrorMappingInterceptor, InternalErrorMiddleware, json_error
+from envd.filesystem.legacy import LegacySDKInterceptor
 from envd.filesystem.service import FilesystemService
 from envd.process.registry import ProcessRegistry
 from envd.process.service import ProcessService
@@ -48,7 +49,9 @@ def create_app(settings: Settings, state: SandboxState) -> Starlette:
     filesystem = FilesystemService(state)
     processes = ProcessRegistry()
     process = ProcessService(processes, state)
-    filesystem_rpc = FilesystemASGIApplication(filesystem, interceptors=interceptors)
+    filesystem_rpc = FilesystemASGIApplication(
+        filesystem, interceptors=[*interceptors, LegacySDKInterceptor()]
+    )
     process_rpc = ProcessASGIApplication(process, interceptors=interceptors)
 
     @contextlib.asynccontextmanager
