@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import zlib
 from typing import TYPE_CHECKING, Final
+from urllib.parse import unquote
 
 import anyio.to_thread
 from python_multipart.exceptions import MultipartParseError
@@ -171,12 +173,26 @@ class _PartEvents:
         self.finished = True
 
 
+# RFC 2231 `filename*=charset'language'percent-encoded`, which Go's mime.ParseMediaType
+# decodes and prefers over a plain `filename`.
+_EXTENDED_FILENAME: Final = re.compile(
+    r"""(?:^|;)\s*filename\*\s*=\s*([^';]*)'[^']*'([^;\s]*)""", re.IGNORECASE
+)
+
+
 def _part_filename(headers: dict[str, bytes]) -> tuple[bool, str | None]:
     """(is a `file` part, its filename taken verbatim, directories included)."""
     disposition = headers.get("content-disposition", b"").decode("latin-1")
     _, options = parse_options_header(disposition)
     if options.get(b"name") != b"file":
         return False, None
+    extended = _EXTENDED_FILENAME.search(disposition)
+    if extended:
+        charset = extended.group(1) or "utf-8"
+        try:
+            return True, unquote(extended.group(2), encoding=charset, errors="strict")
+        except (LookupError, UnicodeDecodeError):
+            pass  # undecodable: fall back to the plain parameter, as Go does
     filename = options.get(b"filename")
     # Header bytes are UTF-8 on the wire; undecodable bytes survive as surrogates.
     return True, None if filename is None else filename.decode("utf-8", "surrogateescape")

@@ -9,6 +9,7 @@ import pwd
 import shutil
 import threading
 from typing import TYPE_CHECKING
+from urllib.parse import quote
 
 import pytest
 
@@ -272,3 +273,16 @@ def test_corrupt_gzip_leaves_an_existing_file_untouched(http: httpx.Client, work
     r = _raw(http, str(target), b"\x1f\x8bnot really gzip", **{"Content-Encoding": "gzip"})
     assert r.status_code == 400
     assert target.read_bytes() == b"keep me"
+
+
+def test_extended_filename_wins(http: httpx.Client, workdir: Path) -> None:
+    target = workdir / "ünï.txt"
+    encoded = quote(str(target).encode())
+    disposition = f"form-data; name=file; filename=ignored; filename*=UTF-8''{encoded}"
+    body = f"--B\r\nContent-Disposition: {disposition}\r\n\r\nextended\r\n--B--\r\n".encode()
+    r = http.post(
+        "/files", content=body, headers={"Content-Type": "multipart/form-data; boundary=B"}
+    )
+    assert r.status_code == 200
+    assert r.json()[0]["path"] == str(target)
+    assert target.read_bytes() == b"extended"
