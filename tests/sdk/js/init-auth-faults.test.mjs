@@ -80,3 +80,22 @@ test('envd stopped while a command streams output', async (t) => {
   await daemon.start()
   assert.equal((await sbx.commands.run('echo back')).stdout, 'back\n')
 })
+
+test('signed file URLs replace the header when a token is set', async (t) => {
+  const dir = workdir(t)
+  const daemon = await Daemon.start(t)
+  assert.equal((await daemon.init({ accessToken: 'js-s3cret' })).status, 204)
+  const sbx = daemon.sandbox('js-s3cret')
+  const path = `${dir}/signed.txt`
+
+  const form = new FormData()
+  form.append('file', new Blob(['via url']), 'signed.txt')
+  const upload = await fetch(await sbx.uploadUrl(path), { method: 'POST', body: form })
+  assert.equal(upload.status, 200, await upload.text())
+  assert.equal(await (await fetch(await sbx.downloadUrl(path))).text(), 'via url')
+  const expiring = await sbx.downloadUrl(path, { useSignatureExpiration: 60 })
+  assert.equal(await (await fetch(expiring)).text(), 'via url')
+
+  const tampered = await fetch((await sbx.downloadUrl(path)).replace('signed.txt', 'other.txt'))
+  assert.deepEqual([tampered.status, (await tampered.json()).message], [401, 'invalid signature'])
+})

@@ -139,16 +139,18 @@ def test_command_timeout(sandbox: Sandbox) -> None:
 
 def test_command_killed_while_output_is_streamed(sandbox: Sandbox) -> None:
     chunks: list[str] = []
+
+    def kill_on_third_tick(out: str) -> None:
+        chunks.append(out)
+        if len(chunks) == 3:
+            # From another thread, as an independent client would: the stream is mid-read.
+            threading.Thread(target=sandbox.commands.kill, args=(handle.pid,)).start()
+
     handle = sandbox.commands.run("while true; do echo tick; sleep 0.05; done", background=True)
-    killer = threading.Timer(0.5, lambda: sandbox.commands.kill(handle.pid))
-    killer.start()
-    try:
-        with pytest.raises(CommandExitException) as caught:
-            handle.wait(on_stdout=chunks.append)
-    finally:
-        killer.join()
-    assert caught.value.exit_code == -1
-    assert "tick\n" in chunks
+    with pytest.raises(CommandExitException) as caught:
+        handle.wait(on_stdout=kill_on_third_tick)
+    assert (caught.value.exit_code, caught.value.error) == (-1, "signal: killed")
+    assert caught.value.stdout.startswith("tick\ntick\ntick\n")
 
 
 def read_pty_until(terminal: CommandHandle, output: bytearray, needle: bytes) -> None:

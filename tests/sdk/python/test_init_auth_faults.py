@@ -10,6 +10,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING
 
+import httpx
 import pytest
 from e2b import AuthenticationException, ConnectionConfig, Sandbox, SandboxException
 from packaging.version import Version
@@ -140,3 +141,21 @@ def test_envd_stopped_while_command_streams(daemon: Daemon) -> None:
     assert time.monotonic() - stopped_at < 8
     daemon.start()
     assert sandbox.commands.run("echo back").stdout == "back\n"
+
+
+def test_signed_file_urls(daemon: Daemon, workdir: str) -> None:
+    """With a token set, the SDK's upload/download URLs carry a signature instead of the header."""
+    assert daemon.init({"accessToken": VALID}).status_code == 204
+    sandbox = sandbox_at(daemon, token=VALID)
+    path = f"{workdir}/signed.txt"
+
+    upload = httpx.post(sandbox.upload_url(path), files={"file": ("signed.txt", b"via url")})
+    assert upload.status_code == 200, upload.text
+    assert httpx.get(sandbox.download_url(path)).content == b"via url"
+    expiring = sandbox.download_url(path, use_signature_expiration=60)
+    assert httpx.get(expiring).content == b"via url"
+
+    tampered = httpx.get(sandbox.download_url(path).replace("signed.txt", "other.txt", 1))
+    assert (tampered.status_code, tampered.json()["message"]) == (401, "invalid signature")
+    expired = httpx.get(sandbox.download_url(path, use_signature_expiration=-10))
+    assert (expired.status_code, expired.json()["message"]) == (401, "signature is already expired")
