@@ -31,10 +31,18 @@ class EnvdHTTPError(Exception):
         self.message = message
 
 
+def valid_utf8(text: str) -> str:
+    """`text` with undecodable path bytes (surrogate escapes) shown as U+FFFD, as Go's JSON
+    encoder shows invalid UTF-8; JSON cannot carry the raw bytes."""
+    if text.isascii():
+        return text
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
 def json_error(status: int, message: str) -> Response:
     """The reference envd's JSON error body (code first, then message, then a newline)."""
     # Compact, as Go's json.Encoder writes it: clients compare these bodies byte for byte.
-    payload = {"code": status, "message": message}
+    payload = {"code": status, "message": valid_utf8(message)}
     body = json.dumps(payload, ensure_ascii=False, separators=(",", ":")) + "\n"
     return Response(
         body,

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Final
 from starlette.responses import PlainTextResponse
 
 from envd.auth import check_file_access
-from envd.errors import EnvdHTTPError
+from envd.errors import EnvdHTTPError, valid_utf8
 from envd.users import UnknownUserError, User, expand_path, lookup_user
 
 if TYPE_CHECKING:
@@ -102,6 +102,7 @@ def authorize_file_request(request: Request, state: SandboxState, operation: str
 
 def entry_json(path: str, metadata: dict[str, str] | None = None) -> dict[str, object]:
     """The HTTP APIs' EntryInfo: path, name, type "file", and metadata only when non-empty."""
+    path = valid_utf8(path)
     entry: dict[str, object] = {"path": path, "name": path.rstrip("/").rsplit("/", 1)[-1]}
     entry["type"] = "file"
     if metadata:

@@ -286,3 +286,32 @@ def test_extended_filename_wins(http: httpx.Client, workdir: Path) -> None:
     assert r.status_code == 200
     assert r.json()[0]["path"] == str(target)
     assert target.read_bytes() == b"extended"
+
+
+def test_non_utf8_multipart_filename_is_kept_byte_exact(http: httpx.Client, workdir: Path) -> None:
+    raw_name = str(workdir).encode() + b"/bad-\xff-name"
+    body = (
+        b'--B\r\nContent-Disposition: form-data; name="file"; filename="'
+        + raw_name
+        + b'"\r\n\r\nodd\r\n--B--\r\n'
+    )
+    r = http.post(
+        "/files", content=body, headers={"Content-Type": "multipart/form-data; boundary=B"}
+    )
+    assert r.status_code == 200
+    assert r.json()[0]["name"] == "bad-\ufffd-name"  # JSON can only say "not UTF-8"
+    assert os.listdir(os.fsencode(workdir)) == [b"bad-\xff-name"]
+
+
+def test_error_about_a_non_utf8_path_is_still_json(http: httpx.Client, workdir: Path) -> None:
+    os.mkdir(os.fsencode(workdir) + b"/dir-\xfe")
+    body = (
+        b'--B\r\nContent-Disposition: form-data; name="file"; filename="'
+        + str(workdir).encode()
+        + b'/dir-\xfe"\r\n\r\nodd\r\n--B--\r\n'
+    )
+    r = http.post(
+        "/files", content=body, headers={"Content-Type": "multipart/form-data; boundary=B"}
+    )
+    assert r.status_code == 400
+    assert r.json()["message"] == f"path is a directory: {workdir}/dir-\ufffd"
