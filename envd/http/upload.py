@@ -42,6 +42,8 @@ log = logging.getLogger("envd.http.files")
 
 # Bound on what one compressed chunk may inflate to at once (gzip bombs stay flat in memory).
 INFLATE_CHUNK_BYTES: Final = 4 * 1024 * 1024
+# Bound on one part's headers, as Go's multipart reader has (it allows 10 MiB).
+PART_HEADERS_MAX_BYTES: Final = 1024 * 1024
 
 
 async def _gunzip(body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
@@ -128,6 +130,7 @@ class _PartEvents:
         self._headers: dict[str, bytes] = {}
         self._field = b""
         self._value = b""
+        self._header_bytes = 0
 
     def parser(self, boundary: bytes) -> MultipartParser:
         return MultipartParser(
@@ -146,11 +149,19 @@ class _PartEvents:
 
     def _begin(self) -> None:
         self._headers = {}
+        self._header_bytes = 0
+
+    def _count_header_bytes(self, count: int) -> None:
+        self._header_bytes += count
+        if self._header_bytes > PART_HEADERS_MAX_BYTES:
+            raise MultipartParseError("part headers too large")
 
     def _header_field(self, data: bytes, start: int, end: int) -> None:
+        self._count_header_bytes(end - start)
         self._field += data[start:end]
 
     def _header_value(self, data: bytes, start: int, end: int) -> None:
+        self._count_header_bytes(end - start)
         self._value += data[start:end]
 
     def _header_end(self) -> None:

@@ -100,6 +100,7 @@ def test_cut_multipart_body_is_400_and_leaves_no_file(http: httpx.Client, workdi
         ("multipart/form-data; boundary=B", b"--B\r\nno-colon-header\r\n\r\nx\r\n--B--\r\n"),
         ("multipart/form-data", b"--B--\r\n"),
         ("multipart/form-data; boundary=B", b""),
+        ("multipart/form-data; boundary=B", b"--B\r\nX: " + b"h" * (2 * 1024 * 1024)),
     ],
 )
 def test_malformed_multipart_is_400(http: httpx.Client, content_type: str, body: bytes) -> None:
