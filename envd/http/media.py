@@ -3,7 +3,7 @@ or sniffing, Content-Disposition formatting, and envd's Accept-Encoding negotiat
 
 from __future__ import annotations
 
-import mimetypes
+import functools
 import posixpath
 from typing import Final
 from urllib.parse import quote
@@ -27,7 +27,15 @@ _GO_BUILTIN_TYPES: Final = {
     ".webp": "image/webp",
     ".xml": "text/xml; charset=utf-8",
 }
-_SYSTEM_TYPES: Final = mimetypes.MimeTypes()
+# Where Go's mime package looks on Linux: the shared-mime-info database first, and only
+# without one the classic mime.types files (mime/type_unix.go).
+_MIME_GLOBS: Final = ("/usr/local/share/mime/globs2", "/usr/share/mime/globs2")
+_MIME_TYPES_FILES: Final = (
+    "/etc/mime.types",
+    "/etc/apache2/mime.types",
+    "/etc/apache/mime.types",
+    "/etc/httpd/conf/mime.types",
+)
 
 # http.DetectContentType's most common signatures (prefix → type), checked in order.
 _SNIFF_SIGNATURES: Final = (
@@ -74,22 +82,58 @@ SNIFF_BYTES: Final = 512
 _TSPECIALS: Final = frozenset('()<>@,;:\\"/[]?=')
 
 
+def _with_charset(media_type: str) -> str:
+    if media_type.startswith("text/") and "charset=" not in media_type:
+        return f"{media_type}; charset=utf-8"
+    return media_type
+
+
+def _load_globs(path: str, table: dict[str, str]) -> bool:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return False
+    for line in lines:
+        fields = line.split(":")
+        if len(fields) < 3 or not fields[0] or fields[0].startswith("#") or len(fields[2]) < 3:
+            continue
+        extension = fields[2][1:]  # "*.txt" → ".txt"
+        if any(c in extension for c in "?*[") or extension in table:
+            continue  # only plain extensions; the file is in weight order: first wins
+        table[extension] = _with_charset(fields[1])
+    return True
+
+
+def _load_mime_types(path: str, table: dict[str, str]) -> None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return
+    for line in lines:
+        fields = line.split("#", 1)[0].split()
+        for extension in fields[1:]:
+            table["." + extension] = _with_charset(fields[0])
+
+
+@functools.cache
+def _system_types() -> dict[str, str]:
+    """Go's extension table: built-ins, then the system database (lower-cased keys)."""
+    table = dict(_GO_BUILTIN_TYPES)
+    if not any(_load_globs(path, table) for path in _MIME_GLOBS):
+        for path in _MIME_TYPES_FILES:
+            _load_mime_types(path, table)
+    return {**{k.lower(): v for k, v in table.items()}, **table}
+
+
 def type_by_extension(raw_path: str) -> str | None:
     """Go's mime.TypeByExtension of the path's extension; text types get a utf-8 charset."""
     ext = posixpath.splitext(raw_path)[1]
     if not ext:
         return None
-    builtin = _GO_BUILTIN_TYPES.get(ext) or _GO_BUILTIN_TYPES.get(ext.lower())
-    if builtin:
-        return builtin
-    guessed = _SYSTEM_TYPES.types_map[True].get(ext) or _SYSTEM_TYPES.types_map[True].get(
-        ext.lower()
-    )
-    if guessed is None:
-        return None
-    if guessed.startswith("text/"):
-        return f"{guessed}; charset=utf-8"
-    return guessed
+    table = _system_types()
+    return table.get(ext) or table.get(ext.lower())
 
 
 def sniff_content_type(head: bytes) -> str:
