@@ -41,6 +41,7 @@ CASES: list[tuple[str, Any, Code]] = [
     ("move", lambda w: MoveRequest(source=f"{w}/dir", destination=f"{w}/full"), Code.INTERNAL),
     ("move", lambda w: MoveRequest(source=f"{w}/dir", destination=f"{w}/file/x"), Code.INTERNAL),
     ("move", lambda w: MoveRequest(source="~other", destination=f"{w}/x"), Code.INVALID_ARGUMENT),
+    ("move", lambda w: MoveRequest(source=f"{w}/file", destination=f"{w}/dir"), Code.INTERNAL),
     ("list_dir", lambda w: ListDirRequest(path=f"{w}/missing"), Code.NOT_FOUND),
     ("list_dir", lambda w: ListDirRequest(path=f"{w}/file"), Code.INVALID_ARGUMENT),
     ("list_dir", lambda w: ListDirRequest(path=f"{w}/loop"), Code.FAILED_PRECONDITION),

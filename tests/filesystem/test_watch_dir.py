@@ -3,12 +3,15 @@ entry info, keepalives, validation and fd hygiene."""
 
 from __future__ import annotations
 
+import json
 import os
+import struct
 import subprocess
 import time
 from typing import TYPE_CHECKING
 
 import anyio
+import httpx
 import pytest
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
@@ -165,3 +168,22 @@ async def test_undecodable_name_in_event(envd: EnvdProcess, workdir: Path) -> No
         assert (event.name, event.type) == ("bad-\ufffd", CREATE)
         assert event.entry is not None
         assert event.entry.name == "bad-\ufffd"
+
+
+def test_tcp_disconnect_mid_stream_releases_fd(envd: EnvdProcess, workdir: Path) -> None:
+    body = json.dumps({"path": str(workdir)}).encode()
+    before = envd.open_fds()
+    client = httpx.Client(base_url=envd.url, timeout=10)
+    with client.stream(
+        "POST",
+        "/filesystem.Filesystem/WatchDir",
+        content=struct.pack(">BI", 0, len(body)) + body,
+        headers={"content-type": "application/connect+json"},
+    ) as r:
+        assert b'{"start":{}}' in next(r.iter_raw())
+        assert envd.open_fds() > before  # the socket and the inotify fd
+        client.close()  # drops the TCP connection with the stream still open
+    deadline = time.monotonic() + 5
+    while envd.open_fds() > before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert envd.open_fds() <= before
