@@ -89,7 +89,9 @@ class FileBodyResponse(Response):
                         "headers": self.raw_headers,
                     }
                 )
-                if self.gzip:
+                if scope["method"] == "HEAD":  # headers only; the server drops any body anyway
+                    await send({"type": "http.response.body", "body": b""})
+                elif self.gzip:
                     await self._send_gzip(send, disconnected)
                 else:
                     await self._send_plain(send, disconnected)

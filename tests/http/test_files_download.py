@@ -277,3 +277,11 @@ def test_fifo_is_refused_without_blocking(http: httpx.Client, workdir: Path) -> 
     r = _get(http, str(workdir / "pipe"))
     assert r.status_code == 400
     assert r.json()["message"] == f"path '{workdir / 'pipe'}' is not a regular file"
+
+
+def test_head_answers_headers_without_a_body(http: httpx.Client, workdir: Path) -> None:
+    (workdir / "h.txt").write_bytes(b"0123456789")
+    r = http.head(
+        "/files", params={"path": str(workdir / "h.txt")}, headers={"Accept-Encoding": "identity"}
+    )
+    assert (r.status_code, r.content, r.headers["content-length"]) == (200, b"", "10")
