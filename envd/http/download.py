@@ -49,6 +49,8 @@ if TYPE_CHECKING:
 READ_CHUNK_BYTES: Final = 1024 * 1024
 # Go's gzip.DefaultCompression.
 GZIP_LEVEL: Final = 6
+PSEUDO_FILE_SIZE_LIMIT: Final = 64 * 1024
+PSEUDO_FILE_MAX_BYTES: Final = 16 * 1024 * 1024
 _CONDITIONAL_HEADERS: Final = ("range", "if-modified-since", "if-none-match", "if-range")
 
 # A body segment: bytes to send first (multipart headers), then `length` file bytes at `start`.
@@ -146,10 +148,33 @@ def _stat_target(path: str) -> None:
             raise EnvdHTTPError(404, f"path '{path}' does not exist") from None
     if stat.S_ISDIR(info.st_mode):
         raise EnvdHTTPError(400, f"path '{path}' is a directory")
-    if stat.S_ISFIFO(info.st_mode) or stat.S_ISSOCK(info.st_mode):
-        # Opening a FIFO would block until a writer appears, and neither can be read by
-        # offset: refuse instead of hanging (the reference hangs, then answers 500).
+    if not stat.S_ISREG(info.st_mode):
+        # Opening a FIFO blocks until a writer appears, /dev/zero never ends, and none has a
+        # size to announce: refuse them (the reference hangs, or serves nothing or a 500).
         raise EnvdHTTPError(400, f"path '{path}' is not a regular file")
+
+
+def _snapshot_pseudo_file(fd: int) -> int:
+    """Copy a pseudo file into an anonymous memory file and return that.
+
+    /proc and /sys files report a size of 0 or one page whatever they hold, so serving them
+    by their size would send nothing or a short body. Blocking: run in a worker thread.
+    """
+    copy = os.memfd_create("envd-download", os.MFD_CLOEXEC)
+    try:
+        total = 0
+        while total < PSEUDO_FILE_MAX_BYTES and (chunk := os.read(fd, READ_CHUNK_BYTES)):
+            os.write(copy, chunk)
+            total += len(chunk)
+    except BaseException:
+        os.close(copy)
+        raise
+    return copy
+
+
+def _is_pseudo_file(info: os.stat_result) -> bool:
+    # No blocks allocated yet a small size (0 for /proc, 4096 for /sys).
+    return info.st_blocks == 0 and info.st_size <= PSEUDO_FILE_SIZE_LIMIT
 
 
 def _choose_encoding(request: Request) -> str:
@@ -190,7 +215,13 @@ async def download(request: Request, state: SandboxState) -> Response:
                 type_by_extension(file_request.raw_path) or "application/octet-stream"
             )
             return FileBodyResponse(fd, 200, headers, [], gzip=True)
-        response = _serve_identity(request, fd, file_request.raw_path, headers)
+        mtime_s = int(os.fstat(fd).st_mtime)
+        if _is_pseudo_file(os.fstat(fd)):
+            with http_os_errors("reading file", path):
+                copy = await anyio.to_thread.run_sync(_snapshot_pseudo_file, fd)
+            os.close(fd)
+            fd = copy
+        response = _serve_identity(request, fd, mtime_s, file_request.raw_path, headers)
     except BaseException:
         os.close(fd)
         raise
@@ -199,10 +230,11 @@ async def download(request: Request, state: SandboxState) -> Response:
     return response
 
 
-def _serve_identity(request: Request, fd: int, raw_path: str, headers: dict[str, str]) -> Response:
+def _serve_identity(
+    request: Request, fd: int, mtime_s: int, raw_path: str, headers: dict[str, str]
+) -> Response:
     """Go's http.ServeContent: preconditions, then the whole file or the requested ranges."""
-    info = os.fstat(fd)
-    size, mtime_s = info.st_size, int(info.st_mtime)
+    size = os.fstat(fd).st_size
     if mtime_s > 0:
         headers["Last-Modified"] = http_date(mtime_s)
     status = precondition_status(request.headers, mtime_s)

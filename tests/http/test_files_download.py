@@ -285,3 +285,22 @@ def test_head_answers_headers_without_a_body(http: httpx.Client, workdir: Path) 
         "/files", params={"path": str(workdir / "h.txt")}, headers={"Accept-Encoding": "identity"}
     )
     assert (r.status_code, r.content, r.headers["content-length"]) == (200, b"", "10")
+
+
+@pytest.mark.parametrize(
+    "path", ["/proc/self/status", "/proc/cpuinfo", "/sys/kernel/uevent_seqnum"]
+)
+def test_pseudo_files_are_served_whole(http: httpx.Client, path: str) -> None:
+    r = _get(http, path)
+    assert r.status_code == 200
+    assert int(r.headers["content-length"]) == len(r.content) > 0
+    assert r.content.endswith(b"\n")
+    ranged = _get(http, path, Range="bytes=0-1")
+    assert (ranged.status_code, len(ranged.content)) == (206, 2)
+
+
+@pytest.mark.parametrize("path", ["/dev/zero", "/dev/null"])
+def test_devices_are_not_regular_files(http: httpx.Client, path: str) -> None:
+    r = _get(http, path)
+    assert r.status_code == 400
+    assert r.json()["message"] == f"path '{path}' is not a regular file"
