@@ -1,5 +1,5 @@
-"""POST /files/compose: concatenate source files into a destination, then delete the sources
-(§5.7). The result is built in a temp file next to the destination and renamed over it, so a
+"""POST /files/compose: concatenate source files into a destination, then delete the sources.
+The result is built in a temp file next to the destination and renamed over it, so a
 failure leaves the destination and the sources as they were.
 
 Each source is appended with the cheapest kernel path: FICLONERANGE (a reflink, no data

@@ -1,4 +1,4 @@
-"""GET /files: download a file (§5.5), with gzip, byte ranges and conditional requests.
+"""GET /files: download a file, with gzip, byte ranges and conditional requests.
 
 The body is streamed with `os.pread` in 1 MiB chunks straight from the event loop: reads of
 cached pages take about 0.1 ms, while Starlette's FileResponse (64 KiB chunks, a thread hop per

@@ -67,7 +67,8 @@ def resolve_user(username: str | None, state: SandboxState) -> User:
 
 
 def resolve_path(path: str, user: User, state: SandboxState) -> str:
-    """§3.2 path resolution; `~other` and NUL bytes are the caller's error (400)."""
+    """The reference's path resolution (users.expand_path); `~other` and NUL bytes are the
+    caller's error (400)."""
     try:
         return expand_path(path, user, state.default_workdir)
     except ValueError as exc:

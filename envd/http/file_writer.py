@@ -1,4 +1,4 @@
-"""Writing one uploaded file as the reference envd's processFile does (§5.6.5): parents created
+"""Writing one uploaded file as the reference envd's processFile does: parents created
 and chowned, the target truncated in place, new files fchown-ed, `user.e2b.*` metadata
 rewritten on the open descriptor.
 
@@ -175,7 +175,8 @@ class UploadTarget:
 
 
 def ensure_parent_dirs(path: str, user: User) -> None:
-    """§3.3 for the parent of `path`, failures as the reference reports them."""
+    """Ensure-dirs (mkdir 0755 + chown) for the parent of `path`, failures as the reference
+    reports them."""
     try:
         ensure_dirs(posixpath.dirname(path), user)
     except OSError as exc:

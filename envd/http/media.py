@@ -1,5 +1,5 @@
 """Download headers as Go's net/http and mime packages write them: Content-Type by extension
-or sniffing, Content-Disposition formatting, and envd's Accept-Encoding negotiation (§5.8)."""
+or sniffing, Content-Disposition formatting, and envd's Accept-Encoding negotiation."""
 
 from __future__ import annotations
 

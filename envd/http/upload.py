@@ -1,4 +1,5 @@
-"""POST /files: upload one raw body or the `file` parts of a multipart body (§5.6).
+"""POST /files: upload one raw body or the `file` parts of a multipart body
+(the reference's PostFiles).
 
 Bodies are streamed: each received chunk (about 250 KiB from uvicorn) is written with one
 `os.write` from the event loop, and multipart bodies are parsed incrementally, so memory stays
