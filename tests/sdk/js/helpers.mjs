@@ -33,7 +33,7 @@ export function workdir(t) {
   return dir
 }
 
-export async function waitUntil(predicate, timeoutMs = 5000) {
+export async function waitUntil(predicate, timeoutMs = 15000) {
   const deadline = Date.now() + timeoutMs
   while (!predicate()) {
     if (Date.now() > deadline) throw new Error('condition not met in time')
