@@ -14,6 +14,7 @@ from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
 from envd.process.handle import ProcessHandle
+from envd.process.helper import ensure_helper
 from envd.process.spawn import spawn
 
 if TYPE_CHECKING:
@@ -46,8 +47,9 @@ class ProcessRegistry:
         self._tasks: set[asyncio.Task[None]] = set()
         self._streams: set[Subscription[Chunk]] = set()
         self._no_streams = asyncio.Event()
+        self._helper: str | None = None
 
-    def start(
+    async def start(
         self, request: SpawnRequest, config: ProcessConfig, tag: str | None
     ) -> tuple[ProcessHandle, Subscription[Chunk]]:
         """Spawn, register, and subscribe the caller before any output is read.
@@ -55,7 +57,7 @@ class ProcessRegistry:
         Raises:
             SpawnError: the child could not be started.
         """
-        handle = ProcessHandle(spawn(request), config, tag)
+        handle = ProcessHandle(await spawn(request, self._helper), config, tag)
         self._forget_retained(handle.pid, tag)
         self._live[handle.pid] = handle
         subscription = self.subscribe(handle)
@@ -146,6 +148,8 @@ class ProcessRegistry:
     async def running(self) -> AsyncIterator[None]:
         """The lifespan: on exit, stop every child (SIGTERM to its group, SIGKILL after a grace
         period) so a restart leaves no orphans, then cancel the remaining pumps."""
+        self._helper = await asyncio.to_thread(ensure_helper)
+        log.debug("spawn helper: %s", self._helper or "none (Python fallback)")
         try:
             yield
         finally:

@@ -79,7 +79,7 @@ class ProcessService(Process):
         config = request.process or ProcessConfig()
         tag = request.tag if request.has_field("tag") else None
         try:
-            handle, subscription = self.registry.start(spawn_request, config, tag)
+            handle, subscription = await self.registry.start(spawn_request, config, tag)
         except SpawnError as exc:
             raise ConnectError(Code.INVALID_ARGUMENT, _start_error(spawn_request, exc)) from None
         if timeout_s is not None:

@@ -3,12 +3,14 @@ entered as that user, OOM/nice/IO priority reset, and pipes or a pty for its I/O
 
 The reference (Go `process/handler.go`) runs every command through
 `/bin/sh -c 'echo 100 > /proc/$$/oom_score_adj && exec ionice -c 2 -n 4 nice -n D "$@"' -- cmd`.
-We do the same three resets in the forked child before exec, which saves the three extra execs
-while leaving the child in the same state: oom_score_adj 100, IO class best-effort 4, nice 0.
+We do the same three resets between fork and exec, which saves the three extra execs while
+leaving the child in the same state: oom_score_adj 100, IO class best-effort 4, nice 0. They are
+done by the spawn helper (helper.py) when there is one, else by Python in a forked child.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ctypes
 import os
@@ -30,7 +32,7 @@ _IOPRIO_WHO_PROCESS: Final = 1
 _IOPRIO_BEST_EFFORT_4: Final = (2 << 13) | 4
 _SYS_IOPRIO_SET: Final = {"x86_64": 251, "aarch64": 30}.get(platform.machine())
 _libc = ctypes.CDLL(None, use_errno=True)
-# Only the parent ever fails before the child exists; everything after fork is reported here.
+# How much of a child's "step: reason" report (written between fork and exec) is read.
 _REPORT_LIMIT_BYTES: Final = 512
 
 
@@ -161,14 +163,15 @@ def _start(req: SpawnRequest, stdio: tuple[int, int, int]) -> subprocess.Popen[b
         raise SpawnError(str(exc)) from None
 
 
-def spawn(req: SpawnRequest) -> Child:
-    """Start the child. Returned fds are ours and non-blocking.
+async def spawn(req: SpawnRequest, helper: str | None) -> Child:
+    """Start the child, through the spawn helper when there is one. Returned fds are ours
+    and non-blocking.
 
     Raises:
         SpawnError: the child could not be started.
     """
     if req.pty_size is not None:
-        return _spawn_pty(req, *req.pty_size)
+        return await _spawn_pty(req, helper, *req.pty_size)
     parent_fds: list[int] = []
     child_fds: list[int] = []
     try:
@@ -181,7 +184,7 @@ def spawn(req: SpawnRequest) -> Child:
         parent_fds += [out_r, err_r]
         child_fds += [out_w, err_w]
         stdin_fd = stdin_r if req.stdin else subprocess.DEVNULL
-        popen = _start(req, (stdin_fd, out_w, err_w))
+        popen = await _launch(req, helper, (stdin_fd, out_w, err_w))
     except BaseException:
         for fd in parent_fds:
             os.close(fd)
@@ -194,19 +197,89 @@ def spawn(req: SpawnRequest) -> Child:
     return Child(popen, stdin_w if req.stdin else None, out_r, err_r, None)
 
 
-def _spawn_pty(req: SpawnRequest, cols: int, rows: int) -> Child:
+async def _spawn_pty(req: SpawnRequest, helper: str | None, cols: int, rows: int) -> Child:
     try:
         master, slave = open_pty(cols, rows)
     except OSError as exc:
         raise SpawnError(f"open pty: {exc.strerror}") from None
     try:
-        popen = _start(req, (slave, slave, slave))
+        popen = await _launch(req, helper, (slave, slave, slave))
     except BaseException:
         os.close(master)
         raise
     finally:
         os.close(slave)
     return Child(popen, None, None, None, master)
+
+
+async def _launch(
+    req: SpawnRequest, helper: str | None, stdio: tuple[int, int, int]
+) -> subprocess.Popen[bytes]:
+    if helper is None:
+        return _start(req, stdio)
+    switch_user = os.geteuid() == 0
+    user = req.user
+    report_r, report_w = os.pipe2(os.O_CLOEXEC)
+    try:
+        try:
+            # vfork + exec: returns in about a millisecond, less than a thread hop would cost.
+            popen = subprocess.Popen(  # noqa: ASYNC220
+                [
+                    helper,
+                    str(report_w),
+                    str(user.uid) if switch_user else "-",
+                    str(user.gid) if switch_user else "-",
+                    ",".join(map(str, user.groups)) if switch_user else "-",
+                    req.cwd,
+                    "1" if req.pty_size is not None else "0",
+                    req.cmd,
+                    *req.args,
+                ],
+                stdin=stdio[0],
+                stdout=stdio[1],
+                stderr=stdio[2],
+                env=req.env,
+                start_new_session=True,  # its own group: signals reach the whole tree
+                pass_fds=(report_w,),
+            )
+        finally:
+            os.close(report_w)
+        try:
+            reason = await _read_report(report_r)
+        except BaseException:  # cancelled while the helper ran: leave no orphan behind
+            popen.kill()
+            popen.wait()
+            raise
+    except (OSError, ValueError) as exc:  # fork failure, NUL bytes, '=' in an env name
+        raise SpawnError(str(exc)) from None
+    finally:
+        os.close(report_r)
+    if reason:
+        popen.wait()  # it exits right after reporting
+        raise SpawnError(reason)
+    return popen
+
+
+async def _read_report(fd: int) -> str:
+    """What the helper reported before exec'ing the command: empty means it exec'd (the
+    pipe is close-on-exec)."""
+    loop = asyncio.get_running_loop()
+    os.set_blocking(fd, False)
+    report = b""
+    while True:
+        try:
+            data = os.read(fd, _REPORT_LIMIT_BYTES)
+        except BlockingIOError:
+            readable = loop.create_future()
+            loop.add_reader(fd, readable.set_result, None)
+            try:
+                await readable
+            finally:
+                loop.remove_reader(fd)
+            continue
+        if not data:
+            return report.decode(errors="replace")
+        report += data
 
 
 def close_quietly(fd: int | None) -> None:

@@ -68,6 +68,7 @@ def collect(responses: Iterable[object]) -> Run:
     return run
 
 
+# bash -l only as `user`: root's login profile on developer machines can be slow or stateful.
 def bash(
     script: str, *, stdin: bool | None = None, tag: str | None = None, cwd: str | None = None
 ) -> StartRequest:
@@ -76,11 +77,12 @@ def bash(
     return StartRequest(process=config, stdin=stdin, tag=tag)
 
 
-def shell(script: str, *, stdin: bool | None = None, tag: str | None = None) -> StartRequest:
+def shell(
+    script: str, *, stdin: bool | None = None, tag: str | None = None, cwd: str | None = None
+) -> StartRequest:
     """A light /bin/sh command, for tests that start many."""
-    return StartRequest(
-        process=ProcessConfig(cmd="/bin/sh", args=["-c", script]), stdin=stdin, tag=tag
-    )
+    config = ProcessConfig(cmd="/bin/sh", args=["-c", script], cwd=cwd)
+    return StartRequest(process=config, stdin=stdin, tag=tag)
 
 
 def with_pty(cmd: str, *args: str, cols: int = 80, rows: int = 24) -> StartRequest:

@@ -25,7 +25,7 @@ from envd._gen.process.process_pb import (
     Signal,
     StartRequest,
 )
-from tests.process.conftest import Run, by_pid, by_tag, shell, stdin_input
+from tests.process.conftest import AS_USER, Run, by_pid, by_tag, shell, stdin_input
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -173,11 +173,13 @@ async def test_list_shows_live_processes_with_original_config(client: ProcessCli
     assert pid not in await _live_pids(client)
 
 
+@pytest.mark.root
 async def test_kill_reaches_the_whole_group_and_empties_list(client: ProcessClient) -> None:
     stream = client.start(
         StartRequest(
             process=ProcessConfig(cmd="/bin/bash", args=["-l", "-c", "sleep 30 && echo done"])
-        )
+        ),
+        headers=AS_USER,
     )
     pid = await _started(stream)
     await anyio.sleep(0.2)  # let bash start the sleep

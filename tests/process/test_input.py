@@ -71,7 +71,8 @@ async def _expect(code: Code, message: str, call: object) -> None:
 
 
 async def test_send_input_then_close_stdin(client: ProcessClient) -> None:
-    started, me = await _start(client, StartRequest(process=shell("cat").process, stdin=True))
+    # stays alive a moment after EOF, so the second CloseStdin still finds it
+    started, me = await _start(client, shell("cat; sleep 0.3", stdin=True))
     await client.send_input(SendInputRequest(process=me, input=stdin_input(b"one ")))
     await client.send_input(SendInputRequest(process=me, input=stdin_input(b"two")))
     await client.close_stdin(CloseStdinRequest(process=me))
