@@ -42,6 +42,13 @@ test('stdout and stderr callbacks arrive while the command runs', async () => {
   assert.ok(seen[0][2] < seen[2][2] - 700, 'output was delivered at exit, not streamed')
 })
 
+test('large output arrives complete before the exit', async () => {
+  const sbx = await sandbox()
+  const result = await sbx.commands.run("head -c 3000000 /dev/zero | tr '\\0' x; printf END")
+  assert.equal(result.stdout.length, 3000003)
+  assert.ok(result.stdout.endsWith('xEND'))
+})
+
 test('background command, list, connect and wait', async () => {
   const sbx = await sandbox()
   const handle = await sbx.commands.run('sleep 0.5; echo late; sleep 0.5', { background: true })

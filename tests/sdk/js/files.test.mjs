@@ -37,6 +37,17 @@ test('write and read bytes, blob and stream', async (t) => {
   assert.deepEqual(new Uint8Array(streamed), new Uint8Array([...BINARY, ...BINARY]))
 })
 
+test('large file streams both ways', async (t) => {
+  const dir = workdir(t)
+  const sbx = await sandbox()
+  const block = new Uint8Array(1 << 20).map((_, i) => (i * 7) % 251)
+  await sbx.files.write(`${dir}/big.bin`, new Blob(Array(24).fill(block)).stream())
+  let size = 0
+  for await (const chunk of await sbx.files.read(`${dir}/big.bin`, { format: 'stream' })) size += chunk.length
+  assert.equal(size, 24 << 20)
+  assert.equal(statSync(`${dir}/big.bin`).size, 24 << 20)
+})
+
 test('write several files at once, creating parents', async (t) => {
   const dir = workdir(t)
   const sbx = await sandbox()

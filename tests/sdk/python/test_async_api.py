@@ -157,6 +157,19 @@ async def test_commands(async_sandbox: AsyncSandbox, workdir: str) -> None:
     assert time.monotonic() - started < 5
 
 
+async def test_concurrent_commands_and_file_writes(
+    async_sandbox: AsyncSandbox, workdir: str
+) -> None:
+    async def one(i: int) -> None:
+        path = f"{workdir}/c{i}.txt"
+        await async_sandbox.files.write(path, f"file {i}")
+        result = await async_sandbox.commands.run(f"cat {path}; echo; echo {i} >&2", user="user")
+        assert (result.stdout, result.stderr) == (f"file {i}\n", f"{i}\n")
+
+    async with asyncio.timeout(45):
+        await asyncio.gather(*(one(i) for i in range(12)))
+
+
 async def test_pty(async_sandbox: AsyncSandbox) -> None:
     output = bytearray()
     terminal = await async_sandbox.pty.create(PtySize(rows=24, cols=80), on_data=output.extend)

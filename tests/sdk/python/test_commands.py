@@ -50,6 +50,13 @@ def test_stdout_and_stderr_callbacks_arrive_while_running(sandbox: Sandbox) -> N
     assert seen[0][2] < seen[2][2] - 0.7  # streamed, not delivered at exit
 
 
+def test_large_output_arrives_complete(sandbox: Sandbox) -> None:
+    # Output written just before exit must all arrive before the end event.
+    result = sandbox.commands.run("head -c 3000000 /dev/zero | tr '\\0' x; printf END")
+    assert len(result.stdout) == 3_000_003
+    assert result.stdout.endswith("xEND")
+
+
 def test_background_command_wait(sandbox: Sandbox) -> None:
     handle = sandbox.commands.run("sleep 0.3; echo done", background=True)
     assert handle.pid > 0

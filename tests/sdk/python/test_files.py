@@ -43,6 +43,18 @@ def test_write_file_object_and_chunk_iterator_read_as_stream(
         assert b"".join(stream) == b"".join(chunks)
 
 
+def test_large_file_streams_both_ways(sandbox: Sandbox, workdir: str) -> None:
+    block = os.urandom(1 << 20)
+    sandbox.files.write(f"{workdir}/big.bin", iter([block] * 24))
+    size = 0
+    with sandbox.files.read(f"{workdir}/big.bin", format="stream") as stream:
+        for chunk in stream:
+            size += len(chunk)
+    assert size == 24 << 20
+    with open(f"{workdir}/big.bin", "rb") as f:
+        assert f.read(1 << 20) == block
+
+
 def test_write_several_files_at_once_creates_parents(sandbox: Sandbox, workdir: str) -> None:
     paths = [f"{workdir}/one.txt", f"{workdir}/deep/er/two.bin", f"{workdir}/deep/three.txt"]
     data = ["first", b"\x00second", io.StringIO("third")]
