@@ -17,7 +17,16 @@ from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
 from envd._gen.filesystem.filesystem_pb import FileType
-from tests.filesystem.watching import CHMOD, CREATE, REMOVE, RENAME, WRITE, watching
+from tests.filesystem.watching import (
+    CHMOD,
+    CREATE,
+    REMOVE,
+    RENAME,
+    WRITE,
+    inotify_fds,
+    settled_inotify_fds,
+    watching,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -134,12 +143,12 @@ async def test_removed_root_reports_remove_dot(envd: EnvdProcess, workdir: Path)
 
 
 async def test_disconnect_releases_inotify_fd(envd: EnvdProcess, workdir: Path) -> None:
-    before = envd.open_fds()
+    assert settled_inotify_fds(envd, 0) == 0  # earlier tests' streams are gone
     for _ in range(5):
         async with watching(envd.url, str(workdir)):
-            pass
+            assert inotify_fds(envd) == 1
     with anyio.fail_after(5):
-        while envd.open_fds() > before:
+        while inotify_fds(envd) > 0:
             await anyio.sleep(0.05)
 
 
@@ -172,7 +181,7 @@ async def test_undecodable_name_in_event(envd: EnvdProcess, workdir: Path) -> No
 
 def test_tcp_disconnect_mid_stream_releases_fd(envd: EnvdProcess, workdir: Path) -> None:
     body = json.dumps({"path": str(workdir)}).encode()
-    before = envd.open_fds()
+    assert settled_inotify_fds(envd, 0) == 0  # earlier tests' streams are gone
     client = httpx.Client(base_url=envd.url, timeout=10)
     with client.stream(
         "POST",
@@ -180,10 +189,8 @@ def test_tcp_disconnect_mid_stream_releases_fd(envd: EnvdProcess, workdir: Path)
         content=struct.pack(">BI", 0, len(body)) + body,
         headers={"content-type": "application/connect+json"},
     ) as r:
-        assert b'{"start":{}}' in next(r.iter_raw())
-        assert envd.open_fds() > before  # the socket and the inotify fd
+        chunks = r.iter_raw()  # kept: dropping the iterator would close the response
+        assert b'{"start":{}}' in next(chunks)
+        assert inotify_fds(envd) == 1
         client.close()  # drops the TCP connection with the stream still open
-    deadline = time.monotonic() + 5
-    while envd.open_fds() > before and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert envd.open_fds() <= before
+    assert settled_inotify_fds(envd, 0) == 0

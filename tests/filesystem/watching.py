@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import time
 from typing import TYPE_CHECKING
 
 import anyio
@@ -15,6 +17,26 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping
 
     from envd._gen.filesystem.filesystem_pb import WatchDirResponse
+    from tests.envd_process import EnvdProcess
+
+
+def inotify_fds(daemon: EnvdProcess) -> int:
+    """How many inotify instances the daemon holds open right now."""
+    fd_dir = f"/proc/{daemon.pid}/fd"
+    count = 0
+    for fd in os.listdir(fd_dir):
+        with contextlib.suppress(FileNotFoundError):  # closed while we looked
+            count += os.readlink(f"{fd_dir}/{fd}") == "anon_inode:inotify"
+    return count
+
+
+def settled_inotify_fds(daemon: EnvdProcess, expected: int, timeout_s: float = 5) -> int:
+    """The daemon's inotify count once it reaches `expected` (streams close asynchronously),
+    or whatever it is when the deadline passes."""
+    deadline = time.monotonic() + timeout_s
+    while (count := inotify_fds(daemon)) != expected and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return count
 
 
 class WatchStream:
