@@ -3,7 +3,7 @@
 # running it again upgrades envd in place. Run as root.
 #
 #   packaging/install.sh [--root DIR] [--prefix DIR] [--python PATH] [--bin-dir DIR]
-#                     [--unit-dir DIR] [--enable]
+#                     [--unit-dir DIR] [--commit SHA] [--enable]
 #
 #   --root DIR      install into the root file system mounted at DIR (an image being built):
 #                   every step runs chrooted into DIR with DIR's own python3
@@ -11,6 +11,7 @@
 #   --python PATH   the interpreter the venv is made from (default /usr/bin/python3, >= 3.11)
 #   --bin-dir DIR   where the launcher `envd` goes (default /usr/bin, which the unit runs)
 #   --unit-dir DIR  where envd.service goes (default /lib/systemd/system)
+#   --commit SHA    the build commit `envd -commit` prints (default: the source tree's git HEAD)
 #   --enable        enable envd.service (and, on a running system, start or restart it)
 #
 # Why a prefix of its own: the interpreter is part of the artifact. Templates pip-install into
@@ -24,6 +25,7 @@ prefix=/usr/lib/envd
 python=/usr/bin/python3
 bin_dir=/usr/bin
 unit_dir=/lib/systemd/system
+commit=""
 enable=no
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -32,8 +34,9 @@ while [ $# -gt 0 ]; do
     --python) python=$2; shift 2 ;;
     --bin-dir) bin_dir=$2; shift 2 ;;
     --unit-dir) unit_dir=$2; shift 2 ;;
+    --commit) commit=$2; shift 2 ;;
     --enable) enable=yes; shift ;;
-    -h | --help) sed -n '2,14s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,15s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "install.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -89,7 +92,7 @@ in_target "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' ||
 stage=$(mktemp -d -p "$root/var/tmp" envd-install.XXXXXX)
 stage=${stage#"$root"}
 tar -C "$src" --exclude=__pycache__ -cf - pyproject.toml README.md envd | tar -C "$root$stage" -xf -
-commit=$(git -C "$src" rev-parse --short=7 HEAD 2>/dev/null || echo unknown)
+[ -n "$commit" ] || commit=$(git -C "$src" rev-parse --short=7 HEAD 2>/dev/null || echo unknown)
 sed -i "s/^COMMIT = \"unknown\"$/COMMIT = \"$commit\"/" "$root$stage/envd/cli.py"
 chmod -R a+rX "$root$stage"
 
