@@ -131,3 +131,18 @@ def test_user_can_stat_root_only_files(fs: FilesystemClientSync) -> None:
     entry = fs.stat(StatRequest(path="/etc/shadow"), headers=AS_USER).entry
     assert entry is not None
     assert stat.S_IMODE(os.stat("/etc/shadow").st_mode) == entry.mode
+
+
+@pytest.mark.root
+def test_go_mode_letters_for_devices_and_flags(fs: FilesystemClientSync, workdir: Path) -> None:
+    block = workdir / "block"
+    os.mknod(block, stat.S_IFBLK | 0o660, os.makedev(7, 250))
+    block.chmod(0o660)  # past the umask
+    flagged = workdir / "flagged"
+    flagged.mkdir()
+    flagged.chmod(0o3777)  # setgid + sticky: Go writes letters, never s/t in the rwx part
+    for path, expected in ((block, "Drw-rw----"), (flagged, "dgtrwxrwxrwx")):
+        entry = fs.stat(StatRequest(path=str(path))).entry
+        assert entry is not None
+        assert entry.permissions == expected
+        assert entry.mode == stat.S_IMODE(os.lstat(path).st_mode) & 0o777
