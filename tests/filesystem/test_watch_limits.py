@@ -4,11 +4,15 @@ instances, and streams still open when envd shuts down."""
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import signal
+import struct
 import time
 from typing import TYPE_CHECKING
 
 import anyio
+import httpx
 import pytest
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
@@ -87,3 +91,39 @@ async def test_network_filesystem_guard(envd: EnvdProcess, workdir: Path) -> Non
         assert err.value.message == f"cannot watch path on network filesystem: {mount_point}"
         async with watching(envd.url, str(mount_point), allow_network_mounts=True):
             pass  # opted in: the stream starts
+
+
+def test_stalled_stream_ends_with_overflow_error(envd: EnvdProcess, workdir: Path) -> None:
+    # The client stops reading while 300k events happen: more than the socket buffers, envd's
+    # 100k-event buffer and the kernel queue can hold together. Events are lost, so the stream
+    # must end with an explicit error, after delivering what was read before the overflow.
+    a, b = workdir / "a", workdir / "b"
+    a.write_text("")
+    b.write_text("")
+    body = json.dumps({"path": str(workdir)}).encode()
+    with (
+        httpx.Client(base_url=envd.url, timeout=30) as client,
+        client.stream(
+            "POST",
+            "/filesystem.Filesystem/WatchDir",
+            content=struct.pack(">BI", 0, len(body)) + body,
+            headers={"content-type": "application/connect+json"},
+        ) as r,
+    ):
+        chunks = r.iter_raw()
+        buffer = next(chunks)
+        for i in range(300_000):  # alternate, or inotify merges identical consecutive events
+            os.utime(a if i % 2 else b, ns=(i, i))
+        events, end = 0, None
+        while end is None:
+            buffer += next(chunks)
+            while len(buffer) >= 5 and len(buffer) >= 5 + int.from_bytes(buffer[1:5], "big"):
+                flags, size = buffer[0], int.from_bytes(buffer[1:5], "big")
+                frame, buffer = buffer[5 : 5 + size], buffer[5 + size :]
+                if flags & 0x02:
+                    end = json.loads(frame)
+                    break
+                events += b'"filesystem"' in frame
+    assert end["error"]["code"] == "internal"
+    assert end["error"]["message"] == "watcher error: fsnotify: queue or buffer overflow"
+    assert events > 0
