@@ -78,9 +78,15 @@ export class Daemon {
 
   async start() {
     const log = openSync(this.logPath, 'a')
-    const args = ['-m', 'envd', '-isnotfc', '-bind', '127.0.0.1', '-port', String(this.port)]
+    const envd = [envdPython, '-m', 'envd', '-isnotfc', '-bind', '127.0.0.1', '-port', String(this.port)]
     const env = { PATH: process.env.PATH ?? '/usr/bin:/bin', LANG: 'C.UTF-8' }
-    this.proc = spawn(envdPython, args, { cwd: repoRoot, env, stdio: ['ignore', log, log] })
+    // A daemon must not outlive a test run killed hard; setpriv (util-linux) sets the
+    // parent-death signal and execs envd in the same process.
+    this.proc = spawn('setpriv', ['--pdeathsig', 'TERM', '--', ...envd], {
+      cwd: repoRoot,
+      env,
+      stdio: ['ignore', log, log],
+    })
     closeSync(log)
     const exited = new Promise((done) => this.proc.once('exit', done))
     this.exited = exited

@@ -18,6 +18,9 @@ import httpx
 SHARED_ENVD_URL = "http://localhost:49983"
 REPO_ROOT = Path(__file__).resolve().parents[3]
 ENVD_PYTHON = os.environ.get("ENVD_PYTHON", str(REPO_ROOT / ".venv" / "bin" / "python"))
+# A daemon must not outlive a test run killed hard (SIGKILL skips fixture teardown); setpriv
+# (util-linux) sets the parent-death signal and execs envd in the same process.
+DIE_WITH_PARENT = ("setpriv", "--pdeathsig", "TERM", "--")
 TRACEBACK_MARKER = "Traceback (most recent call last)"
 
 
@@ -40,16 +43,7 @@ class Daemon:
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
         with open(self.log_path, "ab") as log:
             self._proc = subprocess.Popen(
-                [
-                    ENVD_PYTHON,
-                    "-m",
-                    "envd",
-                    "-isnotfc",
-                    "-bind",
-                    "127.0.0.1",
-                    "-port",
-                    str(self.port),
-                ],
+                [*DIE_WITH_PARENT, *self._envd_command()],
                 cwd=REPO_ROOT,
                 env=env,
                 stdout=log,
@@ -66,6 +60,18 @@ class Daemon:
                 pass
             time.sleep(0.05)
         raise RuntimeError(f"envd did not answer /health in 20 s:\n{self.log_text()}")
+
+    def _envd_command(self) -> list[str]:
+        return [
+            ENVD_PYTHON,
+            "-m",
+            "envd",
+            "-isnotfc",
+            "-bind",
+            "127.0.0.1",
+            "-port",
+            str(self.port),
+        ]
 
     def stop(self) -> None:
         proc, self._proc = self._proc, None
