@@ -66,6 +66,16 @@ class Subscription(Generic[T]):
         _wake(self._writer)
         _wake(self._reader)
 
+    def peek(self) -> T | None:
+        """The next buffered item without taking it; None when nothing is buffered."""
+        return self._items[0] if self._items else None
+
+    def take(self) -> T:
+        """Take the buffered item that peek() returned."""
+        item = self._items.popleft()
+        _wake(self._writer)
+        return item
+
     def _ended(self) -> bool:
         return self._closed or self.stopped
 
@@ -82,9 +92,7 @@ class Subscription(Generic[T]):
                     timer.cancel()
                 self._reader = None
         if self._items:
-            item = self._items.popleft()
-            _wake(self._writer)
-            return item
+            return self.take()
         return Signal.CLOSED if self._ended() else Signal.TIMEOUT
 
 

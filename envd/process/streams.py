@@ -16,6 +16,10 @@ if TYPE_CHECKING:
     from envd.process.handle import Chunk, OutputKind, ProcessHandle
 
 KEEPALIVE_INTERVAL_S: Final = 90.0  # Go's default; the SDKs send 50
+# A client slower than the child finds several chunks waiting; they go out as one event (same
+# kind, in order) instead of one event per read, which the per-message cost of the stream
+# would make the bottleneck. Events stay far below the clients' 4 MiB message limit.
+MAX_EVENT_BYTES: Final = 1024 * 1024
 
 
 def keepalive_interval(headers: Mapping[str, str]) -> float:
@@ -63,6 +67,19 @@ _KEEPALIVE_ONEOF = Oneof("keepalive", ProcessEvent.KeepAlive())
 _KEEPALIVE: Final = ProcessEvent(event=_KEEPALIVE_ONEOF)
 
 
+def _coalesced(first: Chunk, subscription: Subscription[Chunk]) -> Chunk:
+    kind, data = first
+    following = subscription.peek()
+    if following is None or following[0] != kind:
+        return first
+    parts, size = [data], len(data)
+    while following is not None and following[0] == kind and size < MAX_EVENT_BYTES:
+        parts.append(subscription.take()[1])
+        size += len(parts[-1])
+        following = subscription.peek()
+    return kind, b"".join(parts)
+
+
 async def process_events(
     handle: ProcessHandle, subscription: Subscription[Chunk], interval_s: float
 ) -> AsyncIterator[ProcessEvent]:
@@ -76,7 +93,7 @@ async def process_events(
         elif item is Signal.CLOSED:
             break
         else:
-            yield data_event(*item)
+            yield data_event(*_coalesced(item, subscription))
     if subscription.stopped:
         return
     yield end_of(await handle.end)
