@@ -73,6 +73,7 @@ _NETWORK_FS_MAGIC: Final = {
 }
 _ID_ALPHABET: Final = string.ascii_lowercase + string.digits
 _READS_PER_WAKEUP: Final = 16
+_EVENTS_PER_CHECKPOINT: Final = 256
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -305,18 +306,19 @@ def _entry_or_none(path: str) -> EntryInfo | None:
         return None
 
 
+def _to_proto(event: FsEvent, root: str, include_entry: bool) -> FilesystemEvent:
+    """One protobuf event; CREATE/WRITE/CHMOD carry a fresh EntryInfo when asked (blocking)."""
+    message = FilesystemEvent(name=wire_str(event.name), type=event.type)
+    if include_entry and event.type in _WITH_ENTRY:
+        path = root if event.name == "." else posixpath.join(root, event.name)
+        entry = _entry_or_none(path)
+        if entry is not None:
+            message.entry = entry
+    return message
+
+
 def to_proto(events: Iterable[FsEvent], root: str, include_entry: bool) -> list[FilesystemEvent]:
-    """Protobuf events; CREATE/WRITE/CHMOD carry a fresh EntryInfo when asked (blocking)."""
-    result = []
-    for event in events:
-        message = FilesystemEvent(name=wire_str(event.name), type=event.type)
-        if include_entry and event.type in _WITH_ENTRY:
-            path = root if event.name == "." else posixpath.join(root, event.name)
-            entry = _entry_or_none(path)
-            if entry is not None:
-                message.entry = entry
-        result.append(message)
-    return result
+    return [_to_proto(event, root, include_entry) for event in events]
 
 
 async def watch_events(
@@ -338,9 +340,13 @@ async def watch_events(
             continue
         if not batch and watcher.closed:
             return
-        for message in to_proto(batch, watcher.root, include_entry):
+        for sent, fs_event in enumerate(batch, 1):
+            message = _to_proto(fs_event, watcher.root, include_entry)
             event: Oneof[Literal["filesystem"], FilesystemEvent] = Oneof("filesystem", message)
             yield WatchDirResponse(event=event)
+            if sent % _EVENTS_PER_CHECKPOINT == 0:
+                # Writes to a fast client never suspend; let other requests run during bursts.
+                await asyncio.sleep(0)
 
 
 @dataclass(slots=True)

@@ -128,12 +128,10 @@ def test_undecodable_names_listed_with_replacement(
     assert "bad-\ufffd-name" in r.content.decode("utf-8")
 
 
-def test_ten_thousand_entries(fs_proto: FilesystemClientSync, workdir: Path) -> None:
+def test_large_directory(fs_proto: FilesystemClientSync, workdir: Path) -> None:
     big = workdir / "big"
     big.mkdir()
-    for i in range(10_000):
+    for i in range(3000):  # bench.listdir times 10,000
         os.close(os.open(big / f"f{i:05}", os.O_CREAT | os.O_WRONLY, 0o644))
     entries = fs_proto.list_dir(ListDirRequest(path=str(big))).entries
-    assert len(entries) == 10_000
-    assert entries[0].name == "f00000"
-    assert entries[-1].name == "f09999"
+    assert [e.name for e in entries] == [f"f{i:05}" for i in range(3000)]
