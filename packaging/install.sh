@@ -108,25 +108,39 @@ fi
 # Build a wheel (not an editable install: the prefix must not depend on this source tree), then
 # replace envd itself even when the version is unchanged, and add any missing dependency.
 in_target env PIP_DISABLE_PIP_VERSION_CHECK=1 \
-  "$prefix/bin/python" -I -m pip wheel -q --no-cache-dir --no-deps -w "$stage/dist" "$stage"
+  "$prefix/bin/python" -I -m pip wheel -q --no-deps -w "$stage/dist" "$stage"
 wheel=$(cd "$root$stage/dist" && ls envd-*.whl)
 in_target env PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_WARN_SCRIPT_LOCATION=1 \
-  "$prefix/bin/python" -I -m pip install -q --no-cache-dir --force-reinstall --no-deps \
+  "$prefix/bin/python" -I -m pip install -q --force-reinstall --no-deps \
   "$stage/dist/$wheel"
 in_target env PIP_DISABLE_PIP_VERSION_CHECK=1 \
-  "$prefix/bin/python" -I -m pip install -q --no-cache-dir "$stage/dist/$wheel"
+  "$prefix/bin/python" -I -m pip install -q "$stage/dist/$wheel"
 # Byte-compile everything in the prefix now, so the first start does not pay for it (pip's own
 # compile step is skipped when PYTHONDONTWRITEBYTECODE is set).
 in_target "$prefix/bin/python" -I -m compileall -q -j 0 "$prefix/lib" >/dev/null
 
+# The spawn helper (envd/process/spawn_helper.c), prebuilt as a static binary with this host's
+# compiler: images without one get it too, and envd's first start does not compile it. Skipped
+# (envd then builds it itself when it can, or starts children without it) when there is no
+# compiler or static libc here, or the target is another architecture.
+helper=""
+cc=$(command -v cc || command -v gcc || true)
+if [ -n "$cc" ] && [ "$(in_target "$python" -c 'import platform; print(platform.machine())')" = "$(uname -m)" ]; then
+  mkdir -p "$root$prefix/libexec"
+  if "$cc" -O2 -static -o "$root$prefix/libexec/spawn-helper" "$src/envd/process/spawn_helper.c" 2>/dev/null; then
+    helper=$prefix/libexec/spawn-helper
+  fi
+fi
+
 # The launcher: the only thing outside the prefix besides the unit. exec keeps the PID, so
 # systemd's main process (Type=notify, NotifyAccess=main) is envd itself.
 mkdir -p "$root$bin_dir"
-cat >"$root$bin_dir/envd.new" <<EOF
-#!/bin/sh
-# envd launcher, installed by envd's packaging/install.sh: envd's private interpreter, isolated.
-exec $prefix/bin/python -I -m envd "\$@"
-EOF
+{
+  echo '#!/bin/sh'
+  echo "# envd launcher, installed by envd's packaging/install.sh: envd's private interpreter, isolated."
+  [ -z "$helper" ] || echo "export ENVD_SPAWN_HELPER=$helper"
+  echo "exec $prefix/bin/python -I -m envd \"\$@\""
+} >"$root$bin_dir/envd.new"
 chmod 0755 "$root$bin_dir/envd.new"
 mv -f "$root$bin_dir/envd.new" "$root$bin_dir/envd"
 

@@ -1,0 +1,92 @@
+"""Start-up time: from process start to READY=1 on a NOTIFY_SOCKET of our own (what systemd
+waits for with Type=notify), against two baselines run in the same session: the bare interpreter
+(`python -I -c pass`) and `envd -version` (the CLI without the server stack).
+
+Run: .venv/bin/python -m bench.startup [--runs 7] [--launcher /usr/bin/envd]
+`--launcher` measures an installed envd (packaging/install.sh) instead of this tree's.
+Target: READY=1 within 1 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.envd_process import free_port
+
+TARGET_MS = 1000
+
+
+def time_to_exit(command: list[str]) -> float:
+    begin = time.perf_counter()
+    subprocess.run(command, check=True, capture_output=True)
+    return (time.perf_counter() - begin) * 1000
+
+
+def time_to_ready(command: list[str], tmp: Path) -> float:
+    """Milliseconds from spawning envd to its READY=1; /health must answer right after."""
+    address = tmp / "notify.sock"
+    address.unlink(missing_ok=True)
+    port = free_port()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind(str(address))
+        sock.settimeout(30)
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "NOTIFY_SOCKET": str(address)}
+        begin = time.perf_counter()
+        proc = subprocess.Popen(
+            [*command, "-port", str(port), "-bind", "127.0.0.1", "-isnotfc"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            while b"READY=1" not in sock.recv(4096).split(b"\n"):
+                pass
+            elapsed = (time.perf_counter() - begin) * 1000
+            status = httpx.get(f"http://127.0.0.1:{port}/health").status_code
+            assert status == 204, f"READY=1 sent but /health answered {status}"
+        finally:
+            proc.terminate()
+            proc.wait(10)
+    return elapsed
+
+
+def row(name: str, samples: list[float], baseline: float) -> str:
+    median = statistics.median(samples)
+    return f"{name:<34} {median:>9.0f} {min(samples):>9.0f} {median / baseline:>8.1f}x"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--launcher", help="an installed envd launcher, e.g. /usr/bin/envd")
+    args = parser.parse_args()
+    envd = [args.launcher] if args.launcher else [sys.executable, "-m", "envd"]
+    python = sys.executable
+    if args.launcher:  # the installed prefix's interpreter, read from the launcher
+        exec_line = Path(args.launcher).read_text().splitlines()[-1]
+        python = exec_line.split()[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        bare = [time_to_exit([python, "-I", "-c", "pass"]) for _ in range(args.runs)]
+        version = [time_to_exit([*envd, "-version"]) for _ in range(args.runs)]
+        ready = [time_to_ready(envd, Path(tmp)) for _ in range(args.runs)]
+    baseline = statistics.median(bare)
+    print(f"{'ms (median of ' + str(args.runs) + ')':<34} {'median':>9} {'min':>9} {'ratio':>9}")
+    print(row("python -I -c pass (baseline)", bare, baseline))
+    print(row("envd -version", version, baseline))
+    print(row("envd start -> READY=1", ready, baseline))
+    verdict = "ok" if statistics.median(ready) < TARGET_MS else "OVER TARGET"
+    print(f"target: READY=1 within {TARGET_MS} ms: {verdict}")
+
+
+if __name__ == "__main__":
+    main()
