@@ -3,7 +3,7 @@ import assert from 'node:assert/strict'
 import { chmodSync, mkdirSync, readdirSync, statSync } from 'node:fs'
 import { test } from 'node:test'
 
-import { FileNotFoundError, FileType, FilesystemEventType, NotFoundError } from 'e2b'
+import { FileNotFoundError, FileType, FilesystemEventType, InvalidArgumentError, NotFoundError } from 'e2b'
 
 import { sandbox, waitUntil, workdir } from './helpers.mjs'
 
@@ -137,6 +137,15 @@ test('missing paths raise NotFoundError', async (t) => {
   await assert.rejects(sbx.files.list(`${dir}/nope`), NotFoundError)
   await assert.rejects(sbx.files.rename(`${dir}/nope`, `${dir}/other`), NotFoundError)
   await assert.rejects(sbx.files.watchDir(`${dir}/nope`, () => {}), NotFoundError)
+})
+
+test('directory calls on a file are InvalidArgumentError', async (t) => {
+  const dir = workdir(t)
+  const sbx = await sandbox()
+  await sbx.files.write(`${dir}/plain.txt`, 'x')
+  await assert.rejects(sbx.files.list(`${dir}/plain.txt`), InvalidArgumentError)
+  await assert.rejects(sbx.files.watchDir(`${dir}/plain.txt`, () => {}), InvalidArgumentError)
+  await assert.rejects(sbx.files.makeDir(`${dir}/plain.txt`), InvalidArgumentError)
 })
 
 test('watchDir reports create, write, chmod, rename and remove', async (t) => {

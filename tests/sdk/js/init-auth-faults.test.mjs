@@ -24,6 +24,16 @@ test('/init env vars reach commands; per-command envs win', async (t) => {
   assert.equal((await sbx.commands.run('echo "${SANDBOX_WIDE:-gone} $ONLY"')).stdout, 'gone this\n')
 })
 
+test('/init defaultUser and defaultWorkdir', async (t) => {
+  const dir = workdir(t)
+  const daemon = await Daemon.start(t)
+  assert.equal((await daemon.init({ defaultUser: 'user', defaultWorkdir: dir })).status, 204)
+  const sbx = await daemon.sandbox()
+  assert.equal((await sbx.commands.run('whoami; pwd')).stdout, `user\n${dir}\n`)
+  await sbx.files.write(`${dir}/f.txt`, 'x')
+  assert.equal((await sbx.files.getInfo(`${dir}/f.txt`)).owner, 'user')
+})
+
 test('access token: right one works, wrong one is AuthenticationError', async (t) => {
   const dir = workdir(t)
   const daemon = await Daemon.start(t)

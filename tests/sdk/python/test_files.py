@@ -8,7 +8,7 @@ import time
 from typing import TYPE_CHECKING
 
 import pytest
-from e2b import FileType, NotFoundException, Sandbox
+from e2b import FileType, InvalidArgumentException, NotFoundException, Sandbox
 from e2b.sandbox.filesystem.watch_handle import FilesystemEventType
 
 if TYPE_CHECKING:
@@ -172,6 +172,16 @@ def test_missing_paths_raise_not_found(sandbox: Sandbox, workdir: str) -> None:
         sandbox.files.rename(missing, f"{workdir}/other.txt")
     with pytest.raises(NotFoundException):
         sandbox.files.watch_dir(missing)
+
+
+def test_directory_calls_on_a_file_are_invalid(sandbox: Sandbox, workdir: str) -> None:
+    sandbox.files.write(f"{workdir}/plain.txt", "x")
+    with pytest.raises(InvalidArgumentException, match="not a directory"):
+        sandbox.files.list(f"{workdir}/plain.txt")
+    with pytest.raises(InvalidArgumentException):
+        sandbox.files.watch_dir(f"{workdir}/plain.txt")
+    with pytest.raises(InvalidArgumentException):
+        sandbox.files.make_dir(f"{workdir}/plain.txt")
 
 
 def poll_events(
