@@ -1,6 +1,6 @@
 """End-to-end checks against envd as installed by packaging/install.sh and started by systemd in
-a booted Debian image (scripts/test-image boots it with systemd-nspawn on the host's network, so
-envd answers on 127.0.0.1:49983).
+a booted Debian image (scripts/test-image boots it with systemd-nspawn and runs this in the
+container's network namespace, where envd answers on 127.0.0.1:49983).
 
 Not a pytest module: it needs the booted container, which only scripts/test-image makes.
 
