@@ -6,6 +6,7 @@ import re
 from typing import TYPE_CHECKING, Literal
 
 import anyio
+import httpx
 import pytest
 from connectrpc.code import Code
 from connectrpc.codec import proto_json_codec
@@ -240,3 +241,18 @@ async def test_pty_output_whole_in_bounded_events(client: ProcessClient) -> None
                 sizes.append(len(event.value.output.value))
     assert sum(sizes) == 300_000
     assert max(sizes) <= MAX_EVENT_BYTES  # reads of 16 KiB, merged only for a lagging client
+
+
+async def test_signal_number_outside_the_enum(envd: EnvdProcess, client: ProcessClient) -> None:
+    started, me = await _start(client, shell("sleep 30"))
+    try:
+        async with httpx.AsyncClient(base_url=envd.url) as http:
+            response = await http.post(
+                "/process.Process/SendSignal",
+                json={"process": {"pid": started.run.pid}, "signal": 2},  # SIGINT: not in the enum
+            )
+        assert response.status_code == 501
+        assert response.json() == {"code": "unimplemented", "message": "invalid signal"}
+    finally:
+        await client.send_signal(SendSignalRequest(process=me, signal=Signal.SIGKILL))
+    await started.finish()
