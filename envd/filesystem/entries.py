@@ -161,8 +161,14 @@ _owner_name = _NameCache(owner_name)
 _group_name = _NameCache(group_name)
 
 
-def _byte_order(entry: os.DirEntry[str]) -> bytes:
-    return entry.name.encode("utf-8", "surrogateescape")
+def sorted_children(directory: str) -> list[os.DirEntry[str]]:
+    """The entries of a directory in byte order of their names (Go's os.ReadDir order).
+
+    Raises:
+        OSError: the directory could not be read.
+    """
+    with os.scandir(directory) as it:
+        return sorted(it, key=lambda entry: entry.name.encode("utf-8", "surrogateescape"))
 
 
 def list_dir(root: str, depth: int) -> list[EntryInfo]:
@@ -170,6 +176,7 @@ def list_dir(root: str, depth: int) -> list[EntryInfo]:
 
     `root` is the requested path; the walk reads its realpath but reports paths under the
     requested (cleaned) root, and never follows symlinks inside the tree (Go ListDir).
+    Iterative, so a very deep tree cannot exhaust the interpreter's recursion limit.
 
     Raises:
         OSError: the root could not be resolved or read (ELOOP for a symlink cycle).
@@ -179,22 +186,23 @@ def list_dir(root: str, depth: int) -> list[EntryInfo]:
     if not os.path.isdir(real_root):
         raise RootNotADirectoryError(root)
     entries: list[EntryInfo] = []
-
-    def walk(real_dir: str, shown_dir: str, level: int) -> None:
+    # One (remaining children, shown directory path, level) per directory being walked.
+    stack = [(iter(sorted_children(real_root)), posixpath.normpath(root), 1)]
+    while stack:
+        children, shown_dir, level = stack[-1]
+        child = next(children, None)
+        if child is None:
+            stack.pop()
+            continue
+        shown = posixpath.join(shown_dir, child.name)
         try:
-            with os.scandir(real_dir) as it:
-                children = sorted(it, key=_byte_order)
+            st = child.stat(follow_symlinks=False)
         except FileNotFoundError:  # vanished mid-walk
-            return
-        for child in children:
-            shown = posixpath.join(shown_dir, child.name)
+            continue
+        entries.append(entry_from_lstat(shown, st))
+        if level < depth and stat.S_ISDIR(st.st_mode):
             try:
-                st = child.stat(follow_symlinks=False)
+                stack.append((iter(sorted_children(child.path)), shown, level + 1))
             except FileNotFoundError:
                 continue
-            entries.append(entry_from_lstat(shown, st))
-            if level < depth and stat.S_ISDIR(st.st_mode):
-                walk(child.path, shown, level + 1)
-
-    walk(real_root, posixpath.normpath(root), 1)
     return entries

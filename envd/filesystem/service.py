@@ -6,7 +6,6 @@ from __future__ import annotations
 import errno
 import os
 import posixpath
-import shutil
 import stat
 import time
 from typing import TYPE_CHECKING, Any, Final
@@ -28,6 +27,7 @@ from envd._gen.filesystem.filesystem_pb import (
 )
 from envd.auth import rpc_user
 from envd.filesystem import entries
+from envd.filesystem.remove import remove_tree
 from envd.filesystem.watch import PollingWatchers, closing_on_exit, open_watcher, watch_events
 from envd.users import ensure_dirs, expand_path
 
@@ -62,23 +62,6 @@ def keepalive_interval(header: str | None) -> float:
     except ValueError:
         return KEEPALIVE_INTERVAL_S
     return seconds if seconds > 0 else KEEPALIVE_INTERVAL_S
-
-
-def _remove_tree(path: str) -> None:
-    """`rm -rf`: a symlink is removed, not its target; a missing path is not an error."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return
-    if not stat.S_ISDIR(st.st_mode):
-        os.unlink(path)
-        return
-
-    def vanished_ok(_func: Any, _path: str, exc_info: Any) -> None:
-        if not isinstance(exc_info[1], FileNotFoundError):
-            raise exc_info[1]
-
-    shutil.rmtree(path, onerror=vanished_ok)
 
 
 class _RecentUsers:
@@ -203,7 +186,7 @@ class FilesystemService(Filesystem):
     ) -> RemoveResponse:
         path = self._resolve(request.path, self._user(ctx))
         try:
-            await to_thread.run_sync(_remove_tree, path)
+            await to_thread.run_sync(remove_tree, path)
         except OSError as exc:
             raise ConnectError(Code.INTERNAL, f"error removing file or directory: {exc}") from None
         return RemoveResponse()

@@ -29,7 +29,7 @@ from envd._gen.filesystem.filesystem_pb import (
     WatchDirResponse,
 )
 from envd.filesystem import inotify
-from envd.filesystem.entries import entry_info, wire_str
+from envd.filesystem.entries import entry_info, sorted_children, wire_str
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterable, Iterator
@@ -143,30 +143,35 @@ class DirWatcher:
     def add_tree(self, rel: str, on_existing: list[FsEvent] | None = None) -> None:
         """Watch directory `rel` (and its subdirectories if recursive); blocking.
 
-        Entries already inside are appended to `on_existing` as CREATEs (the `mkdir -p` case).
-        Only the root's failure is raised; unreadable subdirectories are skipped, as in Go.
+        Entries already inside are appended to `on_existing` as CREATEs, parents first (the
+        `mkdir -p` case). Only the root's failure is raised; unreadable subdirectories are
+        skipped, as in Go. Iterative: depth is bounded by the filesystem, not the interpreter.
         """
-        path = posixpath.join(self.root, rel) if rel else self.root
-        try:
-            self._dirs[self._inotify.add_watch(path, _WATCH_MASK)] = rel
-        except OSError:
-            if not rel:
-                raise
-            return
-        if not self.recursive:
-            return
-        try:
-            with os.scandir(path) as it:
-                children = sorted(it, key=lambda e: e.name)
-        except OSError:
-            return
-        for child in children:
-            child_rel = posixpath.join(rel, child.name) if rel else child.name
-            if on_existing is not None:
-                on_existing.append(FsEvent(child_rel, EventType.CREATE))
-                self._synthetic.add(child_rel)
-            if child.is_dir(follow_symlinks=False):
-                self.add_tree(child_rel, on_existing)
+        pending = [rel]
+        while pending:
+            dir_rel = pending.pop()
+            path = posixpath.join(self.root, dir_rel) if dir_rel else self.root
+            try:
+                self._dirs[self._inotify.add_watch(path, _WATCH_MASK)] = dir_rel
+            except OSError:
+                if not dir_rel:
+                    raise
+                continue
+            if not self.recursive:
+                return
+            try:
+                children = sorted_children(path)
+            except OSError:
+                continue
+            subdirs = []
+            for child in children:
+                child_rel = posixpath.join(dir_rel, child.name) if dir_rel else child.name
+                if on_existing is not None:
+                    on_existing.append(FsEvent(child_rel, EventType.CREATE))
+                    self._synthetic.add(child_rel)
+                if child.is_dir(follow_symlinks=False):
+                    subdirs.append(child_rel)
+            pending.extend(reversed(subdirs))
 
     def start(self) -> None:
         self._loop.add_reader(self._inotify.fd, self._on_readable)

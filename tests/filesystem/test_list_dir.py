@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from typing import TYPE_CHECKING
 
 import httpx
@@ -10,7 +11,7 @@ import pytest
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
-from envd._gen.filesystem.filesystem_pb import FileType, ListDirRequest
+from envd._gen.filesystem.filesystem_pb import FileType, ListDirRequest, RemoveRequest
 from tests.filesystem.conftest import AS_USER
 
 if TYPE_CHECKING:
@@ -135,3 +136,15 @@ def test_large_directory(fs_proto: FilesystemClientSync, workdir: Path) -> None:
         os.close(os.open(big / f"f{i:05}", os.O_CREAT | os.O_WRONLY, 0o644))
     entries = fs_proto.list_dir(ListDirRequest(path=str(big))).entries
     assert [e.name for e in entries] == [f"f{i:05}" for i in range(3000)]
+
+
+def test_deeper_than_the_interpreter_recursion_limit(
+    fs_proto: FilesystemClientSync, workdir: Path
+) -> None:
+    levels = 1500  # Python's default recursion limit is 1000
+    subprocess.run(["mkdir", "-p", "/".join(["d"] * levels)], cwd=workdir, check=True)
+    entries = fs_proto.list_dir(ListDirRequest(path=str(workdir), depth=levels + 5)).entries
+    assert len(entries) == levels
+    assert entries[-1].path == str(workdir / "/".join(["d"] * levels))
+    fs_proto.remove(RemoveRequest(path=str(workdir / "d")))  # also iterative
+    assert not (workdir / "d").exists()

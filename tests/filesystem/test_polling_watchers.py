@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 import time
 from typing import TYPE_CHECKING
 
@@ -102,3 +103,17 @@ def test_undrained_watcher_reports_overflow(fs_proto: FilesystemClientSync, work
             fs_proto.get_watcher_events(request)
     finally:
         fs_proto.remove_watcher(RemoveWatcherRequest(watcher_id=watcher_id))
+
+
+def test_recursive_watch_of_a_very_deep_tree(fs: FilesystemClientSync, workdir: Path) -> None:
+    deepest = workdir / "/".join(["d"] * 1500)  # deeper than Python's recursion limit
+    subprocess.run(["mkdir", "-p", str(deepest)], check=True)
+    request = CreateWatcherRequest(path=str(workdir), recursive=True)
+    watcher_id = fs.create_watcher(request).watcher_id
+    try:
+        (deepest / "leaf").write_text("")
+        events = _poll_until(fs, watcher_id, 1)
+        assert events[0] == (str((deepest / "leaf").relative_to(workdir)), EventType.CREATE)
+    finally:
+        fs.remove_watcher(RemoveWatcherRequest(watcher_id=watcher_id))
+        subprocess.run(["rm", "-rf", str(workdir / "d")], check=True)  # rmtree would recurse

@@ -1,0 +1,52 @@
+"""`rm -rf` for Remove: iterative (a tree deeper than Python's recursion limit is still
+removed) and tolerant of entries that vanish while it runs, like Go's os.RemoveAll."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+
+
+def _unlink_files(directory: str) -> list[str]:
+    """Remove every non-directory in `directory`; return its subdirectories."""
+    subdirs = []
+    with os.scandir(directory) as it:
+        for entry in it:
+            if entry.is_dir(follow_symlinks=False):
+                subdirs.append(entry.path)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)
+    return subdirs
+
+
+def remove_tree(path: str) -> None:
+    """Remove `path` and everything below it; a symlink is removed, not its target.
+
+    A missing path is not an error (Go envd's Remove).
+
+    Raises:
+        OSError: something could not be removed.
+    """
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        os.unlink(path)
+        return
+    # Depth-first: a directory is removed once emptied; its subdirectories go on the stack
+    # above it, so it is revisited (and found empty) after them.
+    stack = [path]
+    while stack:
+        try:
+            subdirs = _unlink_files(stack[-1])
+        except FileNotFoundError:
+            stack.pop()
+            continue
+        if subdirs:
+            stack.extend(subdirs)
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            os.rmdir(stack.pop())
