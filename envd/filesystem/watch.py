@@ -235,7 +235,9 @@ class DirWatcher:
                 self._buffer.append(FsEvent(rel or ".", event_type))
         if not (self.recursive and raw.mask & inotify.IN_ISDIR and rel):
             return
-        if raw.mask & (inotify.IN_MOVED_FROM | inotify.IN_DELETE):
+        if raw.mask & inotify.IN_MOVED_FROM:
+            # A moved-away tree keeps its watches under stale names: drop them. (A deleted
+            # directory's watch goes by itself, with IN_IGNORED, so IN_DELETE needs no scan.)
             self._forget_under(rel)
         if created:
             existing: list[FsEvent] = []
