@@ -203,8 +203,9 @@ class DirWatcher:
         self._wakeup.set()
 
     def _forget_under(self, rel: str) -> None:
+        """Stop watching directory `rel` and everything below it ("" is the whole tree)."""
         for wd, dir_rel in list(self._dirs.items()):
-            if dir_rel == rel or dir_rel.startswith(rel + "/"):
+            if not rel or dir_rel == rel or dir_rel.startswith(rel + "/"):
                 del self._dirs[wd]
                 self._inotify.remove_watch(wd)
 
@@ -233,6 +234,10 @@ class DirWatcher:
         for mask, event_type in _OPS_IN_ORDER:
             if raw.mask & mask:
                 self._buffer.append(FsEvent(rel or ".", event_type))
+        if not rel and raw.mask & inotify.IN_MOVE_SELF:
+            # The root moved: names would be wrong from now on; fsnotify drops the watch too.
+            self._forget_under("")
+            return
         if not (self.recursive and raw.mask & inotify.IN_ISDIR and rel):
             return
         if raw.mask & inotify.IN_MOVED_FROM:

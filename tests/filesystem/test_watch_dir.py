@@ -194,3 +194,15 @@ def test_tcp_disconnect_mid_stream_releases_fd(envd: EnvdProcess, workdir: Path)
         assert inotify_fds(envd) == 1
         client.close()  # drops the TCP connection with the stream still open
     assert settled_inotify_fds(envd, 0) == 0
+
+
+async def test_moved_root_reports_rename_then_stops(envd: EnvdProcess, workdir: Path) -> None:
+    root = workdir / "root"
+    root.mkdir()
+    async with watching(envd.url, str(root), headers={"keepalive-ping-interval": "1"}) as stream:
+        root.rename(workdir / "elsewhere")
+        assert await stream.events(1) == [(".", RENAME)]
+        (workdir / "elsewhere" / "unseen").write_text("")
+        message = await stream.next(timeout_s=3)
+        assert message.event is not None
+        assert message.event.field == "keepalive"  # nothing about the moved tree
