@@ -44,7 +44,9 @@ class ProcessRegistry:
         self._live: dict[int, ProcessHandle] = {}  # insertion order = start order
         self._retained_by_pid: dict[int, RetainedExit] = {}
         self._retained_by_tag: dict[str, RetainedExit] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        # Each child's pump task, until its pipes reach EOF (a grandchild may hold them after
+        # the end event): shutdown stops these groups too.
+        self._tasks: dict[asyncio.Task[None], ProcessHandle] = {}
         self._streams: set[Subscription[Chunk]] = set()
         self._no_streams = asyncio.Event()
         self._helper: str | None = None
@@ -62,9 +64,12 @@ class ProcessRegistry:
         self._live[handle.pid] = handle
         subscription = self.subscribe(handle)
         task = asyncio.create_task(handle.run(self._on_end))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks[task] = handle
+        task.add_done_callback(self._forget_task)
         return handle, subscription
+
+    def _forget_task(self, task: asyncio.Task[None]) -> None:
+        self._tasks.pop(task, None)
 
     def subscribe(self, handle: ProcessHandle) -> Subscription[Chunk]:
         subscription = handle.output.subscribe()
@@ -156,19 +161,13 @@ class ProcessRegistry:
             await self._stop_children()
 
     async def _stop_children(self) -> None:
-        handles = self.live()
-        if handles:
-            log.info("stopping %d processes", len(handles))
-        for handle in handles:
-            handle.kill_quietly(signal.SIGTERM)
-        ends = [handle.end for handle in handles]
-        if ends:
-            _, pending = await asyncio.wait(ends, timeout=STOP_GRACE_S)
-            for handle in handles:
-                if not handle.end.done():
-                    handle.kill_quietly(signal.SIGKILL)
-            if pending:
-                await asyncio.wait(pending, timeout=STOP_GRACE_S)
+        if self._tasks:
+            log.info("stopping %d process groups", len(self._tasks))
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for handle in list(self._tasks.values()):
+                handle.kill_quietly(sig)
+            if self._tasks:
+                await asyncio.wait(list(self._tasks), timeout=STOP_GRACE_S)
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

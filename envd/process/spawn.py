@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import fcntl
 import os
 import platform
 import subprocess
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 
 # What a user's process gets; envd itself runs at -1000 in production so the OOM killer spares it.
 OOM_SCORE_ADJ: Final = b"100"
+STDOUT_PIPE_BYTES: Final = 1024 * 1024  # Linux default pipe-max-size
 _IOPRIO_WHO_PROCESS: Final = 1
 _IOPRIO_BEST_EFFORT_4: Final = (2 << 13) | 4
 _SYS_IOPRIO_SET: Final = {"x86_64": 251, "aarch64": 30}.get(platform.machine())
@@ -78,6 +80,14 @@ def child_env(user: User, store: Mapping[str, str], requested: Mapping[str, str]
     env.update(store)
     env.update(requested)
     return env
+
+
+def _widen(pipe_fd: int) -> None:
+    """A larger stdout pipe lets a fast child run ahead of envd's reads; the chunks read meanwhile
+    then leave as one event (streams.py), instead of one small event per pipe-full. Pages are
+    only used while data is waiting."""
+    with contextlib.suppress(OSError):  # over the system's pipe-max-size: keep the default
+        fcntl.fcntl(pipe_fd, fcntl.F_SETPIPE_SZ, STDOUT_PIPE_BYTES)
 
 
 def _own_group(req: SpawnRequest) -> dict[str, Any]:
@@ -191,6 +201,7 @@ async def spawn(req: SpawnRequest, helper: str | None) -> Child:
             child_fds.append(stdin_r)
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        _widen(out_r)
         parent_fds += [out_r, err_r]
         child_fds += [out_w, err_w]
         stdin_fd = stdin_r if req.stdin else subprocess.DEVNULL

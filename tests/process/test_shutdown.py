@@ -42,6 +42,10 @@ async def test_sigterm_ends_streams_and_stops_children(
     runs = [Run(), Run()]
     scripts = ["sleep 300", "trap '' TERM; exec sleep 300"]  # the second ignores SIGTERM
     async with ProcessClient(daemon.url, codec=proto_json_codec(), send_compression=None) as client:
+        # Ended at once, but its background sleep lives on in its group, holding the pipe.
+        ended = Run()
+        await _read_all(client.start(shell("sleep 300 & echo bg")), ended)
+        assert ended.end is not None
         streams = [client.start(shell(script)) for script in scripts]
         for stream, run in zip(streams, runs, strict=True):
             run.add((await anext(stream)).event)
@@ -56,5 +60,5 @@ async def test_sigterm_ends_streams_and_stops_children(
     for run in runs:
         assert run.order == ["start"]  # ended cleanly: no error, no end event
     with anyio.fail_after(5):
-        while any(_group_alive(run.pid) for run in runs):
+        while any(_group_alive(run.pid) for run in [*runs, ended]):
             await anyio.sleep(0.05)
