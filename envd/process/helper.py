@@ -49,6 +49,15 @@ def _compile(compiler: str, target: Path, *extra: str) -> bool:
     return True
 
 
+def _trusted(path: Path) -> bool:
+    """Ours and writable by nobody else: the helper runs with envd's privileges."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return st.st_uid == os.geteuid() and not st.st_mode & 0o022
+
+
 def ensure_helper() -> str | None:
     """The helper's path, building it on first use; None when unavailable (fallback)."""
     configured = os.environ.get(HELPER_ENV)
@@ -59,13 +68,17 @@ def ensure_helper() -> str | None:
     digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:12]
     target = _cache_dir() / f"spawn-helper-{digest}"
     if os.access(target, os.X_OK):
-        return str(target)
+        return str(target) if _trusted(target) and _trusted(target.parent) else None
     compiler = shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
         log.info("no C compiler: children are started without the spawn helper")
         return None
     target.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+    if not _trusted(target.parent):
+        log.warning("%s is writable by others: not building the spawn helper there", target.parent)
+        return None
     # Static when libc.a is there: no dynamic loader work on every start.
+    # Builds of older sources are left alone: a daemon of that version may still use one.
     if _compile(compiler, target, "-static") or _compile(compiler, target):
         return str(target)
     return None
