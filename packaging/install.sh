@@ -93,7 +93,10 @@ stage=$(mktemp -d -p "$root/var/tmp" envd-install.XXXXXX)
 stage=${stage#"$root"}
 tar -C "$src" --exclude=__pycache__ -cf - pyproject.toml README.md envd | tar -C "$root$stage" -xf -
 [ -n "$commit" ] || commit=$(git -C "$src" rev-parse --short=7 HEAD 2>/dev/null || echo unknown)
+case "$commit" in *[!0-9A-Za-z._-]*) fail "--commit: letters, digits, '.', '_' and '-' only" ;; esac
 sed -i "s/^COMMIT = \"unknown\"$/COMMIT = \"$commit\"/" "$root$stage/envd/cli.py"
+grep -q "^COMMIT = \"$commit\"$" "$root$stage/envd/cli.py" ||
+  fail "cannot stamp the commit: envd/cli.py no longer has the line COMMIT = \"unknown\""
 chmod -R a+rX "$root$stage"
 
 # Recreate the venv when its interpreter is gone or is a different Python than the target's
