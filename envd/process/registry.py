@@ -16,6 +16,7 @@ from connectrpc.errors import ConnectError
 from envd.process.handle import ProcessHandle
 from envd.process.helper import ensure_helper
 from envd.process.spawn import spawn
+from envd.process.streams import keep_event_buffers_on_heap
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -153,6 +154,7 @@ class ProcessRegistry:
     async def running(self) -> AsyncIterator[None]:
         """The lifespan: on exit, stop every child (SIGTERM to its group, SIGKILL after a grace
         period) so a restart leaves no orphans, then cancel the remaining pumps."""
+        keep_event_buffers_on_heap()
         self._helper = await asyncio.to_thread(ensure_helper)
         log.debug("spawn helper: %s", self._helper or "none (Python fallback)")
         try:
