@@ -60,10 +60,11 @@ def create_app(settings: Settings, state: SandboxState) -> Starlette:
             yield
 
     app = Starlette(
+        # RPCs first: Starlette tries routes in order, and RPCs are the hot path.
         routes=[
-            *http.routes(settings, state),
             Mount(filesystem_rpc.path, app=filesystem_rpc),
             Mount(process_rpc.path, app=process_rpc),
+            *http.routes(settings, state),
         ],
         middleware=[
             Middleware(InternalErrorMiddleware),
