@@ -29,6 +29,7 @@ from envd.auth import rpc_user
 from envd.filesystem import entries
 from envd.filesystem.remove import remove_tree
 from envd.filesystem.watch import PollingWatchers, closing_on_exit, open_watcher, watch_events
+from envd.keepalive import keepalive_interval
 from envd.users import ensure_dirs, expand_path
 
 if TYPE_CHECKING:
@@ -51,17 +52,6 @@ if TYPE_CHECKING:
     from envd.filesystem.watch import DirWatcher
     from envd.state import SandboxState
     from envd.users import User
-
-KEEPALIVE_INTERVAL_S: Final = 90  # Go envd's default when Keepalive-Ping-Interval is absent
-
-
-def keepalive_interval(header: str | None) -> float:
-    """Seconds between keepalives; Go crashes on <= 0, envd falls back to the default."""
-    try:
-        seconds = int(header or "")
-    except ValueError:
-        return KEEPALIVE_INTERVAL_S
-    return seconds if seconds > 0 else KEEPALIVE_INTERVAL_S
 
 
 class _RecentUsers:
@@ -195,7 +185,7 @@ class FilesystemService(Filesystem):
         self, request: WatchDirRequest, ctx: RequestContext[WatchDirRequest, WatchDirResponse]
     ) -> AsyncIterator[WatchDirResponse]:
         path = self._resolve(request.path, self._user(ctx))
-        keepalive_s = keepalive_interval(ctx.request_headers.get("keepalive-ping-interval"))
+        keepalive_s = keepalive_interval(ctx.request_headers)
         watcher = await open_watcher(path, request.recursive, request.allow_network_mounts)
         with closing_on_exit(watcher, self._streams):
             async for message in watch_events(watcher, request.include_entry, keepalive_s):

@@ -27,11 +27,11 @@ from envd._gen.process.process_pb import (
     UpdateResponse,
 )
 from envd.auth import rpc_user
+from envd.keepalive import keepalive_interval
 from envd.process.registry import RetainedExit
 from envd.process.spawn import SpawnError, SpawnRequest, child_env
 from envd.process.streams import (
     end_of,
-    keepalive_interval,
     process_events,
     process_timeout_s,
     start_event,

@@ -16,7 +16,6 @@ if TYPE_CHECKING:
     from envd.process.broadcast import Subscription
     from envd.process.handle import Chunk, OutputKind, ProcessHandle
 
-KEEPALIVE_INTERVAL_S: Final = 90.0  # Go's default; the SDKs send 50
 # A client slower than the child finds several chunks waiting; they go out as one event (same
 # kind, in order) instead of one event per read, which the per-message cost of the stream
 # would make the bottleneck. Events stay far below the clients' 4 MiB message limit.
@@ -39,16 +38,6 @@ def keep_event_buffers_on_heap() -> None:
         return
     mallopt(_M_MMAP_THRESHOLD, _HEAP_BUFFERS_BYTES)
     mallopt(_M_TRIM_THRESHOLD, _HEAP_KEPT_BYTES)
-
-
-def keepalive_interval(headers: Mapping[str, str]) -> float:
-    """`Keepalive-Ping-Interval` in seconds; missing, unparsable or <= 0 (which crashes Go,
-    quirk 12.2) means the default."""
-    try:
-        seconds = int(headers.get("keepalive-ping-interval", ""))
-    except ValueError:
-        return KEEPALIVE_INTERVAL_S
-    return float(seconds) if seconds > 0 else KEEPALIVE_INTERVAL_S
 
 
 def process_timeout_s(headers: Mapping[str, str]) -> float | None:
