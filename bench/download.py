@@ -8,10 +8,7 @@ Run: .venv/bin/python -m bench.download [--size-mib 1024] [--runs 5]   (needs cu
 
 from __future__ import annotations
 
-import argparse
 import os
-import shutil
-import tempfile
 from typing import Any
 
 from bench.transfer import (
@@ -22,6 +19,7 @@ from bench.transfer import (
     print_table,
     start_baseline,
     stop,
+    transfer_main,
 )
 from tests.envd_process import start_envd
 
@@ -46,21 +44,7 @@ def serve_baseline(port: int, path: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--size-mib", type=int, default=1024)
-    parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--serve-baseline", nargs=2, metavar=("PORT", "FILE"))
-    args = parser.parse_args()
-    if args.serve_baseline:
-        serve_baseline(int(args.serve_baseline[0]), args.serve_baseline[1])
-        return
-    work = tempfile.mkdtemp(prefix="bench-download-", dir="/dev/shm")
-    log_dir = tempfile.mkdtemp(prefix="bench-download-logs-")
-    try:
-        run(args.size_mib * MIB, args.runs, work, log_dir)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-        shutil.rmtree(log_dir, ignore_errors=True)
+    transfer_main(__doc__, "bench-download", "FILE", serve_baseline, run)
 
 
 def run(size: int, runs: int, work: str, log_dir: str) -> None:

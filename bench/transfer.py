@@ -3,16 +3,23 @@ servers in a subprocess, curl timings, peak RSS and the result table."""
 
 from __future__ import annotations
 
+import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import httpx
 
 from tests.envd_process import free_port
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 MIB = 1024 * 1024
 
@@ -90,3 +97,30 @@ def print_table(title: str, series: list[Series], baseline: Series) -> None:
     print(f"\n{title}\n| variant | MiB/s median [range] | ratio to baseline |\n|---|---|---|")
     for s in series:
         print(s.row(None if s is baseline else baseline))
+
+
+def transfer_main(
+    description: str | None,
+    name: str,
+    baseline_arg: str,
+    serve_baseline: Callable[[int, str], None],
+    run: Callable[[int, int, str, str], None],
+) -> None:
+    """Command line shared by the transfer benchmarks: either serve the baseline app (the
+    benchmark re-runs itself with --serve-baseline PORT ARG) or run the measurement with the
+    payload on tmpfs, cleaning up afterwards."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--size-mib", type=int, default=1024)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--serve-baseline", nargs=2, metavar=("PORT", baseline_arg))
+    args = parser.parse_args()
+    if args.serve_baseline:
+        serve_baseline(int(args.serve_baseline[0]), args.serve_baseline[1])
+        return
+    work = tempfile.mkdtemp(prefix=f"{name}-", dir="/dev/shm")
+    log_dir = tempfile.mkdtemp(prefix=f"{name}-logs-")
+    try:
+        run(args.size_mib * MIB, args.runs, work, log_dir)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(log_dir, ignore_errors=True)

@@ -8,11 +8,8 @@ Run: .venv/bin/python -m bench.upload [--size-mib 1024] [--runs 5]   (needs curl
 
 from __future__ import annotations
 
-import argparse
 import os
-import shutil
 import sys
-import tempfile
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +24,7 @@ from bench.transfer import (
     rss_mib,
     start_baseline,
     stop,
+    transfer_main,
 )
 from tests.envd_process import start_envd
 
@@ -66,21 +64,7 @@ def serve_baseline(port: int, directory: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--size-mib", type=int, default=1024)
-    parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--serve-baseline", nargs=2, metavar=("PORT", "DIR"))
-    args = parser.parse_args()
-    if args.serve_baseline:
-        serve_baseline(int(args.serve_baseline[0]), args.serve_baseline[1])
-        return
-    work = tempfile.mkdtemp(prefix="bench-upload-", dir="/dev/shm")
-    log_dir = tempfile.mkdtemp(prefix="bench-upload-logs-")
-    try:
-        run(args.size_mib * MIB, args.runs, work, log_dir)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-        shutil.rmtree(log_dir, ignore_errors=True)
+    transfer_main(__doc__, "bench-upload", "DIR", serve_baseline, run)
 
 
 def run(size: int, runs: int, work: str, log_dir: str) -> None:
