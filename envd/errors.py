@@ -52,32 +52,6 @@ def json_error(status: int, message: str) -> Response:
     )
 
 
-# Errno → Connect code for failures that are the caller's doing; anything else is INTERNAL.
-# The SDKs turn codes into exception types, so each RPC may still override these.
-_ERRNO_TO_CODE: Final = {
-    errno.ENOENT: Code.NOT_FOUND,
-    errno.EEXIST: Code.ALREADY_EXISTS,
-    errno.ENOTDIR: Code.INVALID_ARGUMENT,
-    errno.EISDIR: Code.INVALID_ARGUMENT,
-    errno.ENAMETOOLONG: Code.INVALID_ARGUMENT,
-    errno.ELOOP: Code.FAILED_PRECONDITION,
-}
-
-
-@contextlib.contextmanager
-def os_errors(action: str, path: str, **overrides: Code) -> Iterator[None]:
-    """Turn an OSError raised in the block into a ConnectError naming the action and the path.
-
-    `overrides` maps errno names (e.g. ENOENT=Code.NOT_FOUND) to the code this RPC uses.
-    """
-    try:
-        yield
-    except OSError as exc:
-        name = errno.errorcode.get(exc.errno or 0, "")
-        code = overrides.get(name) or _ERRNO_TO_CODE.get(exc.errno or 0, Code.INTERNAL)
-        raise ConnectError(code, f"error {action} {path}: {exc.strerror or exc}") from exc
-
-
 def _as_connect_error(exc: Exception, ctx: RequestContext[Any, Any]) -> ConnectError:
     if isinstance(exc, ConnectError):
         return exc
