@@ -11,7 +11,7 @@ import pytest
 from connectrpc.codec import proto_json_codec
 from protobuf import Oneof
 
-from envd._gen.process.process_connect import ProcessClientSync
+from envd._gen.process.process_connect import ProcessClient, ProcessClientSync
 from envd._gen.process.process_pb import (
     PTY,
     ProcessConfig,
@@ -22,7 +22,7 @@ from envd._gen.process.process_pb import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import AsyncIterator, Iterable, Iterator
 
     from tests.envd_process import EnvdProcess
 
@@ -139,3 +139,10 @@ def proc(envd: EnvdProcess) -> Iterator[ProcessClientSync]:
     """JSON codec, as the SDKs use."""
     with ProcessClientSync(envd.url, codec=proto_json_codec(), send_compression=None) as client:
         yield client
+
+
+@pytest.fixture
+async def client(envd: EnvdProcess) -> AsyncIterator[ProcessClient]:
+    """The async client, JSON codec as the SDKs use."""
+    async with ProcessClient(envd.url, codec=proto_json_codec(), send_compression=None) as c:
+        yield c

@@ -11,10 +11,8 @@ from typing import TYPE_CHECKING
 import anyio
 import pytest
 from connectrpc.code import Code
-from connectrpc.codec import proto_json_codec
 from connectrpc.errors import ConnectError
 
-from envd._gen.process.process_connect import ProcessClient
 from envd._gen.process.process_pb import (
     ConnectRequest,
     ListRequest,
@@ -30,15 +28,10 @@ from tests.process.conftest import AS_USER, Run, by_pid, by_tag, shell, stdin_in
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
+    from envd._gen.process.process_connect import ProcessClient
     from tests.envd_process import EnvdProcess
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-async def client(envd: EnvdProcess) -> AsyncIterator[ProcessClient]:
-    async with ProcessClient(envd.url, codec=proto_json_codec(), send_compression=None) as c:
-        yield c
 
 
 async def _started(stream: AsyncIterator[object]) -> int:

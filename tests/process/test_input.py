@@ -9,11 +9,9 @@ import anyio
 import httpx
 import pytest
 from connectrpc.code import Code
-from connectrpc.codec import proto_json_codec
 from connectrpc.errors import ConnectError
 from protobuf import Oneof
 
-from envd._gen.process.process_connect import ProcessClient
 from envd._gen.process.process_pb import (
     PTY,
     CloseStdinRequest,
@@ -32,15 +30,10 @@ from tests.process.conftest import Run, by_pid, pty_input, shell, stdin_input, w
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
+    from envd._gen.process.process_connect import ProcessClient
     from tests.envd_process import EnvdProcess
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-async def client(envd: EnvdProcess) -> AsyncIterator[ProcessClient]:
-    async with ProcessClient(envd.url, codec=proto_json_codec(), send_compression=None) as c:
-        yield c
 
 
 class Started:
