@@ -60,13 +60,22 @@ class EnvdProcess:
         return self.proc.returncode
 
 
-def start_envd(log_dir: Path, *flags: str, env: dict[str, str] | None = None) -> EnvdProcess:
-    """Start `python -m envd` on a free loopback port and wait until /health answers."""
+def start_envd(
+    log_dir: Path, *flags: str, env: dict[str, str] | None = None, journal: bool = False
+) -> EnvdProcess:
+    """Start `python -m envd` on a free loopback port and wait until /health answers.
+
+    With `journal`, the log file is announced as the journal stream (JOURNAL_STREAM), as
+    systemd does for a unit whose stderr is the journal.
+    """
     port = free_port()
     log_path = log_dir / f"envd-{port}.log"
     child_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
     child_env.update(env or {})
     with open(log_path, "wb") as log:
+        if journal:
+            st = os.fstat(log.fileno())
+            child_env["JOURNAL_STREAM"] = f"{st.st_dev}:{st.st_ino}"
         proc = subprocess.Popen(
             [
                 sys.executable,

@@ -7,8 +7,6 @@ import os
 import signal
 import socket
 import stat
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -16,7 +14,7 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 
-from tests.envd_process import TRACEBACK_MARKER, free_port
+from tests.envd_process import TRACEBACK_MARKER, start_envd
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -188,50 +186,20 @@ def test_ready_reaches_an_abstract_socket(envd_factory: Callable[..., EnvdProces
         assert sock.recv(4096).startswith(b"READY=1")
 
 
-def _run_with_stderr_file(log: Path, *flags: str, journal: bool) -> tuple[int, str]:
-    """Start envd with stderr on `log`, optionally announcing that file as the journal."""
-    port = free_port()
-    with open(log, "wb") as stderr:
-        st = os.fstat(stderr.fileno())
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-        if journal:
-            env["JOURNAL_STREAM"] = f"{st.st_dev}:{st.st_ino}"
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "envd",
-                "-port",
-                str(port),
-                "-bind",
-                "127.0.0.1",
-                "-isnotfc",
-                *flags,
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-            env=env,
-        )
+def _run_with_stderr_file(log_dir: Path, *flags: str, journal: bool) -> tuple[int, str]:
+    """Run envd with stderr on a log file, optionally announcing that file as the journal;
+    return its exit code and everything it logged."""
+    daemon = start_envd(log_dir, *flags, journal=journal)
     try:
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 15
-        while True:
-            try:
-                httpx.get(url + "/health", timeout=1)
-                break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline, log.read_text()
-                time.sleep(0.05)
-        httpx.post(url + "/init", content=b"{")  # logs one info line
-        httpx.post(url + "/init", json={"envVars": {"A": "1"}})  # logs a debug line
+        httpx.post(daemon.url + "/init", content=b"{")  # logs one info line
+        httpx.post(daemon.url + "/init", json={"envVars": {"A": "1"}})  # logs a debug line
     finally:
-        proc.send_signal(signal.SIGTERM)
-        code = proc.wait(15)
-    return code, log.read_text()
+        code = daemon.stop(15)
+    return code, daemon.logs()
 
 
 def test_journald_gets_priority_prefixes_and_no_timestamps(tmp_path: Path) -> None:
-    code, text = _run_with_stderr_file(tmp_path / "stderr", journal=True)
+    code, text = _run_with_stderr_file(tmp_path, journal=True)
     lines = text.splitlines()
     assert code in STOPPED
     assert lines
@@ -241,13 +209,13 @@ def test_journald_gets_priority_prefixes_and_no_timestamps(tmp_path: Path) -> No
 
 
 def test_verbose_adds_debug_events(tmp_path: Path) -> None:
-    code, text = _run_with_stderr_file(tmp_path / "stderr", "-verbose", journal=True)
+    code, text = _run_with_stderr_file(tmp_path, "-verbose", journal=True)
     assert code in STOPPED
     assert any(line.startswith("<7>") for line in text.splitlines()), text
 
 
 def test_plain_stderr_has_one_line_per_event_and_no_server_chatter(tmp_path: Path) -> None:
-    code, text = _run_with_stderr_file(tmp_path / "stderr", journal=False)
+    code, text = _run_with_stderr_file(tmp_path, journal=False)
     assert code in STOPPED
     assert TRACEBACK_MARKER not in text
     lines = text.splitlines()
