@@ -5,7 +5,8 @@ B4: `head -c N /dev/zero` on pipes, proto and JSON codecs; baseline: 64 KiB os.r
 pipe. B4b: the same through a PTY; baseline: 64 KiB os.read of a pty master.
 The daemon's capacity is measured with curl as the client (it only counts bytes); the
 connectrpc Python client, which decodes every event, is shown too: it is the slower side.
-Run: .venv/bin/python -m bench.process_stream [--mib 256] [--pty-mib 64] [--runs 3]
+Each round measures the baselines and every row once; ratios are per round, then the median.
+Run: .venv/bin/python -m bench.process_stream [--mib 256] [--pty-mib 64] [--runs 5]
 """
 
 from __future__ import annotations
@@ -71,8 +72,9 @@ def raw_pty(size: int) -> float:
     return size / MIB / elapsed
 
 
-def with_curl(url: str, request: StartRequest, json: bool) -> float:
-    """MiB/s of the response body (framing included) as curl receives it."""
+def with_curl(url: str, request: StartRequest, size: int, json: bool) -> float:
+    """MiB/s of the child's output (not of the framing or the base64 around it), with curl as
+    the client: it only counts the bytes it receives."""
     if json:
         content_type, body = "application/connect+json", request.to_json().encode()
     else:
@@ -97,7 +99,9 @@ def with_curl(url: str, request: StartRequest, json: bool) -> float:
         capture_output=True,
         check=True,
     )
-    return int(result.stdout) / MIB / (time.perf_counter() - started)
+    elapsed = time.perf_counter() - started
+    assert int(result.stdout) > size, (result.stdout, size)
+    return size / MIB / elapsed
 
 
 def start_request(size: int, pty: bool) -> StartRequest:
@@ -123,46 +127,52 @@ async def through_envd(url: str, codec: Codec, size: int, pty: bool) -> float:
     return size / MIB / elapsed
 
 
+def one_round(url: str, size: int, pty_size: int) -> dict[str, tuple[float, float]]:
+    """Every row once, each as (MiB/s, ratio to its baseline measured in this same round):
+    on a noisy machine the baseline swings 2x between rounds, so ratios are taken per round."""
+    pipe, pty = start_request(size, False), start_request(pty_size, True)
+    pipe_base, pty_base = raw_pipe(size), raw_pty(pty_size)
+    pipe_rows = {
+        "B4 envd proto, curl": with_curl(url, pipe, size, False),
+        "B4 envd JSON, curl": with_curl(url, pipe, size, True),
+        "B4 envd proto, connectrpc": asyncio.run(
+            through_envd(url, proto_binary_codec(), size, False)
+        ),
+        "B4 envd JSON, connectrpc": asyncio.run(through_envd(url, proto_json_codec(), size, False)),
+    }
+    pty_rows = {
+        "B4b envd PTY proto, curl": with_curl(url, pty, pty_size, False),
+        "B4b envd PTY, connectrpc": asyncio.run(
+            through_envd(url, proto_binary_codec(), pty_size, True)
+        ),
+    }
+    return {
+        "raw pipe, 64 KiB reads": (pipe_base, 1.0),
+        **{name: (rate, rate / pipe_base) for name, rate in pipe_rows.items()},
+        "raw pty, 64 KiB reads": (pty_base, 1.0),
+        **{name: (rate, rate / pty_base) for name, rate in pty_rows.items()},
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--mib", type=int, default=256)
     parser.add_argument("--pty-mib", type=int, default=64)
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
-    size, pty_size = args.mib * MIB, args.pty_mib * MIB
     with tempfile.TemporaryDirectory(prefix="bench-stream-") as tmp:
         daemon = start_envd(Path(tmp))
         try:
-            runs = range(args.runs)
-            pipe, pty = start_request(size, False), start_request(pty_size, True)
-            rows = {
-                "raw pipe, 64 KiB reads": [raw_pipe(size) for _ in runs],
-                "B4 envd proto, curl": [with_curl(daemon.url, pipe, False) for _ in runs],
-                "B4 envd JSON, curl": [with_curl(daemon.url, pipe, True) for _ in runs],
-                "B4 envd proto, connectrpc": [
-                    asyncio.run(through_envd(daemon.url, proto_binary_codec(), size, False))
-                    for _ in runs
-                ],
-                "B4 envd JSON, connectrpc": [
-                    asyncio.run(through_envd(daemon.url, proto_json_codec(), size, False))
-                    for _ in runs
-                ],
-                "raw pty, 64 KiB reads": [raw_pty(pty_size) for _ in runs],
-                "B4b envd PTY proto, curl": [with_curl(daemon.url, pty, False) for _ in runs],
-                "B4b envd PTY, connectrpc": [
-                    asyncio.run(through_envd(daemon.url, proto_binary_codec(), pty_size, True))
-                    for _ in runs
-                ],
-            }
+            rounds = [
+                one_round(daemon.url, args.mib * MIB, args.pty_mib * MIB) for _ in range(args.runs)
+            ]
         finally:
             daemon.stop()
-    medians = {name: statistics.median(values) for name, values in rows.items()}
-    print(f"{'stream (median of ' + str(args.runs) + ')':30} {'MiB/s':>8} {'ratio':>7}")
-    for name, value in medians.items():
-        base = medians[
-            "raw pty, 64 KiB reads" if "PTY" in name or "pty" in name else "raw pipe, 64 KiB reads"
-        ]
-        print(f"{name:30} {value:8.0f} {value / base:7.2f}")
+    print(f"{'stream (median of ' + str(args.runs) + ' rounds)':30} {'MiB/s':>8} {'ratio':>7}")
+    for name in rounds[0]:
+        rate = statistics.median(r[name][0] for r in rounds)
+        ratio = statistics.median(r[name][1] for r in rounds)
+        print(f"{name:30} {rate:8.0f} {ratio:7.2f}")
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from envd.auth import AccessTokenMiddleware, BasicAuthUserMiddleware, CORSMiddle
 from envd.errors import EnvdHTTPError, ErrorMappingInterceptor, InternalErrorMiddleware, json_error
 from envd.filesystem.legacy import LegacySDKInterceptor
 from envd.filesystem.service import FilesystemService
+from envd.process.codecs import output_codecs
 from envd.process.registry import ProcessRegistry
 from envd.process.service import ProcessService
 
@@ -52,7 +53,7 @@ def create_app(settings: Settings, state: SandboxState) -> Starlette:
     filesystem_rpc = FilesystemASGIApplication(
         filesystem, interceptors=[*interceptors, LegacySDKInterceptor()]
     )
-    process_rpc = ProcessASGIApplication(process, interceptors=interceptors)
+    process_rpc = ProcessASGIApplication(process, interceptors=interceptors, codecs=output_codecs())
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
