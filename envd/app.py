@@ -15,7 +15,12 @@ from starlette.routing import Mount
 from envd import http
 from envd._gen.filesystem.filesystem_connect import FilesystemASGIApplication
 from envd._gen.process.process_connect import ProcessASGIApplication
-from envd.auth import AccessTokenMiddleware, BasicAuthUserMiddleware, CORSMiddleware
+from envd.auth import (
+    AccessTokenMiddleware,
+    BasicAuthUserMiddleware,
+    CORSMiddleware,
+    RecentUsers,
+)
 from envd.errors import EnvdHTTPError, ErrorMappingInterceptor, InternalErrorMiddleware, json_error
 from envd.filesystem.legacy import LegacySDKInterceptor
 from envd.filesystem.service import FilesystemService
@@ -47,9 +52,10 @@ async def _router_error(_: Request, exc: Exception) -> Response:
 
 def create_app(settings: Settings, state: SandboxState) -> Starlette:
     interceptors = [ErrorMappingInterceptor()]
-    filesystem = FilesystemService(state)
+    users = RecentUsers(state)
+    filesystem = FilesystemService(state, users)
     processes = ProcessRegistry()
-    process = ProcessService(processes, state)
+    process = ProcessService(processes, state, users)
     filesystem_rpc = FilesystemASGIApplication(
         filesystem, interceptors=[*interceptors, LegacySDKInterceptor()]
     )

@@ -7,8 +7,7 @@ import errno
 import os
 import posixpath
 import stat
-import time
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 from anyio import to_thread
 from connectrpc.code import Code
@@ -25,7 +24,6 @@ from envd._gen.filesystem.filesystem_pb import (
     RemoveWatcherResponse,
     StatResponse,
 )
-from envd.auth import rpc_user
 from envd.filesystem import entries
 from envd.filesystem.remove import remove_tree
 from envd.filesystem.watch import PollingWatchers, closing_on_exit, open_watcher, watch_events
@@ -49,38 +47,16 @@ if TYPE_CHECKING:
         WatchDirRequest,
         WatchDirResponse,
     )
+    from envd.auth import RecentUsers
     from envd.filesystem.watch import DirWatcher
     from envd.state import SandboxState
     from envd.users import User
 
 
-class _RecentUsers:
-    """rpc_user() results remembered for a second: resolving a user costs about 60 µs
-    (getgrouplist scans the group database), a third of a Stat. Failures are not kept."""
-
-    TTL_S: Final = 1.0
-
-    def __init__(self, state: SandboxState) -> None:
-        self._state = state
-        self._users: dict[tuple[str | None, str], tuple[float, User]] = {}
-
-    def get(self, authorization: str | None) -> User:
-        key = (authorization, self._state.default_user)
-        now = time.monotonic()
-        cached = self._users.get(key)
-        if cached is not None and now - cached[0] < self.TTL_S:
-            return cached[1]
-        user = rpc_user(authorization, self._state)
-        if len(self._users) > 64:  # many distinct headers: start over rather than grow
-            self._users.clear()
-        self._users[key] = (now, user)
-        return user
-
-
 class FilesystemService(Filesystem):
-    def __init__(self, state: SandboxState) -> None:
+    def __init__(self, state: SandboxState, users: RecentUsers) -> None:
         self.state = state
-        self._recent_users = _RecentUsers(state)
+        self._users = users
         self._streams: set[DirWatcher] = set()
         self._polling = PollingWatchers()
 
@@ -91,7 +67,7 @@ class FilesystemService(Filesystem):
         self._polling.close_all()
 
     def _user(self, ctx: RequestContext[Any, Any]) -> User:
-        return self._recent_users.get(ctx.request_headers.get("authorization"))
+        return self._users.get(ctx.request_headers.get("authorization"))
 
     def _resolve(self, path: str, user: User) -> str:
         try:

@@ -26,7 +26,6 @@ from envd._gen.process.process_pb import (
     StreamInputResponse,
     UpdateResponse,
 )
-from envd.auth import rpc_user
 from envd.keepalive import keepalive_interval
 from envd.process.registry import RetainedExit
 from envd.process.spawn import SpawnError, SpawnRequest, child_env
@@ -55,6 +54,7 @@ if TYPE_CHECKING:
         StreamInputRequest,
         UpdateRequest,
     )
+    from envd.auth import RecentUsers
     from envd.process.broadcast import Subscription
     from envd.process.handle import Chunk, ProcessHandle
     from envd.process.registry import ProcessRegistry
@@ -65,15 +65,16 @@ _SIGNALS: Final = {Signal.SIGTERM: signal.SIGTERM, Signal.SIGKILL: signal.SIGKIL
 
 
 class ProcessService(Process):
-    def __init__(self, registry: ProcessRegistry, state: SandboxState) -> None:
+    def __init__(self, registry: ProcessRegistry, state: SandboxState, users: RecentUsers) -> None:
         self.registry = registry
         self.state = state
+        self._users = users
 
     async def start(
         self, request: StartRequest, ctx: RequestContext[StartRequest, StartResponse]
     ) -> AsyncIterator[StartResponse]:
         headers = ctx.request_headers
-        user = rpc_user(headers.get("authorization"), self.state)
+        user = self._users.get(headers.get("authorization"))
         timeout_s = process_timeout_s(headers)
         spawn_request = self._spawn_request(request, user)
         config = request.process or ProcessConfig()
