@@ -77,7 +77,7 @@ def create_app(settings: Settings, state: SandboxState) -> Starlette:
             Middleware(InternalErrorMiddleware),
             Middleware(CORSMiddleware),
             Middleware(AccessTokenMiddleware, state=state),
-            Middleware(BasicAuthUserMiddleware),
+            Middleware(BasicAuthUserMiddleware, users=users),
         ],
         exception_handlers={EnvdHTTPError: _envd_error, HTTPException: _router_error},
         lifespan=lifespan,

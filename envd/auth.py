@@ -140,8 +140,9 @@ class BasicAuthUserMiddleware:
     """Rejects a Basic-auth header naming an unknown user, on every route, as Connect's
     `unauthenticated` (the reference envd's authn middleware)."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, users: RecentUsers) -> None:
         self.app = app
+        self.users = users
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -149,7 +150,7 @@ class BasicAuthUserMiddleware:
             username = basic_auth_username(headers.get("authorization"))
             if username is not None:
                 try:
-                    lookup_user(username)
+                    self.users.lookup(username)
                 except UnknownUserError:
                     await _send_unauthenticated(headers, f"invalid username: '{username}'", send)
                     return
@@ -176,26 +177,6 @@ async def _send_unauthenticated(headers: Headers, message: str, send: Send) -> N
         }
     )
     await send({"type": "http.response.body", "body": body})
-
-
-def rpc_user(authorization: str | None, state: SandboxState) -> User:
-    """The user an RPC runs as: the Basic-auth user, else the default user.
-
-    Raises:
-        ConnectError: UNAUTHENTICATED when that user does not exist.
-    """
-    username = basic_auth_username(authorization)
-    if username is not None:
-        try:
-            return lookup_user(username)
-        except UnknownUserError:
-            raise ConnectError(Code.UNAUTHENTICATED, f"invalid username: '{username}'") from None
-    try:
-        return lookup_user(state.default_user)
-    except UnknownUserError:
-        raise ConnectError(
-            Code.UNAUTHENTICATED, f"invalid default user: '{state.default_user}'"
-        ) from None
 
 
 def file_signature(
@@ -244,24 +225,50 @@ def check_file_access(
 
 
 class RecentUsers:
-    """rpc_user() results remembered for a second, for every RPC: resolving a user costs
-    60-100 µs (passwd and group files, getgrouplist), a third of a Stat and a tenth of the
-    daemon's part of a process start. Failures are not kept."""
+    """Users looked up in the last second, shared by the Basic-auth check and every RPC (which
+    would otherwise both look up the SDK's user on each call): a lookup costs 60-250 µs
+    (passwd and group files, getgrouplist), as much as the rest of a Stat. Unknown names are
+    not kept."""
 
     TTL_S: Final = 1.0
 
     def __init__(self, state: SandboxState) -> None:
         self._state = state
-        self._users: dict[tuple[str | None, str], tuple[float, User]] = {}
+        self._users: dict[str, tuple[float, User]] = {}
 
-    def get(self, authorization: str | None) -> User:
-        key = (authorization, self._state.default_user)
+    def lookup(self, name: str) -> User:
+        """lookup_user(name), remembered for TTL_S.
+
+        Raises:
+            UnknownUserError: there is no such user.
+        """
         now = time.monotonic()
-        cached = self._users.get(key)
+        cached = self._users.get(name)
         if cached is not None and now - cached[0] < self.TTL_S:
             return cached[1]
-        user = rpc_user(authorization, self._state)
-        if len(self._users) > 64:  # many distinct headers: start over rather than grow
+        user = lookup_user(name)
+        if len(self._users) > 64:  # many distinct names: start over rather than grow
             self._users.clear()
-        self._users[key] = (now, user)
+        self._users[name] = (now, user)
         return user
+
+    def for_rpc(self, authorization: str | None) -> User:
+        """The user an RPC runs as: the Basic-auth user, else the default user.
+
+        Raises:
+            ConnectError: UNAUTHENTICATED when that user does not exist.
+        """
+        username = basic_auth_username(authorization)
+        if username is not None:
+            try:
+                return self.lookup(username)
+            except UnknownUserError:
+                raise ConnectError(
+                    Code.UNAUTHENTICATED, f"invalid username: '{username}'"
+                ) from None
+        try:
+            return self.lookup(self._state.default_user)
+        except UnknownUserError:
+            raise ConnectError(
+                Code.UNAUTHENTICATED, f"invalid default user: '{self._state.default_user}'"
+            ) from None

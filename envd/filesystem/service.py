@@ -67,7 +67,7 @@ class FilesystemService(Filesystem):
         self._polling.close_all()
 
     def _user(self, ctx: RequestContext[Any, Any]) -> User:
-        return self._users.get(ctx.request_headers.get("authorization"))
+        return self._users.for_rpc(ctx.request_headers.get("authorization"))
 
     def _resolve(self, path: str, user: User) -> str:
         try:

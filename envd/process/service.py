@@ -74,7 +74,7 @@ class ProcessService(Process):
         self, request: StartRequest, ctx: RequestContext[StartRequest, StartResponse]
     ) -> AsyncIterator[StartResponse]:
         headers = ctx.request_headers
-        user = self._users.get(headers.get("authorization"))
+        user = self._users.for_rpc(headers.get("authorization"))
         timeout_s = process_timeout_s(headers)
         spawn_request = self._spawn_request(request, user)
         config = request.process or ProcessConfig()
