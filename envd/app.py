@@ -71,7 +71,7 @@ def create_app(settings: Settings, state: SandboxState) -> Starlette:
         routes=[
             Mount(filesystem_rpc.path, app=filesystem_rpc),
             Mount(process_rpc.path, app=process_rpc),
-            *http.routes(settings, state),
+            *http.routes(settings, state, users),
         ],
         middleware=[
             Middleware(InternalErrorMiddleware),

@@ -225,8 +225,8 @@ def check_file_access(
 
 
 class RecentUsers:
-    """Users looked up in the last second, shared by the Basic-auth check and every RPC (which
-    would otherwise both look up the SDK's user on each call): a lookup costs 60-250 µs
+    """Users looked up in the last second, shared by the Basic-auth check, every RPC and the
+    /files routes (an SDK call would otherwise look its user up twice): a lookup costs 60-250 µs
     (passwd and group files, getgrouplist), as much as the rest of a Stat. Unknown names are
     not kept."""
 

@@ -9,17 +9,18 @@ from envd.http import compose, download, envs, health, init, metrics, upload
 if TYPE_CHECKING:
     from starlette.routing import BaseRoute
 
+    from envd.auth import RecentUsers
     from envd.settings import Settings
     from envd.state import SandboxState
 
 
-def routes(settings: Settings, state: SandboxState) -> list[BaseRoute]:
+def routes(settings: Settings, state: SandboxState, users: RecentUsers) -> list[BaseRoute]:
     return [
         *health.routes(),
         *metrics.routes(),
         *envs.routes(state),
         *init.routes(settings, state),
-        *download.routes(state),
-        *upload.routes(state),
-        *compose.routes(state),
+        *download.routes(state, users),
+        *upload.routes(state, users),
+        *compose.routes(state, users),
     ]

@@ -33,6 +33,7 @@ from envd.http.file_writer import ensure_parent_dirs, go_error
 if TYPE_CHECKING:
     from starlette.requests import Request
 
+    from envd.auth import RecentUsers
     from envd.state import SandboxState
     from envd.users import User
 
@@ -55,7 +56,7 @@ class ComposeRequest:
     user: User
 
 
-def _parse(body: bytes, state: SandboxState) -> ComposeRequest:
+def _parse(body: bytes, state: SandboxState, users: RecentUsers) -> ComposeRequest:
     try:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -76,7 +77,7 @@ def _parse(body: bytes, state: SandboxState) -> ComposeRequest:
         raise EnvdHTTPError(400, "source_paths must not be empty")
     if not destination:
         raise EnvdHTTPError(400, "destination is required")
-    user = resolve_user(username, state)
+    user = resolve_user(username, state, users)
     resolved_destination = resolve_path(destination, user, state)
     resolved = [resolve_path(source, user, state) for source in sources]
     for path in resolved:
@@ -211,8 +212,8 @@ def compose_files(request: ComposeRequest) -> None:
             os.unlink(path)
 
 
-async def compose(request: Request, state: SandboxState) -> Response:
-    compose_request = _parse(await request.body(), state)
+async def compose(request: Request, state: SandboxState, users: RecentUsers) -> Response:
+    compose_request = _parse(await request.body(), state, users)
     await anyio.to_thread.run_sync(compose_files, compose_request)
     body = (
         json.dumps(
@@ -223,8 +224,8 @@ async def compose(request: Request, state: SandboxState) -> Response:
     return Response(body, media_type="application/json")
 
 
-def routes(state: SandboxState) -> list[BaseRoute]:
+def routes(state: SandboxState, users: RecentUsers) -> list[BaseRoute]:
     async def post_compose(request: Request) -> Response:
-        return await compose(request, state)
+        return await compose(request, state, users)
 
     return [Route("/files/compose", post_compose, methods=["POST"])]

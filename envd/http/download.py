@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from starlette.requests import Request
     from starlette.types import Receive, Scope, Send
 
+    from envd.auth import RecentUsers
     from envd.state import SandboxState
 
 READ_CHUNK_BYTES: Final = 1024 * 1024
@@ -194,9 +195,9 @@ def _choose_encoding(request: Request) -> str:
     return encoding
 
 
-async def download(request: Request, state: SandboxState) -> Response:
+async def download(request: Request, state: SandboxState, users: RecentUsers) -> Response:
     try:
-        file_request = authorize_file_request(request, state, "read")
+        file_request = authorize_file_request(request, state, users, "read")
     except InvalidParameterError as exc:
         return exc.response()
     path = resolve_path(file_request.raw_path, file_request.user, state)
@@ -284,8 +285,8 @@ def _multipart_ranges(
     return FileBodyResponse(fd, 206, headers, segments, trailer)
 
 
-def routes(state: SandboxState) -> list[BaseRoute]:
+def routes(state: SandboxState, users: RecentUsers) -> list[BaseRoute]:
     async def get_files(request: Request) -> Response:
-        return await download(request, state)
+        return await download(request, state, users)
 
     return [Route("/files", get_files, methods=["GET"])]

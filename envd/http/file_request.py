@@ -11,11 +11,12 @@ from starlette.responses import PlainTextResponse
 
 from envd.auth import check_file_access
 from envd.errors import EnvdHTTPError, valid_utf8
-from envd.users import UnknownUserError, User, expand_path, lookup_user
+from envd.users import UnknownUserError, User, expand_path
 
 if TYPE_CHECKING:
     from starlette.requests import Request
 
+    from envd.auth import RecentUsers
     from envd.state import SandboxState
 
 _INT64_MIN: Final = -(2**63)
@@ -53,7 +54,7 @@ def _parse_int64(name: str, value: str) -> int:
     return number
 
 
-def resolve_user(username: str | None, state: SandboxState) -> User:
+def resolve_user(username: str | None, state: SandboxState, users: RecentUsers) -> User:
     """The named user, or the default user when no name was given.
 
     Raises:
@@ -61,7 +62,7 @@ def resolve_user(username: str | None, state: SandboxState) -> User:
     """
     name = username or state.default_user
     try:
-        return lookup_user(name)
+        return users.lookup(name)
     except UnknownUserError as exc:
         raise EnvdHTTPError(401, f"error looking up user '{name}': {exc}") from None
 
@@ -75,7 +76,9 @@ def resolve_path(path: str, user: User, state: SandboxState) -> str:
         raise EnvdHTTPError(400, f"error resolving path: {exc}") from None
 
 
-def authorize_file_request(request: Request, state: SandboxState, operation: str) -> FileRequest:
+def authorize_file_request(
+    request: Request, state: SandboxState, users: RecentUsers, operation: str
+) -> FileRequest:
     """Check the signature (or header token) of a GET/POST /files request and find its user.
 
     Raises:
@@ -98,7 +101,7 @@ def authorize_file_request(request: Request, state: SandboxState, operation: str
         signature=query.get("signature"),
         expiration=expiration,
     )
-    return FileRequest(resolve_user(username, state), raw_path)
+    return FileRequest(resolve_user(username, state, users), raw_path)
 
 
 def entry_json(path: str, metadata: dict[str, str] | None = None) -> dict[str, object]:

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
     from starlette.requests import Request
 
+    from envd.auth import RecentUsers
     from envd.state import SandboxState
     from envd.users import User
 
@@ -282,9 +283,9 @@ class _MultipartUpload:
         self.target = await _open(path, self.user, _content_length(self.request))
 
 
-async def upload(request: Request, state: SandboxState) -> Response:
+async def upload(request: Request, state: SandboxState, users: RecentUsers) -> Response:
     try:
-        file_request = authorize_file_request(request, state, "write")
+        file_request = authorize_file_request(request, state, users, "write")
     except InvalidParameterError as exc:
         return exc.response()
     user = file_request.user
@@ -319,8 +320,8 @@ async def upload(request: Request, state: SandboxState) -> Response:
     return Response(body_json, media_type="text/plain; charset=utf-8")
 
 
-def routes(state: SandboxState) -> list[BaseRoute]:
+def routes(state: SandboxState, users: RecentUsers) -> list[BaseRoute]:
     async def post_files(request: Request) -> Response:
-        return await upload(request, state)
+        return await upload(request, state, users)
 
     return [Route("/files", post_files, methods=["POST"])]
