@@ -13,7 +13,7 @@ KEEPALIVE_INTERVAL_S: Final = 90.0  # Go's default when the header is absent; th
 
 def keepalive_interval(headers: Mapping[str, str]) -> float:
     """`Keepalive-Ping-Interval` in seconds; missing, unparsable or <= 0 (which crashes Go,
-    quirk 12.2) means the default."""
+    where its ticker panics) means the default."""
     try:
         seconds = int(headers.get("keepalive-ping-interval", ""))
     except ValueError:

@@ -2,7 +2,7 @@
 
 End of a process: the reference (Go `handler.go`) sends the end event only after the child was
 reaped AND every output pipe reached EOF, so a background grandchild holding stdout open delays
-the end event until it exits (reference quirk 12.10). We wait for EOF at most EOF_GRACE_S after
+the end event until it exits. We wait for EOF at most EOF_GRACE_S after
 the child was reaped: everything the child itself wrote is already in the pipe by then and is
 delivered first; a grandchild's later output is read and discarded until its EOF.
 """

@@ -124,7 +124,7 @@ class ProcessRegistry:
             found = self._live.get(which.value)
             retained = self._retained_by_pid.get(which.value)
         else:
-            # Go stops at the first live process with another tag (quirk 12.1); scan them all.
+            # Go stops scanning at the first live process with another tag; scan them all.
             found = next((h for h in reversed(self._live.values()) if h.tag == which.value), None)
             retained = self._retained_by_tag.get(which.value)
         if found is None and not live_only:

@@ -172,7 +172,7 @@ class ProcessService(Process):
             if event.field == "start":
                 handle = self.registry.find_live(event.value.process)
             elif event.field == "data":
-                if handle is None:  # Go dereferences a nil handle here (quirk 12.3)
+                if handle is None:  # Go dereferences a nil handle here and drops the connection
                     raise ConnectError(Code.FAILED_PRECONDITION, "input before the start event")
                 await _write_input(handle, event.value.input)
         return StreamInputResponse()
