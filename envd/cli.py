@@ -3,20 +3,28 @@
 from __future__ import annotations
 
 import argparse
-import sys
+import importlib
 
 from envd.settings import DEFAULT_CGROUP_ROOT, DEFAULT_PORT, ENVD_VERSION, Settings
 
-# Build commit, stamped into the installed package by packaging; "unknown" in a source tree.
-COMMIT = "unknown"
+
+def build_commit() -> str:
+    """The commit packaging/install.sh wrote into envd/_build.py; "unknown" in a source tree."""
+    try:
+        build = importlib.import_module("envd._build")
+    except ModuleNotFoundError:
+        return "unknown"
+    return str(build.COMMIT)
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="envd", description="E2B-compatible sandbox daemon")
     p.add_argument("-port", "--port", type=int, default=DEFAULT_PORT, help="TCP port to listen on")
     p.add_argument("-bind", "--bind", default="0.0.0.0", help="address to listen on")
-    p.add_argument("-version", "--version", action="store_true", help="print the version and exit")
-    p.add_argument("-commit", "--commit", action="store_true", help="print the commit and exit")
+    p.add_argument("-version", "--version", action="version", version=ENVD_VERSION)
+    p.add_argument(
+        "-commit", "--commit", action="version", version=build_commit(), help="print the commit"
+    )
     p.add_argument(
         "-isnotfc", "--isnotfc", action="store_true", help="not running as the sandbox VM's daemon"
     )
@@ -26,13 +34,9 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def parse_settings(argv: list[str] | None = None) -> Settings | str:
-    """Parse the command line into Settings, or the text to print for -version / -commit."""
+def parse_settings(argv: list[str] | None = None) -> Settings:
+    """Parse the command line into Settings; -version and -commit print and exit here."""
     args = _parser().parse_args(argv)
-    if args.version:
-        return ENVD_VERSION
-    if args.commit:
-        return COMMIT
     return Settings(
         port=args.port,
         host=args.bind,
@@ -45,9 +49,6 @@ def parse_settings(argv: list[str] | None = None) -> Settings | str:
 
 def main(argv: list[str] | None = None) -> int:
     settings = parse_settings(argv)
-    if isinstance(settings, str):
-        sys.stdout.write(settings + "\n")
-        return 0
     # Imported here so -version answers without loading the server stack.
     from envd.server import serve
 

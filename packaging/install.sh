@@ -87,16 +87,14 @@ fi
 in_target "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' ||
   fail "$python is missing or older than 3.11: install python3 >= 3.11 (and its venv module) first"
 
-# A copy of the source with the build commit stamped into envd/cli.py (a source tree says
-# "unknown"); the build happens in the target, against the target's Python.
+# A copy of the source with the build commit in a generated envd/_build.py (a source tree has
+# none and says "unknown"); the build happens in the target, against the target's Python.
 stage=$(mktemp -d -p "$root/var/tmp" envd-install.XXXXXX)
 stage=${stage#"$root"}
 tar -C "$src" --exclude=__pycache__ -cf - pyproject.toml README.md envd | tar -C "$root$stage" -xf -
 [ -n "$commit" ] || commit=$(git -C "$src" rev-parse --short=7 HEAD 2>/dev/null || echo unknown)
 case "$commit" in *[!0-9A-Za-z._-]*) fail "--commit: letters, digits, '.', '_' and '-' only" ;; esac
-sed -i "s/^COMMIT = \"unknown\"$/COMMIT = \"$commit\"/" "$root$stage/envd/cli.py"
-grep -q "^COMMIT = \"$commit\"$" "$root$stage/envd/cli.py" ||
-  fail "cannot stamp the commit: envd/cli.py no longer has the line COMMIT = \"unknown\""
+printf '"""Written by packaging/install.sh."""\n\nCOMMIT = "%s"\n' "$commit" >"$root$stage/envd/_build.py"
 chmod -R a+rX "$root$stage"
 
 # Recreate the venv when its interpreter is gone or is a different Python than the target's
