@@ -24,6 +24,7 @@ from envd.auth import (
 from envd.errors import EnvdHTTPError, ErrorMappingInterceptor, InternalErrorMiddleware, json_error
 from envd.filesystem.legacy import LegacySDKInterceptor
 from envd.filesystem.service import FilesystemService
+from envd.json_depth import rpc_codecs
 from envd.process.codecs import output_codecs
 from envd.process.registry import ProcessRegistry
 from envd.process.service import ProcessService
@@ -57,7 +58,7 @@ def create_app(settings: Settings, state: SandboxState) -> Starlette:
     processes = ProcessRegistry()
     process = ProcessService(processes, state, users)
     filesystem_rpc = FilesystemASGIApplication(
-        filesystem, interceptors=[*interceptors, LegacySDKInterceptor()]
+        filesystem, interceptors=[*interceptors, LegacySDKInterceptor()], codecs=rpc_codecs()
     )
     process_rpc = ProcessASGIApplication(process, interceptors=interceptors, codecs=output_codecs())
 

@@ -13,9 +13,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Final
 
 import pybase64
-from connectrpc.codec import proto_binary_codec, proto_json_codec
+from connectrpc.codec import proto_binary_codec
 
 from envd._gen.process.process_pb import ConnectResponse, StartResponse
+from envd.json_depth import DepthCheckedJSONCodec
 
 if TYPE_CHECKING:
     from connectrpc.codec import Codec
@@ -89,10 +90,11 @@ class OutputProtoCodec(_OutputCodec):
 
 
 class OutputJSONCodec(_OutputCodec):
-    """Protobuf JSON; data events written as {"event":{"data":{kind:base64}}}."""
+    """Protobuf JSON (requests depth-checked); data events written as
+    {"event":{"data":{kind:base64}}}."""
 
     def __init__(self) -> None:
-        super().__init__(proto_json_codec())
+        super().__init__(DepthCheckedJSONCodec())
 
     def _encode_output(self, kind: str, data: bytes) -> bytes:
         return b"".join((_JSON_HEADS[kind], pybase64.b64encode(data), b'"}}}'))
