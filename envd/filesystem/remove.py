@@ -1,11 +1,44 @@
 """`rm -rf` for Remove: iterative (a tree deeper than Python's recursion limit is still
-removed) and tolerant of entries that vanish while it runs, like Go's os.RemoveAll."""
+removed) and tolerant of entries that vanish while it runs, like Go's os.RemoveAll; and the
+guard that keeps it off `/` and the user's home."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import stat
+
+
+class ProtectedPathError(Exception):
+    """Removing the path would delete the user's home directory or the whole filesystem."""
+
+
+def check_removable(path: str, home: str) -> None:
+    """Refuse the user's home directory and any directory that contains it, `/` included.
+
+    No client means to delete these (GNU rm refuses `/` too), but an empty path or `~`
+    resolves to the home, and a fuzzed Remove once wiped /root. Compared by real path, so
+    `/root/.`, `//root` or a symlinked parent are caught; a symlink itself is removed, not its
+    target, so it is never protected.
+
+    Raises:
+        ProtectedPathError: with the reason.
+    """
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return  # nothing there (or unreachable): remove_tree decides
+    if not stat.S_ISDIR(st.st_mode):
+        return
+    real = os.path.realpath(path)
+    real_home = os.path.realpath(home)
+    if real == real_home:
+        raise ProtectedPathError(f"refusing to remove {path}: it is the user's home directory")
+    # `/` included: every home is below it.
+    if real_home.startswith(real.rstrip("/") + "/"):
+        raise ProtectedPathError(
+            f"refusing to remove {path}: it contains the user's home directory {home}"
+        )
 
 
 def _unlink_files(directory: str) -> list[str]:

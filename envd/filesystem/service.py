@@ -25,7 +25,7 @@ from envd._gen.filesystem.filesystem_pb import (
     StatResponse,
 )
 from envd.filesystem import entries
-from envd.filesystem.remove import remove_tree
+from envd.filesystem.remove import ProtectedPathError, check_removable, remove_tree
 from envd.filesystem.watch import PollingWatchers, closing_on_exit, open_watcher, watch_events
 from envd.keepalive import keepalive_interval
 from envd.users import ensure_dirs, expand_path
@@ -68,6 +68,16 @@ class FilesystemService(Filesystem):
 
     def _user(self, ctx: RequestContext[Any, Any]) -> User:
         return self._users.for_rpc(ctx.request_headers.get("authorization"))
+
+    @staticmethod
+    def _refuse_empty(path: str, what: str) -> None:
+        # The reference resolves "" to the default workdir or home and would move or delete
+        # it; no client means that, so it is refused here (a deliberate difference).
+        if not path:
+            raise ConnectError(
+                Code.INVALID_ARGUMENT,
+                f"{what} is empty (it would mean the default workdir or the home directory)",
+            )
 
     def _resolve(self, path: str, user: User) -> str:
         try:
@@ -115,6 +125,8 @@ class FilesystemService(Filesystem):
         self, request: MoveRequest, ctx: RequestContext[MoveRequest, MoveResponse]
     ) -> MoveResponse:
         user = self._user(ctx)
+        self._refuse_empty(request.source, "source path")
+        self._refuse_empty(request.destination, "destination path")
         source = self._resolve(request.source, user)
         destination = self._resolve(request.destination, user)
         try:
@@ -150,7 +162,13 @@ class FilesystemService(Filesystem):
     async def remove(
         self, request: RemoveRequest, ctx: RequestContext[RemoveRequest, RemoveResponse]
     ) -> RemoveResponse:
-        path = self._resolve(request.path, self._user(ctx))
+        user = self._user(ctx)
+        self._refuse_empty(request.path, "path")
+        path = self._resolve(request.path, user)
+        try:
+            check_removable(path, user.home)
+        except ProtectedPathError as exc:
+            raise ConnectError(Code.INVALID_ARGUMENT, str(exc)) from None
         try:
             await to_thread.run_sync(remove_tree, path)
         except OSError as exc:
