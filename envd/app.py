@@ -13,8 +13,8 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Mount
 
 from envd import http
-from envd._gen.filesystem.filesystem_connect import FilesystemASGIApplication
-from envd._gen.process.process_connect import ProcessASGIApplication
+from envd._gen.filesystem.filesystem_connect import Filesystem, FilesystemASGIApplication
+from envd._gen.process.process_connect import Process, ProcessASGIApplication
 from envd.auth import (
     AccessTokenMiddleware,
     BasicAuthUserMiddleware,
@@ -24,6 +24,7 @@ from envd.auth import (
 from envd.errors import EnvdHTTPError, ErrorMappingInterceptor, InternalErrorMiddleware, json_error
 from envd.filesystem.legacy import LegacySDKInterceptor
 from envd.filesystem.service import FilesystemService
+from envd.grpc_refusal import GRPCRefusal
 from envd.json_depth import rpc_codecs
 from envd.process.codecs import output_codecs
 from envd.process.registry import ProcessRegistry
@@ -57,10 +58,16 @@ def create_app(settings: Settings, state: SandboxState) -> Starlette:
     filesystem = FilesystemService(state, users)
     processes = ProcessRegistry()
     process = ProcessService(processes, state, users)
-    filesystem_rpc = FilesystemASGIApplication(
-        filesystem, interceptors=[*interceptors, LegacySDKInterceptor()], codecs=rpc_codecs()
+    filesystem_rpc = GRPCRefusal(
+        FilesystemASGIApplication(
+            filesystem, interceptors=[*interceptors, LegacySDKInterceptor()], codecs=rpc_codecs()
+        ),
+        Filesystem.desc(),
     )
-    process_rpc = ProcessASGIApplication(process, interceptors=interceptors, codecs=output_codecs())
+    process_rpc = GRPCRefusal(
+        ProcessASGIApplication(process, interceptors=interceptors, codecs=output_codecs()),
+        Process.desc(),
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
