@@ -8,17 +8,21 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import httpx
+
+from tests.waiting import WaitTimeout, wait_until
 
 if TYPE_CHECKING:
     from pathlib import Path
 
 # A traceback in the daemon's log means an exception escaped a handler: always a defect.
 TRACEBACK_MARKER = "Traceback (most recent call last)"
+# A daemon must not outlive a test run killed hard (SIGKILL skips fixture teardown): setpriv
+# (util-linux) sets the parent-death signal and execs the daemon in the same process.
+DIE_WITH_PARENT = ("setpriv", "--pdeathsig", "TERM", "--")
 
 
 def free_port() -> int:
@@ -78,6 +82,7 @@ def start_envd(
             child_env["JOURNAL_STREAM"] = f"{st.st_dev}:{st.st_ino}"
         proc = subprocess.Popen(
             [
+                *DIE_WITH_PARENT,
                 sys.executable,
                 "-m",
                 "envd",
@@ -93,15 +98,18 @@ def start_envd(
             env=child_env,
         )
     daemon = EnvdProcess(f"http://127.0.0.1:{port}", port, proc, log_path)
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"envd exited with {proc.returncode}:\n{daemon.logs()}")
-        try:
-            if httpx.get(daemon.url + "/health", timeout=1).status_code == 204:
-                return daemon
-        except httpx.TransportError:
-            pass
-        time.sleep(0.02)
-    daemon.stop()
-    raise RuntimeError(f"envd did not become healthy:\n{daemon.logs()}")
+    try:
+        wait_until(lambda: _healthy(daemon), 15, f"envd on port {port} to answer /health")
+    except WaitTimeout as exc:
+        daemon.stop()
+        raise RuntimeError(f"{exc}:\n{daemon.logs()}") from exc
+    return daemon
+
+
+def _healthy(daemon: EnvdProcess) -> bool:
+    if daemon.proc.poll() is not None:
+        raise RuntimeError(f"envd exited with {daemon.proc.returncode}:\n{daemon.logs()}")
+    try:
+        return httpx.get(daemon.url + "/health", timeout=1).status_code == 204
+    except httpx.TransportError:
+        return False

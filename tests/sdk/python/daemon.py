@@ -8,26 +8,19 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
-import time
 from pathlib import Path
 
 import httpx
 
+# Shared with the daemon suite: these modules need only the standard library, httpx and anyio,
+# which this virtualenv has too.
+from tests.envd_process import DIE_WITH_PARENT, TRACEBACK_MARKER, free_port
+from tests.waiting import WaitTimeout, wait_until
+
 SHARED_ENVD_URL = "http://localhost:49983"
 REPO_ROOT = Path(__file__).resolve().parents[3]
 ENVD_PYTHON = os.environ.get("ENVD_PYTHON", str(REPO_ROOT / ".venv" / "bin" / "python"))
-# A daemon must not outlive a test run killed hard (SIGKILL skips fixture teardown); setpriv
-# (util-linux) sets the parent-death signal and execs envd in the same process.
-DIE_WITH_PARENT = ("setpriv", "--pdeathsig", "TERM", "--")
-TRACEBACK_MARKER = "Traceback (most recent call last)"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Daemon:
@@ -49,17 +42,19 @@ class Daemon:
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                raise RuntimeError(f"envd exited at startup:\n{self.log_text()}")
-            try:
-                if httpx.get(f"{self.url}/health", timeout=1).is_success:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.05)
-        raise RuntimeError(f"envd did not answer /health in 20 s:\n{self.log_text()}")
+        try:
+            wait_until(self._healthy, 20, f"envd on port {self.port} to answer /health")
+        except WaitTimeout as exc:
+            raise RuntimeError(f"{exc}:\n{self.log_text()}") from exc
+
+    def _healthy(self) -> bool:
+        assert self._proc is not None
+        if self._proc.poll() is not None:
+            raise RuntimeError(f"envd exited at startup:\n{self.log_text()}")
+        try:
+            return httpx.get(f"{self.url}/health", timeout=1).is_success
+        except httpx.TransportError:
+            return False
 
     def _envd_command(self) -> list[str]:
         return [
