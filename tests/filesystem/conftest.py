@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 from typing import TYPE_CHECKING
 
 import pytest
@@ -14,9 +13,6 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from tests.envd_process import EnvdProcess
-
-# The SDKs select the user with Basic auth and an empty password.
-AS_USER = {"authorization": "Basic " + base64.b64encode(b"user:").decode()}
 
 
 @pytest.fixture

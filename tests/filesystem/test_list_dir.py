@@ -12,7 +12,7 @@ from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
 from envd._gen.filesystem.filesystem_pb import FileType, ListDirRequest, RemoveRequest
-from tests.filesystem.conftest import AS_USER
+from tests.client import AS_USER
 
 if TYPE_CHECKING:
     from pathlib import Path

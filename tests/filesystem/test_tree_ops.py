@@ -17,7 +17,7 @@ from envd._gen.filesystem.filesystem_pb import (
     RemoveRequest,
     StatRequest,
 )
-from tests.filesystem.conftest import AS_USER
+from tests.client import AS_USER
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -13,7 +13,6 @@ through nsenter. Prints one line per check, runs them all, and exits non-zero if
 from __future__ import annotations
 
 import argparse
-import base64
 import logging
 import os
 import subprocess
@@ -28,13 +27,14 @@ from connectrpc.errors import ConnectError
 from envd._gen.process.process_connect import ProcessClientSync
 from envd._gen.process.process_pb import ProcessConfig, StartRequest
 from envd.settings import ENVD_VERSION
+from tests.client import AS_USER
+from tests.waiting import WaitTimeout, wait_until
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
 log = logging.getLogger("booted_image")
 
-AS_USER = {"authorization": "Basic " + base64.b64encode(b"user:").decode()}
 # Anything of envd's own interpreter that must never reach a user's process.
 CAP_SYS_RESOURCE = 24
 ENVD_TRACES = ("/usr/lib/envd", "VIRTUAL_ENV", "PYTHON", "NOTIFY_SOCKET", "INVOCATION_ID")
@@ -169,9 +169,13 @@ def check_restart_after_kill(http: httpx.Client, client: ProcessClientSync, imag
     expect("envd.service" in cgroup, f"user process not in envd's cgroup: {cgroup}")
     old_pid, restarts = image.envd_pid(), int(image.unit("NRestarts"))
     image.run("sh", "-c", f"kill -9 {old_pid}")
-    waited = wait_for(
-        lambda: image.unit("ActiveState") == "active" and image.envd_pid() not in (0, old_pid)
+    begin = time.monotonic()
+    wait_until(
+        lambda: image.unit("ActiveState") == "active" and image.envd_pid() not in (0, old_pid),
+        30,
+        "systemd to start a new envd",
     )
+    waited = time.monotonic() - begin
     expect(int(image.unit("NRestarts")) == restarts + 1, "NRestarts did not grow by one")
     check_health(http)
     # kill -0 fails when the restart took the user's process along.
@@ -192,15 +196,6 @@ def start_to_ready(image: Image) -> str:
     started = int(image.unit("ExecMainStartTimestampMonotonic"))
     ready = int(image.unit("ActiveEnterTimestampMonotonic"))
     return f"{(ready - started) / 1000:.0f} ms"
-
-
-def wait_for(condition: Callable[[], bool], timeout_s: float = 30) -> float:
-    begin = time.monotonic()
-    while not condition():
-        if time.monotonic() - begin > timeout_s:
-            raise CheckFailed(f"still waiting after {timeout_s} s")
-        time.sleep(0.05)
-    return time.monotonic() - begin
 
 
 def main() -> int:
@@ -232,7 +227,7 @@ def main() -> int:
         for name, check in checks:
             try:
                 log.info("ok    %-40s %s", name, check())
-            except (CheckFailed, ConnectError, httpx.HTTPError) as exc:
+            except (CheckFailed, WaitTimeout, ConnectError, httpx.HTTPError) as exc:
                 failed += 1
                 log.info("FAIL  %-40s %s", name, exc)
     log.info("%d passed, %d failed", len(checks) - failed, failed)

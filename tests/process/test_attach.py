@@ -23,7 +23,8 @@ from envd._gen.process.process_pb import (
     Signal,
     StartRequest,
 )
-from tests.process.conftest import AS_USER, Run, by_pid, by_tag, shell, stdin_input
+from tests.client import AS_USER
+from tests.process.client import Run, by_pid, by_tag, shell, stdin_input
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator

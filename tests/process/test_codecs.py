@@ -13,7 +13,7 @@ from envd._gen.process.process_connect import ProcessClientSync
 from envd._gen.process.process_pb import ConnectResponse, ProcessEvent, StartResponse
 from envd.process.codecs import OutputJSONCodec, OutputProtoCodec
 from envd.process.streams import MAX_EVENT_BYTES, data_event, end_of, start_event
-from tests.process.conftest import collect, shell
+from tests.process.client import collect, shell
 
 if TYPE_CHECKING:
     from connectrpc.codec import Codec

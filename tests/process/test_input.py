@@ -25,7 +25,7 @@ from envd._gen.process.process_pb import (
     UpdateRequest,
 )
 from envd.process.streams import MAX_EVENT_BYTES
-from tests.process.conftest import Run, by_pid, pty_input, shell, stdin_input, with_pty
+from tests.process.client import Run, by_pid, pty_input, shell, stdin_input, with_pty
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator

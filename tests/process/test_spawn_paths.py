@@ -14,7 +14,8 @@ from connectrpc.errors import ConnectError
 from envd._gen.process.process_connect import ProcessClientSync
 from envd._gen.process.process_pb import ProcessConfig, StartRequest
 from envd.process.helper import ensure_helper
-from tests.process.conftest import AS_USER, collect, shell, with_pty
+from tests.client import AS_USER
+from tests.process.client import collect, shell, with_pty
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator

@@ -15,7 +15,8 @@ from connectrpc.errors import ConnectError
 
 from envd._gen.process.process_connect import ProcessClientSync
 from envd._gen.process.process_pb import ProcessConfig, StartRequest
-from tests.process.conftest import AS_USER, bash, collect, shell
+from tests.client import AS_USER
+from tests.process.client import bash, collect, shell
 
 if TYPE_CHECKING:
     from collections.abc import Callable

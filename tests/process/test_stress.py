@@ -25,7 +25,8 @@ from envd._gen.process.process_pb import (
     SendSignalRequest,
     Signal,
 )
-from tests.process.conftest import AS_USER, Run, by_pid, shell, zombie_children
+from tests.client import AS_USER
+from tests.process.client import Run, by_pid, shell, zombie_children
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
