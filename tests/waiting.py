@@ -29,7 +29,7 @@ class WaitTimeout(AssertionError):
         super().__init__(f"gave up waiting for {what} after {timeout_s} s (last check: {last!r})")
 
 
-def wait_until(condition: Callable[[], T], timeout_s: float, what: str) -> T:
+def wait_until(condition: Callable[[], T | None], timeout_s: float, what: str) -> T:
     """Call `condition` until it returns something truthy, and return that.
 
     `what` names the awaited state for the failure message ("the upload's file to appear").

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import time
 from typing import TYPE_CHECKING
 
 import pytest
@@ -16,10 +15,10 @@ from connectrpc.errors import ConnectError
 from envd._gen.filesystem.filesystem_pb import (
     CreateWatcherRequest,
     EventType,
-    FilesystemEvent,
     GetWatcherEventsRequest,
     RemoveWatcherRequest,
 )
+from tests.waiting import wait_until
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -28,12 +27,15 @@ if TYPE_CHECKING:
 
 
 def _poll_until(fs: FilesystemClientSync, watcher_id: str, count: int) -> list[tuple[str, int]]:
+    """At least `count` events, gathered over as many GetWatcherEvents calls as it takes."""
     found: list[tuple[str, int]] = []
-    deadline = time.monotonic() + 5
-    while len(found) < count and time.monotonic() < deadline:
+
+    def enough() -> bool:
         events = fs.get_watcher_events(GetWatcherEventsRequest(watcher_id=watcher_id)).events
-        found += [(e.name, e.type) for e in events]
-        time.sleep(0.02)
+        found.extend((e.name, e.type) for e in events)
+        return len(found) >= count
+
+    wait_until(enough, 5, f"{count} events from the watcher")
     return found
 
 
@@ -58,11 +60,10 @@ def test_include_entry_and_recursive(fs_proto: FilesystemClientSync, workdir: Pa
     ).watcher_id
     try:
         (workdir / "sub" / "f").write_text("")
-        deadline = time.monotonic() + 5
-        events: list[FilesystemEvent] = []
-        while not events and time.monotonic() < deadline:
-            request = GetWatcherEventsRequest(watcher_id=watcher_id)
-            events = fs_proto.get_watcher_events(request).events
+        request = GetWatcherEventsRequest(watcher_id=watcher_id)
+        events = wait_until(
+            lambda: fs_proto.get_watcher_events(request).events, 5, "the event for sub/f"
+        )
         assert events[0].name == "sub/f"
         assert events[0].entry is not None
         assert events[0].entry.path == str(workdir / "sub" / "f")
@@ -92,13 +93,17 @@ def test_undrained_watcher_reports_overflow(fs_proto: FilesystemClientSync, work
         for i in range(125_000):  # alternate, or inotify merges identical consecutive events
             os.utime(a if i % 2 else b, ns=(i, i))
         request = GetWatcherEventsRequest(watcher_id=watcher_id)
-        deadline = time.monotonic() + 10
-        with pytest.raises(ConnectError) as err:  # noqa: PT012  # polls until the error
-            while time.monotonic() < deadline:
+
+        def failure() -> ConnectError | None:
+            try:
                 fs_proto.get_watcher_events(request)
-                time.sleep(0.05)
-        assert err.value.code == Code.INTERNAL
-        assert "overflow" in err.value.message
+            except ConnectError as exc:
+                return exc
+            return None
+
+        err = wait_until(failure, 10, "the watcher to report its overflow")
+        assert err.code == Code.INTERNAL
+        assert "overflow" in err.message
         with pytest.raises(ConnectError):  # sticky
             fs_proto.get_watcher_events(request)
     finally:

@@ -3,6 +3,7 @@ entry info, keepalives, validation and fd hygiene."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import struct
@@ -24,9 +25,9 @@ from tests.filesystem.watching import (
     RENAME,
     WRITE,
     inotify_fds,
-    settled_inotify_fds,
     watching,
 )
+from tests.waiting import wait_until, wait_until_async
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -108,18 +109,31 @@ async def test_entry_omitted_without_flag(envd: EnvdProcess, workdir: Path) -> N
 
 async def test_keepalive_at_requested_interval(envd: EnvdProcess, workdir: Path) -> None:
     headers = {"keepalive-ping-interval": "1"}
+    opened = time.monotonic()
     async with watching(envd.url, str(workdir), headers=headers) as stream:
-        started = time.monotonic()
-        message = await stream.next(timeout_s=3)
-        assert message.event is not None
-        assert message.event.field == "keepalive"
-        assert 0.8 < time.monotonic() - started < 2.5
+        for _ in range(3):  # an idle stream: nothing but keepalives, well before the 90 s default
+            message = await stream.next(timeout_s=10)
+            assert message.event is not None
+            assert message.event.field == "keepalive"
+    assert time.monotonic() - opened >= 2.9  # one per interval, not a flood
 
 
 async def test_bad_keepalive_header_falls_back_to_default(envd: EnvdProcess, workdir: Path) -> None:
-    for value in ("0", "-5", "soon"):
-        async with watching(envd.url, str(workdir), headers={"keepalive-ping-interval": value}):
-            pass  # the stream opened: start arrived, no crash on a bad interval
+    async with contextlib.AsyncExitStack() as streams:
+        opened = [
+            await streams.enter_async_context(
+                watching(envd.url, str(workdir), headers={"keepalive-ping-interval": value})
+            )
+            for value in ("0", "-5", "soon")
+        ]
+        # The scenario is an idle stream: longer than the shortest valid interval (1 s), where a
+        # zero or negative one would flood it with keepalives.
+        await anyio.sleep(1.2)
+        (workdir / "f").write_text("")
+        for stream in opened:
+            message = await stream.next()
+            assert message.event is not None
+            assert message.event.field == "filesystem"  # no keepalive came first
 
 
 async def test_watch_missing_file_and_network_guard_errors(
@@ -143,13 +157,11 @@ async def test_removed_root_reports_remove_dot(envd: EnvdProcess, workdir: Path)
 
 
 async def test_disconnect_releases_inotify_fd(envd: EnvdProcess, workdir: Path) -> None:
-    assert settled_inotify_fds(envd, 0) == 0  # earlier tests' streams are gone
+    await wait_until_async(lambda: inotify_fds(envd) == 0, 5, "earlier tests' streams to close")
     for _ in range(5):
         async with watching(envd.url, str(workdir)):
             assert inotify_fds(envd) == 1
-    with anyio.fail_after(5):
-        while inotify_fds(envd) > 0:
-            await anyio.sleep(0.05)
+    await wait_until_async(lambda: inotify_fds(envd) == 0, 5, "envd to close the inotify fds")
 
 
 async def test_burst_of_creates_is_complete(envd: EnvdProcess, workdir: Path) -> None:
@@ -181,7 +193,7 @@ async def test_undecodable_name_in_event(envd: EnvdProcess, workdir: Path) -> No
 
 def test_tcp_disconnect_mid_stream_releases_fd(envd: EnvdProcess, workdir: Path) -> None:
     body = json.dumps({"path": str(workdir)}).encode()
-    assert settled_inotify_fds(envd, 0) == 0  # earlier tests' streams are gone
+    wait_until(lambda: inotify_fds(envd) == 0, 5, "earlier tests' streams to close")
     client = httpx.Client(base_url=envd.url, timeout=10)
     with client.stream(
         "POST",
@@ -193,7 +205,7 @@ def test_tcp_disconnect_mid_stream_releases_fd(envd: EnvdProcess, workdir: Path)
         assert b'{"start":{}}' in next(chunks)
         assert inotify_fds(envd) == 1
         client.close()  # drops the TCP connection with the stream still open
-    assert settled_inotify_fds(envd, 0) == 0
+    wait_until(lambda: inotify_fds(envd) == 0, 5, "envd to close the stream's inotify fd")
 
 
 async def test_moved_root_reports_rename_then_stops(envd: EnvdProcess, workdir: Path) -> None:

@@ -8,10 +8,8 @@ import json
 import os
 import signal
 import struct
-import time
 from typing import TYPE_CHECKING
 
-import anyio
 import httpx
 import pytest
 from connectrpc.code import Code
@@ -20,6 +18,7 @@ from connectrpc.errors import ConnectError
 from envd._gen.filesystem.filesystem_pb import CreateWatcherRequest, RemoveWatcherRequest
 from tests.filesystem.fuse_mount import fuse_mount
 from tests.filesystem.watching import CREATE, watching
+from tests.waiting import wait_until_async
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -41,16 +40,18 @@ async def test_out_of_inotify_instances_then_recovers(envd: EnvdProcess, workdir
                 await streams.enter_async_context(watching(envd.url, str(workdir)))
         assert err.value.code == Code.RESOURCE_EXHAUSTED
         assert "inotify" in err.value.message
+
+    async def watching_works() -> bool:
+        try:
+            async with watching(envd.url, str(workdir)) as stream:
+                (workdir / "after").write_text("")
+                assert (await stream.events(1))[0] == ("after", CREATE)
+                return True
+        except ConnectError:  # the kernel frees instances asynchronously
+            return False
+
     # Every stream is closed: instances are back and watching works again.
-    with anyio.fail_after(5):
-        while True:
-            try:
-                async with watching(envd.url, str(workdir)) as stream:
-                    (workdir / "after").write_text("")
-                    assert (await stream.events(1))[0] == ("after", CREATE)
-                    break
-            except ConnectError:  # the kernel frees instances asynchronously
-                await anyio.sleep(0.05)
+    await wait_until_async(watching_works, 5, "a new watch stream to start")
 
 
 def test_polling_watchers_out_of_instances(fs: FilesystemClientSync, workdir: Path) -> None:
@@ -73,10 +74,9 @@ async def test_shutdown_ends_open_streams_cleanly(
     daemon = envd_factory()
     async with watching(daemon.url, str(workdir)) as stream:
         daemon.proc.send_signal(signal.SIGTERM)
-        started = time.monotonic()
-        await stream.until_end(timeout_s=5)  # raises if the stream ends in an error
-        # Ended by envd's shutdown hook, not cut when uvicorn gives up on open connections.
-        assert time.monotonic() - started < 1
+        # Ended by envd's shutdown hook: a stream still open when envd cuts the remaining
+        # connections ends in an error, which until_end raises.
+        await stream.until_end(timeout_s=30)
 
 
 @pytest.mark.root

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
 from typing import TYPE_CHECKING
 
 import anyio
@@ -27,15 +26,6 @@ def inotify_fds(daemon: EnvdProcess) -> int:
     for fd in os.listdir(fd_dir):
         with contextlib.suppress(FileNotFoundError):  # closed while we looked
             count += os.readlink(f"{fd_dir}/{fd}") == "anon_inode:inotify"
-    return count
-
-
-def settled_inotify_fds(daemon: EnvdProcess, expected: int, timeout_s: float = 5) -> int:
-    """The daemon's inotify count once it reaches `expected` (streams close asynchronously),
-    or whatever it is when the deadline passes."""
-    deadline = time.monotonic() + timeout_s
-    while (count := inotify_fds(daemon)) != expected and time.monotonic() < deadline:
-        time.sleep(0.02)
     return count
 
 

@@ -8,16 +8,15 @@ import os
 import select
 import socket
 import struct
-import time
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 import pytest
 
 from tests.http.small_tmpfs import small_tmpfs
+from tests.waiting import wait_until
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
     from pathlib import Path
 
     import httpx
@@ -26,13 +25,6 @@ if TYPE_CHECKING:
 
 OCTET = {"Content-Type": "application/octet-stream"}
 IN_MODIFY, IN_ATTRIB, IN_CREATE = 0x2, 0x4, 0x100
-
-
-def _wait_for(condition: Callable[[], bool], timeout_s: float = 10) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.01)
 
 
 def _start_raw_upload(envd: EnvdProcess, path: str, declared: int, sent: bytes) -> socket.socket:
@@ -51,9 +43,9 @@ def test_disconnect_mid_upload_leaves_no_new_file(
 ) -> None:
     target = workdir / "vanishing.bin"
     sock = _start_raw_upload(envd, str(target), 10 * 1024 * 1024, b"x" * 300_000)
-    _wait_for(lambda: target.exists() and target.stat().st_size > 0)
+    wait_until(lambda: target.exists() and target.stat().st_size > 0, 10, "the upload to begin")
     sock.close()
-    _wait_for(lambda: not target.exists())
+    wait_until(lambda: not target.exists(), 10, "the partial upload to be removed")
     assert http.get("/health").status_code == 204
 
 
@@ -65,9 +57,11 @@ def test_disconnect_mid_overwrite_leaves_the_existing_file_partial(
     target.write_bytes(b"original " * 1000)
     inode = target.stat().st_ino
     sock = _start_raw_upload(envd, str(target), 10 * 1024 * 1024, b"y" * 300_000)
-    _wait_for(lambda: target.read_bytes()[:1] == b"y")
+    wait_until(lambda: target.read_bytes()[:1] == b"y", 10, "the overwrite to begin")
     sock.close()
-    time.sleep(0.2)  # let the server notice; the file must simply stay as written
+    abandoned = f"upload to {target} abandoned: client disconnected"
+    wait_until(lambda: abandoned in envd.logs(), 10, "envd to log the abandoned upload")
+    # The file must simply stay as written.
     assert http.get("/health").status_code == 204
     content = target.read_bytes()
     assert 0 < len(content) <= 300_000
@@ -198,5 +192,5 @@ def test_download_abandoned_midway_releases_the_file(
     while received < 1024 * 1024:
         received += len(sock.recv(65536))
     sock.close()
-    _wait_for(lambda: envd.open_fds() <= fds_before)
+    wait_until(lambda: envd.open_fds() <= fds_before, 10, "envd to close the file and socket")
     assert http.get("/health").status_code == 204
