@@ -3,7 +3,7 @@ exactly what protobuf-py writes, and large coalesced events must survive both wi
 
 from __future__ import annotations
 
-import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -13,7 +13,8 @@ from envd._gen.process.process_connect import ProcessClientSync
 from envd._gen.process.process_pb import ConnectResponse, ProcessEvent, StartResponse
 from envd.process.codecs import OutputJSONCodec, OutputProtoCodec
 from envd.process.streams import MAX_EVENT_BYTES, data_event, end_of, start_event
-from tests.process.client import collect, shell
+from tests.process.client import children_of, collect, shell
+from tests.waiting import wait_until
 
 if TYPE_CHECKING:
     from connectrpc.codec import Codec
@@ -52,6 +53,16 @@ def test_other_messages_go_to_the_stock_codecs(event: ProcessEvent) -> None:
     assert decoded == message
 
 
+def _output_piled_up(pid: int) -> bool:
+    """Whether the command (or the child writing for it) waits on a full pipe: envd has stopped
+    reading, its reads will find the pipe full. Exited counts too: everything waits in envd."""
+    try:
+        writers = [pid, *children_of(pid)]
+        return any("pipe_write" in Path(f"/proc/{w}/wchan").read_text() for w in writers)
+    except FileNotFoundError:
+        return True
+
+
 @pytest.mark.parametrize("codec", [proto_binary_codec(), proto_json_codec()], ids=["proto", "json"])
 def test_a_slow_reader_gets_large_events_with_every_byte(envd: EnvdProcess, codec: Codec) -> None:
     # The client waits before reading, so output piles up and leaves as merged events.
@@ -59,7 +70,10 @@ def test_a_slow_reader_gets_large_events_with_every_byte(envd: EnvdProcess, code
     with ProcessClientSync(envd.url, codec=codec, send_compression=None) as client:
         responses = iter(client.start(shell(script)))
         first = next(responses)
-        time.sleep(0.5)
+        assert first.event is not None
+        assert isinstance(first.event.event.value, ProcessEvent.StartEvent)  # type: ignore[union-attr]
+        pid = first.event.event.value.pid  # type: ignore[union-attr]
+        wait_until(lambda: _output_piled_up(pid), 30, "the command to block on a full pipe")
         rest = list(responses)
     sizes = [
         len(response.event.event.value.output.value)  # type: ignore[union-attr]

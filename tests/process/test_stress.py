@@ -27,6 +27,7 @@ from envd._gen.process.process_pb import (
 )
 from tests.client import AS_USER
 from tests.process.client import Run, by_pid, shell, zombie_children
+from tests.waiting import wait_until_async
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
@@ -65,11 +66,14 @@ def _process_fds(daemon: EnvdProcess) -> int:
 
 async def _settled(daemon: EnvdProcess, client: ProcessClient, fds_before: int) -> None:
     """No live process, no zombie child, fds back to where they were."""
-    with anyio.fail_after(20):
-        while (await client.list(ListRequest())).processes or zombie_children(daemon.pid):
-            await anyio.sleep(0.05)
-        while _process_fds(daemon) > fds_before:
-            await anyio.sleep(0.05)
+
+    async def reaped() -> bool:
+        return not (await client.list(ListRequest())).processes and not zombie_children(daemon.pid)
+
+    await wait_until_async(reaped, 20, "every process listed and reaped")
+    await wait_until_async(
+        lambda: _process_fds(daemon) <= fds_before, 20, f"envd back to {fds_before} process fds"
+    )
 
 
 async def _run(client: ProcessClient, script: str) -> Run:
@@ -175,6 +179,10 @@ def _pids_cgroup() -> Path:
     return group
 
 
+def _pids_in(group: Path) -> int:
+    return int((group / "pids.current").read_text())
+
+
 def _kill_all_in(group: Path) -> bool:
     """SIGKILL whatever is left in the cgroup (a failed test must not leave a bomb running);
     True when it is empty."""
@@ -205,9 +213,7 @@ async def test_fork_bomb_as_user_under_a_pids_limit(
         latencies = []
         async with anyio.create_task_group() as tg:
             tg.start_soon(drain)
-            with anyio.fail_after(10):
-                while int((group / "pids.current").read_text()) < 60:
-                    await anyio.sleep(0.02)
+            await wait_until_async(lambda: _pids_in(group) >= 60, 10, "the bomb to fork 60 times")
             async with httpx.AsyncClient(base_url=daemon.url) as http:
                 for _ in range(100):
                     started = time.perf_counter()
@@ -219,11 +225,7 @@ async def test_fork_bomb_as_user_under_a_pids_limit(
         assert run.end is not None
         assert run.end.status == "signal: killed"
         assert statistics.quantiles(latencies, n=100)[98] < 0.1
-        with anyio.fail_after(10):
-            while int((group / "pids.current").read_text()):
-                await anyio.sleep(0.05)
+        await wait_until_async(lambda: _pids_in(group) == 0, 10, "Kill to empty the cgroup")
     finally:
-        with anyio.fail_after(10):
-            while not _kill_all_in(group):
-                await anyio.sleep(0.1)
+        await wait_until_async(lambda: _kill_all_in(group), 10, "the cgroup to be empty")
         group.rmdir()

@@ -138,10 +138,8 @@ def test_missing_cwd_is_invalid_argument(sandbox: Sandbox, workdir: str) -> None
 
 
 def test_command_timeout(sandbox: Sandbox) -> None:
-    started = time.monotonic()
     with pytest.raises(TimeoutException):
         sandbox.commands.run("sleep 10", timeout=1, user=KILLED_EARLY_USER)
-    assert time.monotonic() - started < 5
 
 
 def test_command_killed_while_output_is_streamed(sandbox: Sandbox) -> None:
