@@ -63,6 +63,8 @@ async def test_abandoned_subscriber_never_wedges_the_others() -> None:
 
         tg.start_soon(publish_rest)
         await publishing.wait()
+        # The scenario: the publisher is (most likely) blocked on the abandoned subscriber's full
+        # buffer when it stops; nothing public shows that state, so this is a fixed time.
         await anyio.sleep(0.05)
         abandoned.stop()  # releases the publisher blocked on it
         abandoned.stop()  # idempotent
