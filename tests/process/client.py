@@ -124,3 +124,12 @@ def zombie_children(pid: int) -> list[int]:
 def children_of(pid: int) -> list[int]:
     with open(f"/proc/{pid}/task/{pid}/children") as f:
         return [int(p) for p in f.read().split()]
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any process (zombies included) is left in process group `pgid`."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True

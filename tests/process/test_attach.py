@@ -25,7 +25,15 @@ from envd._gen.process.process_pb import (
     StartRequest,
 )
 from tests.client import AS_USER
-from tests.process.client import Run, by_pid, by_tag, children_of, shell, stdin_input
+from tests.process.client import (
+    Run,
+    by_pid,
+    by_tag,
+    children_of,
+    group_alive,
+    shell,
+    stdin_input,
+)
 from tests.waiting import wait_until_async
 
 if TYPE_CHECKING:
@@ -56,17 +64,9 @@ async def _kill(client: ProcessClient, pid: int) -> None:
     await client.send_signal(SendSignalRequest(process=by_pid(pid), signal=Signal.SIGKILL))
 
 
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 async def _group_gone(pgid: int) -> None:
     """Killed members may linger a moment as zombies until init reaps them."""
-    await wait_until_async(lambda: not _group_alive(pgid), 5, f"process group {pgid} to go")
+    await wait_until_async(lambda: not group_alive(pgid), 5, f"process group {pgid} to go")
 
 
 async def _live_pids(client: ProcessClient) -> set[int]:
@@ -241,7 +241,7 @@ async def test_keepalive_header_unusable_means_default(client: ProcessClient, va
 async def test_end_is_bounded_when_a_grandchild_holds_the_pipe(client: ProcessClient) -> None:
     run = await _rest(client.start(shell("sleep 300 & echo parent done")))
     try:
-        assert _group_alive(run.pid)  # the end came while the grandchild still held the pipe
+        assert group_alive(run.pid)  # the end came while the grandchild still held the pipe
         assert run.stdout == b"parent done\n"
         assert run.end is not None
         assert run.end.exit_code == 0
