@@ -25,6 +25,7 @@ from envd.errors import EnvdHTTPError, ErrorMappingInterceptor, InternalErrorMid
 from envd.filesystem.legacy import LegacySDKInterceptor
 from envd.filesystem.service import FilesystemService
 from envd.grpc_refusal import GRPCRefusal
+from envd.http.body import MAX_MESSAGE_BYTES
 from envd.json_depth import rpc_codecs
 from envd.process.codecs import output_codecs
 from envd.process.registry import ProcessRegistry
@@ -60,12 +61,20 @@ def create_app(settings: Settings, state: SandboxState) -> Starlette:
     process = ProcessService(processes, state, users)
     filesystem_rpc = GRPCRefusal(
         FilesystemASGIApplication(
-            filesystem, interceptors=[*interceptors, LegacySDKInterceptor()], codecs=rpc_codecs()
+            filesystem,
+            interceptors=[*interceptors, LegacySDKInterceptor()],
+            codecs=rpc_codecs(),
+            read_max_bytes=MAX_MESSAGE_BYTES,
         ),
         Filesystem.desc(),
     )
     process_rpc = GRPCRefusal(
-        ProcessASGIApplication(process, interceptors=interceptors, codecs=output_codecs()),
+        ProcessASGIApplication(
+            process,
+            interceptors=interceptors,
+            codecs=output_codecs(),
+            read_max_bytes=MAX_MESSAGE_BYTES,
+        ),
         Process.desc(),
     )
 

@@ -23,10 +23,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 import anyio.to_thread
+from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from envd.errors import EnvdHTTPError
+from envd.http.body import BodyTooLargeError, read_capped
 from envd.http.file_request import entry_json, resolve_path, resolve_user
 from envd.http.file_writer import ensure_parent_dirs, go_error
 
@@ -61,6 +63,8 @@ def _parse(body: bytes, state: SandboxState, users: RecentUsers) -> ComposeReque
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise EnvdHTTPError(400, f"invalid request body: {exc}") from None
+    except RecursionError:  # the decoder recurses once per nesting level
+        raise EnvdHTTPError(400, "invalid request body: nested too deeply") from None
     if not isinstance(data, dict):
         raise EnvdHTTPError(400, "invalid request body: expected a JSON object")
     sources = data.get("source_paths") or []
@@ -213,7 +217,13 @@ def compose_files(request: ComposeRequest) -> None:
 
 
 async def compose(request: Request, state: SandboxState, users: RecentUsers) -> Response:
-    compose_request = _parse(await request.body(), state, users)
+    try:
+        raw = await read_capped(request)
+    except BodyTooLargeError as exc:
+        raise EnvdHTTPError(413, str(exc)) from None
+    except ClientDisconnect:
+        return Response(status_code=400)  # nobody is left to read it
+    compose_request = _parse(raw, state, users)
     await anyio.to_thread.run_sync(compose_files, compose_request)
     body = (
         json.dumps(

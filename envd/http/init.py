@@ -15,6 +15,7 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from envd.http.body import BodyTooLargeError, read_capped
 from envd.http.init_body import InitRequest, parse_init_body
 
 if TYPE_CHECKING:
@@ -119,7 +120,12 @@ def _apply(settings: Settings, state: SandboxState, request: InitRequest) -> Non
 def routes(settings: Settings, state: SandboxState) -> list[BaseRoute]:
     async def init(http_request: Request) -> Response:
         try:
-            request = parse_init_body(await http_request.body())
+            request = parse_init_body(await read_capped(http_request))
+        except BodyTooLargeError as exc:
+            # Not the reference's empty 400 (it has no cap): the status and the message say
+            # that the size is the problem, and echo nothing of the body.
+            log.warning("/init rejected: %s", exc)
+            return PlainTextResponse(str(exc), status_code=413)
         except (ValueError, TypeError, ClientDisconnect) as exc:
             # The reference answers 400 with an empty body; the reason is never echoed (it may
             # be about the token).

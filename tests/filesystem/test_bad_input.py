@@ -34,6 +34,16 @@ def test_malformed_json_is_invalid_argument(envd: EnvdProcess, body: bytes) -> N
     _still_serving(envd)
 
 
+def test_message_over_the_cap_is_resource_exhausted(envd: EnvdProcess) -> None:
+    # The SDKs' and connectrpc's default maximum message size, 4 MiB.
+    body = b'{"path": "/' + b"a" * (4 * 1024 * 1024) + b'"}'
+    with httpx.Client(base_url=envd.url) as client:
+        r = client.post(STAT, content=body, headers=JSON)
+        assert r.status_code == 429
+        assert r.json()["code"] == "resource_exhausted"
+        assert client.post(STAT, content=b'{"path": "/"}', headers=JSON).status_code == 200
+
+
 def test_wrong_content_type_is_415(envd: EnvdProcess) -> None:
     r = httpx.post(envd.url + STAT, content=b'{"path": "/"}', headers={"content-type": "text/xml"})
     assert r.status_code == 415

@@ -3,18 +3,26 @@ ownership, and keeping the destination and sources when it fails."""
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
+import socket
 from typing import TYPE_CHECKING
 
 import pytest
 
+from envd.http.body import MAX_MESSAGE_BYTES
+from tests.http.raw_http import post_chunked_until_answered
 from tests.http.small_tmpfs import small_tmpfs
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     import httpx
+
+    from tests.envd_process import EnvdProcess
+
+MIB = 1 << 20
 
 
 def _compose(
@@ -80,6 +88,7 @@ def test_parents_and_result_belong_to_the_user(http: httpx.Client, workdir: Path
             "error looking up user 'ghost': user: unknown user ghost",
         ),
         (b'{"source_paths": ["~ghost/a"], "destination": "/tmp/x"}', 400, "error resolving path"),
+        (b'{"source_paths": ' + b"[" * 100_000, 400, "invalid request body: nested too deeply"),
     ],
 )
 def test_bad_requests(http: httpx.Client, body: bytes, status: int, message: str) -> None:
@@ -123,3 +132,33 @@ def _compose_on_full_disk(http: httpx.Client, small_tmpfs: Path) -> None:
     assert destination.read_bytes() == b"old destination"
     assert sorted(p.name for p in small_tmpfs.iterdir()) == ["a", "b", "dest"]
     assert first.stat().st_size == second.stat().st_size == 400 * 1024
+
+
+def test_body_over_the_cap_is_413_before_it_is_read(envd: EnvdProcess) -> None:
+    with socket.create_connection(("127.0.0.1", envd.port)) as sock:
+        # Only the head is sent: the answer must not wait for the gigabyte it announces.
+        sock.sendall(
+            b"POST /files/compose HTTP/1.1\r\nHost: envd\r\n"
+            b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % (1 << 30)
+        )
+        sock.settimeout(10)
+        answer = sock.recv(65536)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 413 ")
+    assert json.loads(body) == {
+        "code": 413,
+        "message": f"request body is larger than {MAX_MESSAGE_BYTES} bytes",
+    }
+
+
+def test_streamed_body_over_the_cap_is_413_and_memory_stays_bounded(
+    envd: EnvdProcess, workdir: Path
+) -> None:
+    rss_before = envd.rss_bytes()
+    paths = json.dumps([str(workdir / f"part-{i:07}") for i in range(1_000_000)]).encode()
+    body = b'{"destination": "/tmp/x", "source_paths": ' + paths + b"}"
+    assert len(body) > 32 * MIB
+    with socket.create_connection(("127.0.0.1", envd.port)) as sock:
+        status = post_chunked_until_answered(sock, b"/files/compose", body)
+    assert status.startswith(b"HTTP/1.1 413 ")
+    assert envd.rss_bytes() - rss_before < 16 * MIB

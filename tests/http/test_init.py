@@ -12,12 +12,17 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 
+from envd.http.body import MAX_MESSAGE_BYTES
+from tests.http.raw_http import post_chunked_until_answered
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
     from pathlib import Path
 
     from tests.envd_process import EnvdProcess
 
+MIB = 1 << 20
+TOO_LARGE = f"request body is larger than {MAX_MESSAGE_BYTES} bytes"
 UNAUTHORIZED = (
     "unauthorized access, please provide a valid access token or method signing if supported"
 )
@@ -94,6 +99,39 @@ def test_bad_bodies_are_400_with_an_empty_body_and_change_nothing(
             assert _post_on(sock, b"/init", body) == (b"HTTP/1.1 400 Bad Request", b""), body[:40]
     # Still open to anyone: no token was set by any of them, and no env var arrived.
     assert httpx.get(daemon.url + "/envs").json() == {"E2B_SANDBOX": "false"}
+
+
+def test_body_announced_over_the_cap_is_413_at_once(
+    envd_factory: Callable[..., EnvdProcess],
+) -> None:
+    daemon = envd_factory()
+    with socket.create_connection(("127.0.0.1", daemon.port)) as sock:
+        # Only the head is sent: the answer must not wait for the gigabyte it announces.
+        sock.sendall(b"POST /init HTTP/1.1\r\nHost: envd\r\nContent-Length: %d\r\n\r\n" % (1 << 30))
+        sock.settimeout(10)
+        head, _, body = sock.recv(65536).partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 413 ")
+    assert b"content-type: text/plain; charset=utf-8" in head.lower()
+    assert body.decode() == TOO_LARGE
+
+
+def test_streamed_body_over_the_cap_is_413_and_memory_stays_bounded(
+    envd_factory: Callable[..., EnvdProcess],
+) -> None:
+    daemon = envd_factory()
+    rss_before = daemon.rss_bytes()
+    body = b'{"envVars": {"A": "' + b"a" * (64 * MIB) + b'"}}'
+    with socket.create_connection(("127.0.0.1", daemon.port)) as sock:
+        status = post_chunked_until_answered(sock, b"/init", body)
+    assert status.startswith(b"HTTP/1.1 413 ")
+    assert daemon.rss_bytes() - rss_before < 16 * MIB
+    assert httpx.get(daemon.url + "/envs").json() == {"E2B_SANDBOX": "false"}
+
+
+def test_env_map_just_under_the_cap_is_applied(client: httpx.Client) -> None:
+    env = {f"VAR_{i:05}": "v" * 1000 for i in range(4000)}  # about 4 MB of JSON
+    assert client.post("/init", json={"envVars": env}).status_code == 204
+    assert len(client.get("/envs").json()) == len(env) + 1
 
 
 def test_empty_null_and_unknown_fields_are_accepted(client: httpx.Client) -> None:
