@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Final
 from urllib.parse import unquote
 
 import anyio.to_thread
-from python_multipart.exceptions import MultipartParseError
+from python_multipart.exceptions import FormParserError, MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import ClientDisconnect
 from starlette.responses import Response
@@ -227,7 +227,10 @@ class _MultipartUpload:
 
     async def run(self, body: AsyncIterator[bytes], boundary: bytes) -> list[dict[str, object]]:
         parts = _PartEvents()
-        parser = parts.parser(boundary)
+        try:
+            parser = parts.parser(boundary)
+        except FormParserError as exc:  # a boundary over python-multipart's 256-byte limit
+            raise EnvdHTTPError(400, f"error parsing multipart body: {exc}") from exc
         try:
             async for chunk in body:
                 parts.chunk = chunk
