@@ -1,14 +1,19 @@
-"""The HTTP/1.1 connection policy uvicorn's httptools protocol lacks: a cap on request-header
-size and a deadline for receiving them. Without the cap one request with a huge header grows
-the daemon without bound (httptools buffers it all); without the deadline an idle or
-trickling ("slowloris") connection is held forever. Keep-alive idling is not affected."""
+"""The HTTP/1.1 connection policy uvicorn's httptools protocol lacks, so that no client can hold
+the daemon's memory or descriptors: a cap on request-header size, deadlines for receiving
+headers and bodies, and a cap on open connections. Without them one huge header grows the
+daemon without bound (httptools buffers it all), and idle or trickling ("slowloris")
+connections are held forever until the descriptors run out. Keep-alive idling between
+requests is not affected. The numbers are in connection_limits."""
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING, ClassVar, Final
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from envd.connection_limits import STREAMING_BODIES, ConnectionLimits
 
 if TYPE_CHECKING:
     import asyncio
@@ -17,54 +22,107 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("envd.connection")
 
-# Go net/http's DefaultMaxHeaderBytes, which the reference envd runs with.
-MAX_HEADER_BYTES: Final = 1 << 20
-HEADER_TIMEOUT_S: Final = 30.0
+# Refusals are logged at most this often: a flood must not flood the log too.
+REFUSAL_LOG_INTERVAL_S: Final = 10.0
 
-_TOO_LARGE_BODY: Final = b"431 Request Header Fields Too Large"
-_TOO_LARGE: Final = (
-    b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
-    b"content-type: text/plain; charset=utf-8\r\n"
-    b"connection: close\r\n"
-    b"content-length: %d\r\n\r\n%s" % (len(_TOO_LARGE_BODY), _TOO_LARGE_BODY)
+
+def _plain_response(status: bytes, message: bytes) -> bytes:
+    """A complete response that ends the connection, written before or instead of the app's."""
+    return (
+        b"HTTP/1.1 %s\r\n"
+        b"content-type: text/plain; charset=utf-8\r\n"
+        b"connection: close\r\n"
+        b"content-length: %d\r\n\r\n%s" % (status, len(message), message)
+    )
+
+
+_TOO_LARGE: Final = _plain_response(
+    b"431 Request Header Fields Too Large", b"431 Request Header Fields Too Large"
+)
+_TOO_SLOW: Final = _plain_response(
+    b"408 Request Timeout", b"408 Request Timeout: request body not received in time"
+)
+_TOO_MANY: Final = _plain_response(
+    b"503 Service Unavailable", b"503 Service Unavailable: too many open connections"
 )
 
 
-class GuardedHttpToolsProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol plus the header limits (see the module docstring).
+class _RefusalLog:
+    """Counts refused connections and logs them at most every REFUSAL_LOG_INTERVAL_S."""
 
-    A request's headers must arrive within `header_timeout_s` of the connection opening or of
-    the request's first byte, and total at most `max_header_bytes` (URL included); otherwise
-    the connection is closed, with a 431 answer for oversized headers.
+    def __init__(self) -> None:
+        self.unlogged = 0
+        self.last_logged = float("-inf")
+
+    def refused(self, open_connections: int) -> None:
+        self.unlogged += 1
+        now = time.monotonic()
+        if now - self.last_logged >= REFUSAL_LOG_INTERVAL_S:
+            log.warning(
+                "refused %d connection(s): %d open, the cap", self.unlogged, open_connections
+            )
+            self.unlogged = 0
+            self.last_logged = now
+
+
+_refusals = _RefusalLog()
+
+
+class GuardedHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol plus the limits of the module docstring.
+
+    - Connections over `max_connections` are answered 503 and closed at once.
+    - A request's headers must arrive within `header_timeout_s` of the connection opening or
+      of the request's first byte, and total at most `max_header_bytes` (URL included), or
+      the connection is closed (with a 431 answer for oversized headers).
+    - A body read whole must be complete within `body_timeout_s` of the end of its headers;
+      a streamed body (STREAMING_BODIES) must not go `body_idle_timeout_s` without data.
+      Otherwise the handler sees a client disconnect and the client a 408 (if no answer has
+      begun), and the connection is closed. Time during which envd itself stopped reading
+      (flow control: the handler is behind) does not count.
     """
 
-    max_header_bytes: ClassVar[int] = MAX_HEADER_BYTES
-    header_timeout_s: ClassVar[float] = HEADER_TIMEOUT_S
+    limits: ClassVar[ConnectionLimits] = ConnectionLimits()
 
     # uvicorn's constructor signature; everything else is per-connection state.
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]  # forwarded unchanged
+        self._refused = False
         self._awaiting_headers = True
         self._header_bytes = 0
         self._header_timer: asyncio.TimerHandle | None = None
+        self._in_body = False
+        self._streaming_body = False
+        self._body_since = 0.0  # loop time of the headers' end, or of the last body data
+        self._body_timer: asyncio.TimerHandle | None = None
 
     @classmethod
-    def with_limits(
-        cls, *, max_header_bytes: int, header_timeout_s: float
-    ) -> type[GuardedHttpToolsProtocol]:
+    def with_limits(cls, limits: ConnectionLimits) -> type[GuardedHttpToolsProtocol]:
         """A subclass with other limits (uvicorn takes a protocol class, not an instance)."""
-        attributes = {"max_header_bytes": max_header_bytes, "header_timeout_s": header_timeout_s}
-        return type(cls.__name__, (cls,), attributes)
+        return type(cls.__name__, (cls,), {"limits": limits})
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # uvicorn narrows it too
+        open_connections = len(self.server_state.connections)
+        if open_connections >= self.limits.max_connections:
+            # Refused before uvicorn tracks it: the descriptor is released at once.
+            self._refused = True
+            _refusals.refused(open_connections)
+            transport.write(_TOO_MANY)
+            transport.close()
+            return
         super().connection_made(transport)
         self._arm_header_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._refused:
+            return  # uvicorn never saw it
         self._cancel_header_timer()
+        self._cancel_body_timer()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
         if self._awaiting_headers:
             # Counted before parsing: bytes after the end of the headers reset the count in
             # on_headers_complete, so only header bytes are ever held against the cap.
@@ -72,29 +130,43 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             if self._header_timer is None:  # the first byte of a request after keep-alive
                 self._arm_header_timer()
         super().data_received(data)
-        if (
-            self._awaiting_headers
-            and self._header_bytes > self.max_header_bytes
-            and not self.transport.is_closing()
-        ):
+        if self.transport.is_closing():
+            return
+        if self._awaiting_headers and self._header_bytes > self.limits.max_header_bytes:
             log.warning(
-                "closing %s: request headers over %d bytes", self.client, self.max_header_bytes
+                "closing %s: request headers over %d bytes",
+                self.client,
+                self.limits.max_header_bytes,
             )
             self.transport.write(_TOO_LARGE)
             self.transport.close()
+        elif self._in_body:
+            # Timed lazily: a body that arrives with its headers never starts a timer.
+            if self._streaming_body:
+                self._body_since = self.loop.time()
+            if self._body_timer is None:
+                self._arm_body_timer(self._body_timeout_s())
 
     def on_headers_complete(self) -> None:
         self._awaiting_headers = False
         self._header_bytes = 0
         self._cancel_header_timer()
         super().on_headers_complete()
+        self._in_body = True
+        request = (self.scope["method"], self.scope.get("path"))  # no path: an upgrade
+        self._streaming_body = request in STREAMING_BODIES
+        self._body_since = self.loop.time()
 
     def on_message_complete(self) -> None:
+        self._in_body = False
+        self._cancel_body_timer()
         super().on_message_complete()
         self._awaiting_headers = True  # whatever arrives next starts a new request
 
     def _arm_header_timer(self) -> None:
-        self._header_timer = self.loop.call_later(self.header_timeout_s, self._headers_too_slow)
+        self._header_timer = self.loop.call_later(
+            self.limits.header_timeout_s, self._headers_too_slow
+        )
 
     def _cancel_header_timer(self) -> None:
         if self._header_timer is not None:
@@ -107,6 +179,56 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         busy = cycle is not None and not cycle.response_complete
         if self._awaiting_headers and not busy and not self.transport.is_closing():
             log.info(
-                "closing %s: no complete request headers in %ss", self.client, self.header_timeout_s
+                "closing %s: no complete request headers in %ss",
+                self.client,
+                self.limits.header_timeout_s,
             )
             self.transport.close()
+
+    def _body_timeout_s(self) -> float:
+        if self._streaming_body:
+            return self.limits.body_idle_timeout_s
+        return self.limits.body_timeout_s
+
+    def _arm_body_timer(self, delay: float) -> None:
+        self._body_timer = self.loop.call_later(delay, self._check_body_progress)
+
+    def _cancel_body_timer(self) -> None:
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+
+    def _check_body_progress(self) -> None:
+        self._body_timer = None
+        if not self._in_body or self.transport.is_closing():
+            return
+        now = self.loop.time()
+        if self.flow.read_paused:
+            # envd is not reading (the handler is behind, or a pipelined request waits its
+            # turn): the client gets a full period once reading resumes.
+            self._body_since = now
+            self._arm_body_timer(self._body_timeout_s())
+            return
+        remaining = self._body_since + self._body_timeout_s() - now
+        if remaining > 0:  # a streamed body that moved since the timer was armed
+            self._arm_body_timer(remaining)
+            return
+        self._cut_slow_body()
+
+    def _cut_slow_body(self) -> None:
+        log.info(
+            "closing %s: request body of %s %s %s",
+            self.client,
+            self.scope["method"],
+            self.scope["path"],
+            f"idle for {self.limits.body_idle_timeout_s}s"
+            if self._streaming_body
+            else f"not complete in {self.limits.body_timeout_s}s",
+        )
+        cycle = self.cycle
+        if not cycle.response_started and not self.pipeline:
+            # The handler sees a disconnect (its answer would go nowhere); the client sees why.
+            cycle.disconnected = True
+            cycle.message_event.set()
+            self.transport.write(_TOO_SLOW)
+        self.transport.close()

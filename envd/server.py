@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Final
 import uvicorn
 
 from envd.app import create_app, run_shutdown_hooks
-from envd.connection import HEADER_TIMEOUT_S, MAX_HEADER_BYTES, GuardedHttpToolsProtocol
+from envd.connection import GuardedHttpToolsProtocol
+from envd.connection_limits import ConnectionLimits
 from envd.logs import setup_logging
 from envd.settings import ENVD_VERSION, Settings
 from envd.state import SandboxState
@@ -34,9 +35,6 @@ DISCONNECT_BEFORE_DEADLINE_S: Final = 1
 # one wake-up a second, and a signal wakes the loop at once (see main_loop).
 TICK_S: Final = 1.0
 RUN_DIR: Final = "/run/e2b"
-# Hidden knob so tests can watch a slow-header connection being closed in about a second
-# instead of HEADER_TIMEOUT_S; not a supported setting.
-HEADER_TIMEOUT_ENV: Final = "ENVD_HEADER_TIMEOUT_S"
 
 
 class _Server(uvicorn.Server):
@@ -107,20 +105,11 @@ def _write_marker_files(state: SandboxState) -> None:
         log.warning("cannot write %s markers: %s", RUN_DIR, exc)
 
 
-def _header_timeout_s() -> float:
-    try:
-        return float(os.environ.get(HEADER_TIMEOUT_ENV, HEADER_TIMEOUT_S))
-    except ValueError:
-        return HEADER_TIMEOUT_S
-
-
 def build_server(settings: Settings, sock: socket.socket) -> uvicorn.Server:
     state = SandboxState.for_settings(settings)
     _write_marker_files(state)
     app = create_app(settings, state)
-    protocol = GuardedHttpToolsProtocol.with_limits(
-        max_header_bytes=MAX_HEADER_BYTES, header_timeout_s=_header_timeout_s()
-    )
+    protocol = GuardedHttpToolsProtocol.with_limits(ConnectionLimits.from_environment())
     config = uvicorn.Config(
         app,
         host=settings.host,

@@ -4,6 +4,7 @@ header deadline, keep-alive, graceful stop, sd_notify, journald-style logs, mark
 from __future__ import annotations
 
 import os
+import select
 import signal
 import socket
 import stat
@@ -142,6 +143,105 @@ def test_idle_keep_alive_outlives_the_header_deadline(quick_header_deadline: Env
         assert not _closed_by_peer(sock, timeout=2.5)  # idle between requests: kept open
         sock.sendall(HEALTH)
         assert _read_response(sock).startswith(b"HTTP/1.1 204")
+
+
+def _read_until_closed(sock: socket.socket, timeout: float) -> bytes:
+    sock.settimeout(timeout)
+    data = b""
+    try:
+        while chunk := sock.recv(65536):
+            data += chunk
+    except ConnectionResetError:
+        pass
+    return data
+
+
+def _trickle_until_answered(sock: socket.socket, data: bytes, interval: float) -> None:
+    """Send `data` a byte at a time, stopping early once the server answers or closes."""
+    for byte in data:
+        if select.select([sock], [], [], interval)[0]:
+            return
+        try:
+            sock.sendall(bytes([byte]))
+        except (BrokenPipeError, ConnectionResetError):
+            return
+
+
+def _post_head(path: bytes, length: int, content_type: bytes = b"application/json") -> bytes:
+    return b"POST %s HTTP/1.1\r\nHost: envd\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n" % (
+        path,
+        content_type,
+        length,
+    )
+
+
+@pytest.fixture
+def quick_body_deadlines(envd_factory: Callable[..., EnvdProcess]) -> EnvdProcess:
+    # 60 s for a whole body and 640 s without data for a streamed one in production.
+    return envd_factory(env={"ENVD_BODY_TIMEOUT_S": "1", "ENVD_BODY_IDLE_TIMEOUT_S": "1"})
+
+
+@pytest.mark.parametrize("path", [b"/init", b"/filesystem.Filesystem/Stat"])
+def test_trickling_body_is_cut_with_408(quick_body_deadlines: EnvdProcess, path: bytes) -> None:
+    with socket.create_connection(("127.0.0.1", quick_body_deadlines.port)) as sock:
+        sock.sendall(_post_head(path, 100))
+        started = time.monotonic()
+        _trickle_until_answered(sock, b'{"path": "/"' + b" " * 87 + b"}", interval=0.2)
+        answer = _read_until_closed(sock, timeout=5)
+        elapsed = time.monotonic() - started
+    assert answer.startswith(b"HTTP/1.1 408 Request Timeout\r\n")
+    assert answer.endswith(b"408 Request Timeout: request body not received in time")
+    assert 0.9 < elapsed < 4
+    assert httpx.get(quick_body_deadlines.url + "/health").status_code == 204
+
+
+def test_upload_is_not_cut_while_data_flows(
+    quick_body_deadlines: EnvdProcess, workdir: Path
+) -> None:
+    target = workdir / "slow.txt"
+    content = b"one byte at a time"  # 18 bytes at 0.2 s: well past both 1 s deadlines
+    path = b"/files?path=" + str(target).encode()
+    with socket.create_connection(("127.0.0.1", quick_body_deadlines.port)) as sock:
+        sock.sendall(_post_head(path, len(content), b"application/octet-stream"))
+        for byte in content:
+            time.sleep(0.2)
+            sock.sendall(bytes([byte]))
+        assert _read_response(sock).startswith(b"HTTP/1.1 200 OK\r\n")
+    assert target.read_bytes() == content
+
+
+def test_upload_idle_without_data_is_cut(quick_body_deadlines: EnvdProcess, workdir: Path) -> None:
+    target = workdir / "abandoned.txt"
+    path = b"/files?path=" + str(target).encode()
+    with socket.create_connection(("127.0.0.1", quick_body_deadlines.port)) as sock:
+        sock.sendall(_post_head(path, 100, b"application/octet-stream") + b"partial")
+        started = time.monotonic()
+        answer = _read_until_closed(sock, timeout=5)
+        elapsed = time.monotonic() - started
+    assert answer.startswith(b"HTTP/1.1 408 Request Timeout\r\n")
+    assert 0.9 < elapsed < 4
+    assert not target.exists()  # a new file is removed when its upload fails
+
+
+def test_connections_over_the_cap_are_refused_until_slow_ones_are_cut(
+    envd_factory: Callable[..., EnvdProcess],
+) -> None:
+    cap = 8
+    daemon = envd_factory(env={"ENVD_MAX_CONNECTIONS": str(cap), "ENVD_BODY_TIMEOUT_S": "2"})
+    slow = [socket.create_connection(("127.0.0.1", daemon.port)) for _ in range(cap)]
+    for sock in slow:
+        sock.sendall(_post_head(b"/init", 100) + b"{")
+    time.sleep(0.3)  # let the server take them all in
+
+    refused = httpx.get(daemon.url + "/health")
+    assert refused.status_code == 503
+    assert refused.headers["connection"] == "close"
+    assert refused.text == "503 Service Unavailable: too many open connections"
+
+    for sock in slow:
+        assert _read_until_closed(sock, timeout=5).startswith(b"HTTP/1.1 408 ")
+        sock.close()
+    assert httpx.get(daemon.url + "/health").status_code == 204
 
 
 def test_stop_is_bounded_with_a_request_in_flight(envd_factory: Callable[..., EnvdProcess]) -> None:
