@@ -124,9 +124,12 @@ def routes(settings: Settings, state: SandboxState) -> list[BaseRoute]:
         except BodyTooLargeError as exc:
             # Not the reference's empty 400 (it has no cap): the status and the message say
             # that the size is the problem, and echo nothing of the body.
-            log.warning("/init rejected: %s", exc)
+            log.info("/init rejected: %s", exc)
             return PlainTextResponse(str(exc), status_code=413)
-        except (ValueError, TypeError, ClientDisconnect) as exc:
+        except ClientDisconnect:
+            log.debug("/init abandoned: the client left before the end of the body")
+            return Response(status_code=400)  # nobody is left to read it
+        except (ValueError, TypeError) as exc:
             # The reference answers 400 with an empty body; the reason is never echoed (it may
             # be about the token).
             log.info("/init rejected: %s", exc)
