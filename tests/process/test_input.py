@@ -9,9 +9,11 @@ import anyio
 import httpx
 import pytest
 from connectrpc.code import Code
+from connectrpc.codec import proto_json_codec
 from connectrpc.errors import ConnectError
 from protobuf import Oneof
 
+from envd._gen.process.process_connect import ProcessClient
 from envd._gen.process.process_pb import (
     PTY,
     CloseStdinRequest,
@@ -28,9 +30,8 @@ from envd.process.streams import MAX_EVENT_BYTES
 from tests.process.client import Run, by_pid, pty_input, shell, stdin_input, with_pty
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Callable
 
-    from envd._gen.process.process_connect import ProcessClient
     from tests.envd_process import EnvdProcess
 
 pytestmark = pytest.mark.anyio
@@ -104,6 +105,30 @@ async def test_stream_input_in_order(client: ProcessClient) -> None:
     await client.stream_input(messages())
     await client.close_stdin(CloseStdinRequest(process=me))
     assert (await started.finish()).stdout == "".join(f"{i}," for i in range(50)).encode()
+
+
+async def test_slow_stream_input_outlives_the_body_deadline(
+    envd_factory: Callable[..., EnvdProcess],
+) -> None:
+    # Bodies read whole get 1 s here (60 s in production); StreamInput is a stream, which
+    # stays open while data flows.
+    daemon = envd_factory(env={"ENVD_BODY_TIMEOUT_S": "1"})
+    async with ProcessClient(daemon.url, codec=proto_json_codec(), send_compression=None) as c:
+        started, me = await _start(c, shell("cat"))
+
+        async def messages() -> AsyncIterator[StreamInputRequest]:
+            start: Oneof[Literal["start"], StreamInputRequest.StartEvent]
+            start = Oneof("start", StreamInputRequest.StartEvent(process=me))
+            yield StreamInputRequest(event=start)
+            for i in range(6):
+                await anyio.sleep(0.4)
+                data: Oneof[Literal["data"], StreamInputRequest.DataEvent]
+                data = Oneof("data", StreamInputRequest.DataEvent(input=stdin_input(b"%d," % i)))
+                yield StreamInputRequest(event=data)
+
+        await c.stream_input(messages())
+        await c.close_stdin(CloseStdinRequest(process=me))
+        assert (await started.finish()).stdout == b"0,1,2,3,4,5,"
 
 
 async def test_stream_input_data_before_start_is_rejected(client: ProcessClient) -> None:
