@@ -54,11 +54,13 @@ class _RefusalLog:
         self.unlogged = 0
         self.last_logged = float("-inf")
 
-    def refused(self, cap: int) -> None:
+    def refused(self, open_connections: int) -> None:
         self.unlogged += 1
         now = time.monotonic()
         if now - self.last_logged >= REFUSAL_LOG_INTERVAL_S:
-            log.warning("refused %d connection(s): %d already open", self.unlogged, cap)
+            log.warning(
+                "refused %d connection(s): %d already open", self.unlogged, open_connections
+            )
             self.unlogged = 0
             self.last_logged = now
 
