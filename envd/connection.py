@@ -24,6 +24,13 @@ log = logging.getLogger("envd.connection")
 
 # Refusals are logged at most this often: a flood must not flood the log too.
 REFUSAL_LOG_INTERVAL_S: Final = 10.0
+# At the cap, a connection that has sent nothing for this long while waiting for a request or
+# for the rest of a body read whole makes room for the new one. Fresh connections (the one a
+# /health probe just opened) are never the victims.
+EVICTABLE_AFTER_IDLE_S: Final = 1.0
+# After a search found no victim, new connections are refused without searching again for this
+# long: the search walks every open connection.
+EVICTION_RETRY_S: Final = 0.1
 
 
 def _plain_response(status: bytes, message: bytes) -> bytes:
@@ -68,10 +75,22 @@ class _RefusalLog:
 _refusals = _RefusalLog()
 
 
+class _VictimSearch:
+    """When the last search for a connection to evict found none (see EVICTION_RETRY_S)."""
+
+    no_victim_until = float("-inf")  # loop time
+
+
+_victims = _VictimSearch()
+
+
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol plus the limits of the module docstring.
 
-    - Connections over `max_connections` are answered 503 and closed at once.
+    - At `max_connections`, a new connection evicts one that has been idle for
+      EVICTABLE_AFTER_IDLE_S while waiting for a request or for a body read whole (slowloris
+      and trickling clients, idle keep-alive); when every connection is busy, the new one is
+      answered 503 and closed at once.
     - A request's headers must arrive within `header_timeout_s` of the connection opening or
       of the request's first byte, and total at most `max_header_bytes` (URL included), or
       the connection is closed (with a 431 answer for oversized headers).
@@ -95,6 +114,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._streaming_body = False
         self._body_since = 0.0  # loop time of the headers' end, or of the last body data
         self._body_timer: asyncio.TimerHandle | None = None
+        self._last_data = 0.0  # loop time of the last bytes received, or of the connection
 
     @classmethod
     def with_limits(cls, limits: ConnectionLimits) -> type[GuardedHttpToolsProtocol]:
@@ -103,7 +123,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # uvicorn narrows it too
         open_connections = len(self.server_state.connections)
-        if open_connections >= self.limits.max_connections:
+        if open_connections >= self.limits.max_connections and not self._evict_one():
             # Refused before uvicorn tracks it: the descriptor is released at once.
             self._refused = True
             _refusals.refused(open_connections)
@@ -111,7 +131,36 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             transport.close()
             return
         super().connection_made(transport)
+        self._last_data = self.loop.time()
         self._arm_header_timer()
+
+    def _evict_one(self) -> bool:
+        """Close one connection that is idle while waiting for its client; False if none is."""
+        now = self.loop.time()
+        if now < _victims.no_victim_until:
+            return False
+        for connection in self.server_state.connections:
+            if isinstance(connection, GuardedHttpToolsProtocol) and connection._evictable(now):
+                connection._evict()
+                return True
+        _victims.no_victim_until = now + EVICTION_RETRY_S
+        return False
+
+    def _evictable(self, now: float) -> bool:
+        if self.transport.is_closing() or now - self._last_data < EVICTABLE_AFTER_IDLE_S:
+            return False
+        cycle: RequestResponseCycle | None = self.cycle  # None until the first request
+        waiting_for_request = self._awaiting_headers and (cycle is None or cycle.response_complete)
+        waiting_for_body = self._in_body and not self._streaming_body
+        return waiting_for_request or waiting_for_body
+
+    def _evict(self) -> None:
+        # Debug only: under a flood there is one per new connection.
+        log.debug("closing %s to make room: idle with the connection cap reached", self.client)
+        if self._in_body:
+            self._end_incomplete_request()
+        else:
+            self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._refused:
@@ -123,6 +172,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         if self._refused:
             return
+        self._last_data = self.loop.time()
         if self._awaiting_headers:
             # Counted before parsing: bytes after the end of the headers reset the count in
             # on_headers_complete, so only header bytes are ever held against the cap.
@@ -225,6 +275,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             if self._streaming_body
             else f"not complete in {self.limits.body_timeout_s}s",
         )
+        self._end_incomplete_request()
+
+    def _end_incomplete_request(self) -> None:
         cycle = self.cycle
         if not cycle.response_started and not self.pipeline:
             # The handler sees a disconnect (its answer would go nowhere); the client sees why.

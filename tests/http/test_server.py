@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from tests.envd_process import TRACEBACK_MARKER, start_envd
+from tests.waiting import wait_until
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -223,25 +224,52 @@ def test_upload_idle_without_data_is_cut(quick_body_deadlines: EnvdProcess, work
     assert not target.exists()  # a new file is removed when its upload fails
 
 
-def test_connections_over_the_cap_are_refused_until_slow_ones_are_cut(
-    envd_factory: Callable[..., EnvdProcess],
-) -> None:
-    cap = 8
-    daemon = envd_factory(env={"ENVD_MAX_CONNECTIONS": str(cap), "ENVD_BODY_TIMEOUT_S": "2"})
-    slow = [socket.create_connection(("127.0.0.1", daemon.port)) for _ in range(cap)]
-    for sock in slow:
+def test_at_the_cap_idle_clients_make_room(envd_factory: Callable[..., EnvdProcess]) -> None:
+    cap = 4
+    daemon = envd_factory(env={"ENVD_MAX_CONNECTIONS": str(cap)})
+    trickling = [socket.create_connection(("127.0.0.1", daemon.port)) for _ in range(cap // 2)]
+    for sock in trickling:
         sock.sendall(_post_head(b"/init", 100) + b"{")
-    time.sleep(0.3)  # let the server take them all in
+    silent = [socket.create_connection(("127.0.0.1", daemon.port)) for _ in range(cap // 2)]
+    time.sleep(1.5)  # the scenario: idle for longer than EVICTABLE_AFTER_IDLE_S (1 s)
+
+    # Each new connection, kept open, takes the place of one idle client; none is refused.
+    probes = []
+    for _ in range(cap):
+        probes.append(socket.create_connection(("127.0.0.1", daemon.port)))
+        probes[-1].sendall(HEALTH)
+        assert _read_response(probes[-1]).startswith(b"HTTP/1.1 204 ")
+    for sock in trickling:
+        assert _read_until_closed(sock, timeout=5).startswith(b"HTTP/1.1 408 ")
+    for sock in silent:
+        assert _read_until_closed(sock, timeout=5) == b""
+    for sock in trickling + silent + probes:
+        sock.close()
+
+
+def test_at_the_cap_busy_connections_refuse_new_ones(
+    envd_factory: Callable[..., EnvdProcess], workdir: Path
+) -> None:
+    cap = 4
+    daemon = envd_factory(env={"ENVD_MAX_CONNECTIONS": str(cap)})
+    uploads = [socket.create_connection(("127.0.0.1", daemon.port)) for _ in range(cap)]
+    for number, sock in enumerate(uploads):
+        path = b"/files?path=" + str(workdir / f"upload-{number}").encode()
+        sock.sendall(_post_head(path, 100, b"application/octet-stream") + b"partial")
+    # Uploads in progress are not idle, however long their client pauses.
+    wait_until(lambda: len(list(workdir.iterdir())) == cap, 10, "every upload to begin")
+    time.sleep(1.5)  # the scenario: past EVICTABLE_AFTER_IDLE_S
 
     refused = httpx.get(daemon.url + "/health")
     assert refused.status_code == 503
     assert refused.headers["connection"] == "close"
     assert refused.text == "503 Service Unavailable: too many open connections"
 
-    for sock in slow:
-        assert _read_until_closed(sock, timeout=5).startswith(b"HTTP/1.1 408 ")
+    for sock in uploads:
         sock.close()
-    assert httpx.get(daemon.url + "/health").status_code == 204
+    wait_until(
+        lambda: httpx.get(daemon.url + "/health").status_code == 204, 10, "/health once they left"
+    )
 
 
 def test_stop_is_bounded_with_a_request_in_flight(envd_factory: Callable[..., EnvdProcess]) -> None:
