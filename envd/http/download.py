@@ -39,7 +39,7 @@ from envd.http.ranges import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Iterator
 
     from starlette.requests import Request
     from starlette.types import Receive, Scope, Send
@@ -103,30 +103,32 @@ class FileBodyResponse(Response):
             os.close(self.fd)
 
     async def _send_plain(self, send: Send, disconnected: anyio.Event) -> None:
+        for chunk in self._body_chunks(disconnected):
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _send_gzip(self, send: Send, disconnected: anyio.Event) -> None:
+        compressor = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+        for chunk in self._body_chunks(disconnected):
+            compressed = await anyio.to_thread.run_sync(compressor.compress, chunk)
+            if compressed:
+                await send({"type": "http.response.body", "body": compressed, "more_body": True})
+        await send({"type": "http.response.body", "body": compressor.flush(), "more_body": False})
+
+    def _body_chunks(self, disconnected: anyio.Event) -> Iterator[bytes]:
+        """The body, whatever its encoding: each segment's prefix and bytes, then the trailer."""
         for prefix, start, length in self.segments:
             if prefix:
-                await send({"type": "http.response.body", "body": prefix, "more_body": True})
+                yield prefix
             offset, end = start, start + length
             while offset < end and not disconnected.is_set():
                 chunk = os.pread(self.fd, min(READ_CHUNK_BYTES, end - offset), offset)
                 if not chunk:  # the file shrank under us: end the body short
                     break
                 offset += len(chunk)
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        await send({"type": "http.response.body", "body": self.trailer, "more_body": False})
-
-    async def _send_gzip(self, send: Send, disconnected: anyio.Event) -> None:
-        compressor = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
-        offset = 0
-        while not disconnected.is_set():
-            chunk = os.pread(self.fd, READ_CHUNK_BYTES, offset)
-            if not chunk:
-                break
-            offset += len(chunk)
-            compressed = await anyio.to_thread.run_sync(compressor.compress, chunk)
-            if compressed:
-                await send({"type": "http.response.body", "body": compressed, "more_body": True})
-        await send({"type": "http.response.body", "body": compressor.flush(), "more_body": False})
+                yield chunk
+        if self.trailer:
+            yield self.trailer
 
 
 async def _watch_disconnect(receive: Receive, disconnected: anyio.Event) -> None:
@@ -206,6 +208,8 @@ async def download(request: Request, state: SandboxState, users: RecentUsers) ->
     with http_os_errors("opening file", path, ENOENT=404):
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
+        mtime_s = int(os.fstat(fd).st_mtime)
+        fd = await _servable(fd, path)
         headers = {
             "Vary": "Accept-Encoding",
             "Content-Disposition": content_disposition(path),
@@ -215,13 +219,8 @@ async def download(request: Request, state: SandboxState, users: RecentUsers) ->
             headers["Content-Type"] = (
                 type_by_extension(file_request.raw_path) or "application/octet-stream"
             )
-            return FileBodyResponse(fd, 200, headers, [], gzip=True)
-        mtime_s = int(os.fstat(fd).st_mtime)
-        if _is_pseudo_file(os.fstat(fd)):
-            with http_os_errors("reading file", path):
-                copy = await anyio.to_thread.run_sync(_snapshot_pseudo_file, fd)
-            os.close(fd)
-            fd = copy
+            size = os.fstat(fd).st_size
+            return FileBodyResponse(fd, 200, headers, [(b"", 0, size)], gzip=True)
         response = _serve_identity(request, fd, mtime_s, file_request.raw_path, headers)
     except BaseException:
         os.close(fd)
@@ -229,6 +228,18 @@ async def download(request: Request, state: SandboxState, users: RecentUsers) ->
     if not isinstance(response, FileBodyResponse):
         os.close(fd)
     return response
+
+
+async def _servable(fd: int, path: str) -> int:
+    """The descriptor whose first st_size bytes are served, whatever the encoding: `fd`, or
+    for a pseudo file a snapshot of at most PSEUDO_FILE_MAX_BYTES (and `fd` is closed)."""
+    if not _is_pseudo_file(os.fstat(fd)):
+        return fd
+    # Read errors surface here, before any header is sent (EIO from /proc/<pid>/mem).
+    with http_os_errors("reading file", path):
+        copy = await anyio.to_thread.run_sync(_snapshot_pseudo_file, fd)
+    os.close(fd)
+    return copy
 
 
 def _serve_identity(

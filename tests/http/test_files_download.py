@@ -7,6 +7,7 @@ import email.utils
 import gzip
 import hashlib
 import os
+import zlib
 from typing import TYPE_CHECKING
 
 import pytest
@@ -297,6 +298,45 @@ def test_pseudo_files_are_served_whole(http: httpx.Client, path: str) -> None:
     assert r.content.endswith(b"\n")
     ranged = _get(http, path, Range="bytes=0-1")
     assert (ranged.status_code, len(ranged.content)) == (206, 2)
+
+
+# The snapshot cap for pseudo files (envd.http.download.PSEUDO_FILE_MAX_BYTES).
+PSEUDO_FILE_CAP = 16 * 1024 * 1024
+
+
+def _gunzipped_length(http: httpx.Client, path: str, give_up_after: int) -> int:
+    """Length of the decoded gzip body, reading no more than `give_up_after` decoded bytes."""
+    decoder = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    total = 0
+    params = {"path": path}
+    with http.stream("GET", "/files", params=params, headers={"Accept-Encoding": "gzip"}) as r:
+        assert r.status_code == 200
+        for raw in r.iter_raw():
+            total += len(decoder.decompress(raw))
+            if total > give_up_after:
+                break
+    return total
+
+
+def test_pseudo_file_cap_applies_to_gzip_too(http: httpx.Client) -> None:
+    # envd's own pagemap claims size 0 but reads on for hundreds of GiB.
+    path = "/proc/self/pagemap"
+    identity = _get(http, path)
+    assert identity.status_code == 200
+    assert len(identity.content) == int(identity.headers["content-length"]) == PSEUDO_FILE_CAP
+    assert _gunzipped_length(http, path, give_up_after=2 * PSEUDO_FILE_CAP) == PSEUDO_FILE_CAP
+
+
+@pytest.mark.parametrize("path", ["/proc/1/mem", "/proc/self/mem"])
+@pytest.mark.parametrize("encoding", ["identity", "gzip"])
+def test_unreadable_pseudo_file_is_a_json_error(
+    http: httpx.Client, path: str, encoding: str
+) -> None:
+    # Opening another process's memory is EACCES without ptrace rights; reading envd's own
+    # from offset 0 is EIO. Both are the reference's 500 for open errors, in either encoding.
+    r = http.get("/files", params={"path": path}, headers={"Accept-Encoding": encoding})
+    assert r.status_code == 500
+    assert r.json()["message"].startswith(("error opening file", "error reading file"))
 
 
 @pytest.mark.parametrize("path", ["/dev/zero", "/dev/null"])
