@@ -101,7 +101,11 @@ def create_app(settings: Settings, state: SandboxState) -> Starlette:
     )
     # Awaited by the server when shutdown begins, before connections are drained, so open
     # streams can end cleanly instead of being cut (see server.py).
-    app.state.shutdown_hooks = [filesystem.shutdown, processes.end_streams]
+    app.state.shutdown_hooks = [
+        filesystem.shutdown,
+        processes.end_streams,
+        processes.begin_stopping_children,
+    ]
     return app
 
 

@@ -28,9 +28,13 @@ log = logging.getLogger("envd.server")
 
 # Must exceed the upstream proxy's idle timeout, or pooled connections get reset (Go: 640 s).
 IDLE_TIMEOUT_S: Final = 640
+# From SIGTERM to exit, everything included; the systemd unit's TimeoutStopSec matches it.
 GRACEFUL_SHUTDOWN_S: Final = 5
-# How long before uvicorn's shutdown deadline the remaining connections are cut.
+# How long before that deadline the remaining connections are cut.
 DISCONNECT_BEFORE_DEADLINE_S: Final = 1
+# How long before it uvicorn cancels handlers that ignored the cut (stuck in a thread, say),
+# leaving the rest for the lifespan's end and the loop's close.
+CANCEL_BEFORE_DEADLINE_S: Final = 0.5
 # uvicorn wakes every 0.1 s to poll for exit; its only periodic work (the Date header) needs
 # one wake-up a second, and a signal wakes the loop at once (see main_loop).
 TICK_S: Final = 1.0
@@ -65,14 +69,19 @@ class _Server(uvicorn.Server):
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         log.info("shutting down")
         sd_notify("STOPPING=1")
-        await run_shutdown_hooks(self.app)
-        # Cut what is still connected shortly before uvicorn's deadline: handlers then see a
-        # client disconnect and finish normally, instead of being cancelled at the deadline
-        # (which uvicorn reports as an ASGI exception with a traceback).
-        cut = asyncio.get_running_loop().call_later(
-            GRACEFUL_SHUTDOWN_S - DISCONNECT_BEFORE_DEADLINE_S, self._disconnect_all
-        )
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + GRACEFUL_SHUTDOWN_S
+        # Cut what is still connected shortly before the deadline: handlers then see a client
+        # disconnect and finish normally, instead of being cancelled (which uvicorn reports as
+        # an ASGI exception with a traceback).
+        cut = loop.call_at(deadline - DISCONNECT_BEFORE_DEADLINE_S, self._disconnect_all)
         try:
+            await run_shutdown_hooks(self.app)
+            # uvicorn counts its drain timeout from when it starts draining: give it what is
+            # left, so the whole shutdown keeps to GRACEFUL_SHUTDOWN_S.
+            left_s = max(0.0, deadline - CANCEL_BEFORE_DEADLINE_S - loop.time())
+            # Annotated int, but uvicorn only hands it to asyncio.wait_for, which takes a float.
+            self.config.timeout_graceful_shutdown = left_s  # type: ignore[assignment]
             await super().shutdown(sockets)
         finally:
             cut.cancel()
@@ -81,7 +90,9 @@ class _Server(uvicorn.Server):
         for connection in list(self.server_state.connections):
             transport = getattr(connection, "transport", None)
             if transport is not None:
-                transport.close()
+                # abort, not close: close() first flushes what a slow reader has not taken,
+                # which can take minutes, and only then tells the handler.
+                transport.abort()
 
 
 def bind_socket(host: str, port: int) -> socket.socket:

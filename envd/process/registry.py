@@ -51,6 +51,7 @@ class ProcessRegistry:
         self._streams: set[Subscription[Chunk]] = set()
         self._no_streams = asyncio.Event()
         self._helper: str | None = None
+        self._stopping: asyncio.Task[None] | None = None
 
     async def start(
         self, request: SpawnRequest, config: ProcessConfig, tag: str | None
@@ -150,6 +151,12 @@ class ProcessRegistry:
                 async with asyncio.timeout(STREAMS_END_WAIT_S):
                     await self._no_streams.wait()
 
+    async def begin_stopping_children(self) -> None:
+        """Shutdown hook, after end_streams: signal every child now, so their grace period runs
+        while connections drain rather than after."""
+        if self._stopping is None:
+            self._stopping = asyncio.create_task(self._stop_children())
+
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
         """The lifespan: on exit, stop every child (SIGTERM to its group, SIGKILL after a grace
@@ -160,7 +167,9 @@ class ProcessRegistry:
         try:
             yield
         finally:
-            await self._stop_children()
+            if self._stopping is not None:
+                await self._stopping
+            await self._stop_children()  # any started during the drain
 
     async def _stop_children(self) -> None:
         if self._tasks:

@@ -1,7 +1,9 @@
-"""SIGTERM to envd: open streams end cleanly, children are stopped (SIGKILL for the stubborn)."""
+"""SIGTERM to envd: open streams end cleanly, children are stopped (SIGKILL for the stubborn),
+slow transfers are cut, all within the 5 s the systemd unit allows (TimeoutStopSec)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -16,10 +18,16 @@ from tests.process.conftest import Run, shell
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
+    from pathlib import Path
 
     from tests.envd_process import EnvdProcess
 
 pytestmark = pytest.mark.anyio
+
+# What the whole shutdown may take, with some slack for a shared CPU (the bound is 5 s).
+SHUTDOWN_BOUND_S = 6
+# Any failure of a cut connection, as the client sees it.
+_CUT = (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError)
 
 
 async def _read_all(stream: AsyncIterator[object], run: Run) -> None:
@@ -62,3 +70,58 @@ async def test_sigterm_ends_streams_and_stops_children(
     with anyio.fail_after(5):
         while any(_group_alive(run.pid) for run in [*runs, ended]):
             await anyio.sleep(0.05)
+
+
+async def _slow_download(daemon: EnvdProcess, path: Path) -> None:
+    """Asks for a large file, then reads 4 KiB a tenth of a second (until cancelled: what the
+    socket buffers hold would last minutes after the cut)."""
+    async with await anyio.connect_tcp("127.0.0.1", daemon.port) as sock:
+        await sock.send(f"GET /files?path={path} HTTP/1.1\r\nHost: envd\r\n\r\n".encode())
+        with contextlib.suppress(*_CUT):
+            while await sock.receive(4096):
+                await anyio.sleep(0.1)
+
+
+async def _slow_upload(daemon: EnvdProcess, path: Path) -> None:
+    """Announces 1 GiB, then sends 1 KiB a tenth of a second until the daemon cuts it."""
+    head = (
+        f"POST /files?path={path} HTTP/1.1\r\nHost: envd\r\n"
+        "Content-Type: application/octet-stream\r\nContent-Length: 1073741824\r\n\r\n"
+    )
+    async with await anyio.connect_tcp("127.0.0.1", daemon.port) as sock:
+        await sock.send(head.encode())
+        with contextlib.suppress(*_CUT):
+            while True:
+                await sock.send(b"x" * 1024)
+                await anyio.sleep(0.1)
+
+
+async def test_sigterm_with_slow_transfers_and_streams_exits_in_time(
+    envd_factory: Callable[..., EnvdProcess], workdir: Path
+) -> None:
+    daemon = envd_factory()
+    big = workdir / "big.bin"
+    with big.open("wb") as f:
+        f.truncate(64 * 1024**3)  # sparse: far more than could be read in the test's time
+    runs = [Run(), Run()]
+    scripts = ["sleep 300", "trap '' TERM; exec sleep 300"]
+    async with ProcessClient(daemon.url, codec=proto_json_codec(), send_compression=None) as client:
+        streams = [client.start(shell(script)) for script in scripts]
+        for stream, run in zip(streams, runs, strict=True):
+            run.add((await anext(stream)).event)
+        async with anyio.create_task_group() as tg:
+            for stream, run in zip(streams, runs, strict=True):
+                tg.start_soon(_read_all, stream, run)
+            tg.start_soon(_slow_download, daemon, big)
+            tg.start_soon(_slow_upload, daemon, workdir / "upload.bin")
+            await anyio.sleep(0.5)  # both transfers under way
+            started = time.monotonic()
+            with anyio.fail_after(15):
+                exit_code = await anyio.to_thread.run_sync(daemon.stop)
+            took = time.monotonic() - started
+            tg.cancel_scope.cancel()
+    assert exit_code in (0, -signal.SIGTERM)
+    assert took < SHUTDOWN_BOUND_S, f"shutdown took {took:.1f} s"
+    for run in runs:
+        assert run.order == ["start"]
+    assert "Exception in ASGI application" not in daemon.logs()
