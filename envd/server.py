@@ -15,6 +15,7 @@ from envd.app import create_app, run_shutdown_hooks
 from envd.connection import GuardedHttpToolsProtocol
 from envd.connection_limits import ConnectionLimits
 from envd.logs import setup_logging
+from envd.memory import BurstWatch, release_free_heap
 from envd.settings import ENVD_VERSION, Settings
 from envd.state import SandboxState
 from envd.systemd import sd_notify
@@ -47,13 +48,23 @@ class _Server(uvicorn.Server):
         self.app = app
         self._exit_requested: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._bursts = BurstWatch()
+        self._trimming: asyncio.Future[None] | None = None
 
     async def main_loop(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._exit_requested = asyncio.Event()
         while not await self.on_tick(0):  # counter 0: refresh the Date header every tick
+            self._trim_heap_after_bursts()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._exit_requested.wait(), TICK_S)
+
+    def _trim_heap_after_bursts(self) -> None:
+        if not self._bursts.burst_ended(len(self.server_state.connections)):
+            return
+        if self._trimming is None or self._trimming.done():
+            assert self._loop is not None  # noqa: S101  # set by main_loop, the only caller
+            self._trimming = self._loop.run_in_executor(None, release_free_heap)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         super().handle_exit(sig, frame)
