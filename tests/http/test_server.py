@@ -120,16 +120,14 @@ def test_slow_or_silent_connections_are_closed(quick_header_deadline: EnvdProces
     address = ("127.0.0.1", quick_header_deadline.port)
     silent = socket.create_connection(address)
     trickling = socket.create_connection(address)
-    started = time.monotonic()
     for byte in b"GET /health HTTP/1.1\r\nHost: x\r\n":
         try:
             trickling.sendall(bytes([byte]))
         except (BrokenPipeError, ConnectionResetError):
             break
-        time.sleep(0.1)
+        time.sleep(0.1)  # the scenario: headers trickling in past the 1 s deadline
     assert _closed_by_peer(trickling, timeout=5)
     assert _closed_by_peer(silent, timeout=5)
-    assert time.monotonic() - started < 6
     silent.close()
     trickling.close()
 
@@ -192,7 +190,7 @@ def test_trickling_body_is_cut_with_408(quick_body_deadlines: EnvdProcess, path:
         elapsed = time.monotonic() - started
     assert answer.startswith(b"HTTP/1.1 408 Request Timeout\r\n")
     assert answer.endswith(b"408 Request Timeout: request body not received in time")
-    assert 0.9 < elapsed < 4
+    assert elapsed > 0.9  # not before the deadline; _read_until_closed bounds the wait
     assert httpx.get(quick_body_deadlines.url + "/health").status_code == 204
 
 
@@ -220,7 +218,7 @@ def test_upload_idle_without_data_is_cut(quick_body_deadlines: EnvdProcess, work
         answer = _read_until_closed(sock, timeout=5)
         elapsed = time.monotonic() - started
     assert answer.startswith(b"HTTP/1.1 408 Request Timeout\r\n")
-    assert 0.9 < elapsed < 4
+    assert elapsed > 0.9  # not before the deadline; _read_until_closed bounds the wait
     assert not target.exists()  # a new file is removed when its upload fails
 
 
@@ -277,10 +275,9 @@ def test_stop_is_bounded_with_a_request_in_flight(envd_factory: Callable[..., En
     with socket.create_connection(("127.0.0.1", daemon.port)) as stuck:
         # Headers complete, body never sent: the handler waits for it.
         stuck.sendall(b"POST /init HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
-        time.sleep(0.2)
-        started = time.monotonic()
-        assert daemon.stop(timeout=15) in STOPPED
-        assert time.monotonic() - started < 10
+        time.sleep(0.2)  # nothing to observe: uvicorn parses the head on its next loop turn
+        # STOPPED holds no SIGKILL: envd must exit on its own within its 5 s (+1 s of slack).
+        assert daemon.stop(timeout=6) in STOPPED
 
 
 @pytest.fixture

@@ -9,11 +9,6 @@ from connectrpc.codec import proto_json_codec
 
 from envd._gen.process.process_connect import ProcessClient, ProcessClientSync
 
-# test_shutdown.py still imports these from here: drop them once it imports client.py.
-from tests.process.client import Run, shell
-
-__all__ = ["Run", "shell"]
-
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
 
