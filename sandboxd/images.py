@@ -1,0 +1,246 @@
+"""The `base` template's root filesystem: Debian bookworm from debootstrap (a stage cached by its
+recipe), the `user` account, the host's CA bundle, envd from packaging/install.sh, and a slimmed
+boot. Builds into `DEST.new` and renames at the end; does not boot anything."""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from sandboxd.errors import HostError, TemplateError
+
+log = logging.getLogger("sandboxd.images")
+
+SOURCE_TREE = Path(__file__).resolve().parents[1]
+SUITE = "bookworm"
+PACKAGES = (
+    "systemd",
+    "systemd-sysv",
+    "dbus",
+    "sudo",
+    "python3",
+    "python-is-python3",
+    "python3-venv",
+    "curl",
+    "git",
+    "ca-certificates",
+)
+# Everything the stage gets beyond debootstrap's minimal base; a change here rebuilds the cache.
+RECIPE = f"{SUITE} minbase {','.join(PACKAGES)} user-sudo host-ca v2"
+RECIPE_FILE = ".envd-image-recipe"
+BUILD_FILE = ".sandboxd-base"
+HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+
+# Units a sandbox does not need (sandbox-runtime.md §3): no logins, no D-Bus clients, no
+# maintenance timers. Masked, each sandbox boots 4 processes instead of 7 and holds 5 inotify
+# instances instead of 8.
+MASKED_UNITS = (
+    "console-getty.service",
+    "systemd-logind.service",
+    "dbus.service",
+    "dbus.socket",
+    "apt-daily.timer",
+    "apt-daily-upgrade.timer",
+    "dpkg-db-backup.timer",
+    "e2scrub_all.timer",
+    "systemd-tmpfiles-clean.timer",
+    "systemd-update-utmp.service",
+    "systemd-update-utmp-runlevel.service",
+)
+# A persistent journal writes 8 MiB into every sandbox's upper dir at boot.
+VOLATILE_JOURNAL = "[Journal]\nStorage=volatile\nRuntimeMaxUse=8M\n"
+
+
+def debian_mirror() -> str:
+    """The first Debian archive (not the security one) in apt's sources, or $ENVD_IMAGE_MIRROR.
+
+    Raises:
+        HostError: apt's sources name no Debian archive and the variable is unset.
+    """
+    if mirror := os.environ.get("ENVD_IMAGE_MIRROR"):
+        return mirror
+    sources = sorted(Path("/etc/apt/sources.list.d").glob("*.sources"))
+    lists = [Path("/etc/apt/sources.list"), *sorted(Path("/etc/apt/sources.list.d").glob("*.list"))]
+    candidates: list[str] = []
+    for path in sources:
+        for line in path.read_text().splitlines():
+            words = line.split()
+            if words and words[0] == "URIs:":
+                candidates += words[1:]
+    for path in lists:
+        if path.is_file():
+            for line in path.read_text().splitlines():
+                words = line.split()
+                if words and words[0] == "deb":
+                    candidates += [w for w in words[1:] if "://" in w][:1]
+    for uri in candidates:
+        if uri.rstrip("/").endswith("/debian"):
+            return uri
+    raise HostError("no Debian mirror in apt's sources; set ENVD_IMAGE_MIRROR")
+
+
+def _run(argv: list[str], what: str, log_file: Path | None = None) -> None:
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "PIP_CERT": str(HOST_CA_BUNDLE)}
+    with open(log_file or os.devnull, "ab") as out:
+        done = subprocess.run(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            check=False,
+        )
+    if done.returncode != 0:
+        tail = "" if log_file is None else _tail(log_file)
+        raise TemplateError(f"{what} failed (exit {done.returncode}){tail}")
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    text = path.read_text(errors="replace").splitlines()[-lines:]
+    return f"; the end of {path}:\n" + "\n".join(text)
+
+
+def _build_stage(stage: Path, log_file: Path) -> None:
+    mirror = debian_mirror()
+    log.info("debootstrap %s from %s into %s (a minute or two)", SUITE, mirror, stage)
+    shutil.rmtree(stage, ignore_errors=True)
+    log_file.write_bytes(b"")
+    _run(
+        [
+            "debootstrap",
+            "--variant=minbase",
+            f"--include={','.join(PACKAGES)}",
+            SUITE,
+            str(stage),
+            mirror,
+        ],
+        "debootstrap",
+        log_file,
+    )
+    log.info("adding the user account and the host's CA bundle")
+    _run([str(SOURCE_TREE / "packaging/add-user"), "--root", str(stage), "--sudo"], "add-user")
+    # Trust what this host trusts, so pip inside works behind a TLS-inspecting proxy.
+    shutil.copyfile(HOST_CA_BUNDLE, stage / "usr/local/share/ca-certificates/build-host.crt")
+    _run(["chroot", str(stage), "update-ca-certificates"], "update-ca-certificates", log_file)
+    _run(["chroot", str(stage), "apt-get", "clean"], "apt-get clean", log_file)
+    (stage / RECIPE_FILE).write_text(RECIPE + "\n")
+
+
+def ensure_stage(cache: Path) -> Path:
+    """The debootstrap stage `cache/bookworm`, built when absent or when its recipe changed.
+
+    Concurrent callers wait for each other (a lock file in `cache`).
+
+    Raises:
+        TemplateError: debootstrap or a later step failed (the message ends with its log).
+        HostError: no Debian mirror is known.
+    """
+    cache.mkdir(parents=True, exist_ok=True)
+    stage = cache / SUITE
+    with open(cache / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        recipe_file = stage / RECIPE_FILE
+        if recipe_file.is_file() and recipe_file.read_text().strip() == RECIPE:
+            return stage
+        new = cache / f"{SUITE}.new"
+        _build_stage(new, cache / "debootstrap.log")
+        shutil.rmtree(stage, ignore_errors=True)
+        new.rename(stage)
+        return stage
+
+
+def slim_boot(root: Path) -> None:
+    """Mask the units a sandbox does not need and make the journal volatile."""
+    units = root / "etc/systemd/system"
+    units.mkdir(parents=True, exist_ok=True)
+    for unit in MASKED_UNITS:
+        link = units / unit
+        link.unlink(missing_ok=True)
+        link.symlink_to("/dev/null")
+    conf = root / "etc/systemd/journald.conf.d"
+    conf.mkdir(parents=True, exist_ok=True)
+    (conf / "volatile.conf").write_text(VOLATILE_JOURNAL)
+
+
+def install_envd(root: Path, commit: str | None = None) -> None:
+    """packaging/install.sh --root ROOT --enable, plus the isnotfc drop-in (not a sandbox VM)."""
+    argv = [str(SOURCE_TREE / "packaging/install.sh"), "--root", str(root), "--enable"]
+    if commit:
+        argv += ["--commit", commit]
+    log_file = root.parent / f"{root.name}.install.log"
+    log_file.write_bytes(b"")
+    try:
+        _run(argv, "packaging/install.sh", log_file)
+    finally:
+        text = log_file.read_text(errors="replace").strip()
+        log_file.unlink()
+    summary = [line for line in text.splitlines() if line.startswith("install.sh: envd")]
+    log.info("%s", summary[-1] if summary else "envd installed")
+    dropin = root / "etc/systemd/system/envd.service.d"
+    dropin.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(SOURCE_TREE / "packaging/isnotfc.conf", dropin / "isnotfc.conf")
+
+
+def lowerdir_in_use(root: Path) -> bool:
+    """Whether a mounted overlay uses `root` as its lowerdir (a running sandbox's template)."""
+    needle = f"lowerdir={root}"
+    with open("/proc/self/mountinfo") as f:
+        return any(needle + "," in line or line.rstrip().endswith(needle) for line in f)
+
+
+def _replace(new: Path, dest: Path) -> None:
+    """Rename `new` to `dest`; an old `dest` still under running sandboxes is kept aside."""
+    if dest.exists():
+        if lowerdir_in_use(dest):
+            aside = dest.with_name(f"{dest.name}.old-{time.time_ns()}")
+            log.info("%s is in use by running sandboxes: kept as %s", dest, aside)
+            dest.rename(aside)
+        else:
+            shutil.rmtree(dest)
+    new.rename(dest)
+
+
+def build_base(dest: Path, stage_cache: Path, commit: str | None = None) -> Path:
+    """Build the base template's root filesystem at `dest` (atomically, via `dest.new`).
+
+    Args:
+        dest: where the root filesystem goes; its parent is created.
+        stage_cache: where the debootstrap stage is cached (shared with scripts/test-image).
+        commit: the build commit `envd -commit` prints (default: the source tree's git HEAD).
+
+    Returns:
+        `dest`.
+
+    Raises:
+        TemplateError: a build step failed; nothing is left at `dest.new`.
+        HostError: debootstrap, chroot or a Debian mirror is missing.
+    """
+    if os.geteuid() != 0:
+        raise HostError("building a template needs root")
+    for tool in ("debootstrap", "chroot"):
+        if shutil.which(tool) is None:
+            raise HostError(f"{tool} is missing (scripts/install installs it)")
+    if not (SOURCE_TREE / "packaging/install.sh").is_file():
+        raise TemplateError(f"no envd source tree with packaging/install.sh at {SOURCE_TREE}")
+    stage = ensure_stage(stage_cache)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    new = dest.with_name(dest.name + ".new")
+    shutil.rmtree(new, ignore_errors=True)
+    try:
+        log.info("copying the stage to %s", new)
+        _run(["cp", "-a", "--reflink=auto", str(stage), str(new)], "copying the stage")
+        log.info("installing envd (packaging/install.sh --root)")
+        install_envd(new, commit)
+        slim_boot(new)
+        (new / BUILD_FILE).write_text(f"{RECIPE}\nslim-boot v1\n")
+        _replace(new, dest)
+    except BaseException:
+        shutil.rmtree(new, ignore_errors=True)
+        raise
+    log.info("base template ready at %s", dest)
+    return dest

@@ -1,0 +1,145 @@
+"""Booting a root filesystem with systemd-nspawn, detached: nspawn runs in its own session with
+its console in a file (never a pipe: nspawn dies at the next console write once the reader is
+gone), inside the sandbox's cgroups from before its exec, and is never our child, so a sandbox
+outlives a sandboxd restart and is found again from its cgroups. (sandbox-runtime.md §3, §6, §8)
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sandboxd.errors import BootError, HostError
+
+if TYPE_CHECKING:
+    from sandboxd.cgroups import SandboxCgroups
+
+PROPAGATE_DIR = Path("/run/systemd/nspawn/propagate")
+
+
+def command(root: Path, machine: str) -> list[str]:
+    """The nspawn command line. --register=no and --keep-unit: no systemd or D-Bus needed on
+    the host (nspawn then uses the cgroup it starts in); --private-network: a network namespace
+    with only a loopback; a unique --machine, or containers would share a propagate directory.
+    No --bind of any kind: nothing of the host is visible inside."""
+    return [
+        "systemd-nspawn",
+        "--quiet",
+        "-D",
+        str(root),
+        "--machine",
+        machine,
+        "--boot",
+        "--register=no",
+        "--keep-unit",
+        "--private-network",
+    ]
+
+
+def start(root: Path, machine: str, console_log: Path, cgroups: SandboxCgroups) -> None:
+    """Start nspawn detached: `setsid --fork` makes it a grandchild that PID 1 adopts.
+
+    Raises:
+        HostError: systemd-nspawn or setsid is missing.
+        BootError: the launcher failed (e.g. the cgroups could not be entered).
+    """
+    for tool in ("systemd-nspawn", "setsid"):
+        if shutil.which(tool) is None:
+            raise HostError(f"{tool} is missing (scripts/install installs it)")
+    with open(console_log, "ab") as log, open(os.devnull, "rb") as null:
+        try:
+            launcher = subprocess.run(
+                ["setsid", "--fork", *command(root, machine)],
+                stdin=null,
+                stdout=log,
+                stderr=log,
+                preexec_fn=cgroups.enter,  # only writes cgroup.procs
+                close_fds=True,
+                check=False,
+                timeout=10,
+            )
+        except subprocess.SubprocessError as exc:
+            raise BootError(f"cannot start systemd-nspawn for {machine}: {exc}") from exc
+    if launcher.returncode != 0:
+        raise BootError(f"setsid for {machine}'s systemd-nspawn exited {launcher.returncode}")
+
+
+def _ppid(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            # The command name may hold spaces and parentheses: fields start after the last ')'.
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+        return None
+
+
+def _comm(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+
+
+def supervisor(cgroups: SandboxCgroups) -> int | None:
+    """nspawn's own pid: the nspawn in the sandbox whose parent is outside it (the container's
+    processes and nspawn's transient outer child all descend from it). None when nspawn is
+    gone, even if the container's processes were orphaned and live on."""
+    pids = cgroups.pids()
+    roots = [p for p in pids if _ppid(p) not in pids and _comm(p) == "systemd-nspawn"]
+    return roots[0] if len(roots) == 1 else None
+
+
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                found += [int(c) for c in f.read().split()]
+    except (FileNotFoundError, ProcessLookupError):
+        return []
+    return found
+
+
+def _pid_namespace(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+
+
+def leader(nspawn_pid: int) -> int | None:
+    """The container's PID 1 as the host sees it: nspawn's child in another pid namespace.
+    nspawn's first child is a transient "outer child" in ours; it is never the leader."""
+    own = _pid_namespace(nspawn_pid)
+    for child in _children(nspawn_pid):
+        ns = _pid_namespace(child)
+        if ns is not None and ns != own:
+            return child
+    return None
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def terminate(nspawn_pid: int) -> None:
+    """Ask for an orderly power-off (SIGTERM to nspawn). A frozen container cannot react until
+    it is thawed; `SandboxCgroups.kill` is the way to stop it at once."""
+    try:
+        os.kill(nspawn_pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+
+
+def remove_leftovers(machine: str) -> None:
+    """nspawn killed by SIGKILL leaves /run/systemd/nspawn/propagate/MACHINE behind."""
+    shutil.rmtree(PROPAGATE_DIR / machine, ignore_errors=True)

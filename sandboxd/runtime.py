@@ -1,0 +1,335 @@
+"""The sandbox runtime the API drives: boot a template into a sandbox, freeze and thaw it,
+connect to its ports, read its usage, kill it, and adopt the running ones after a restart.
+
+Each sandbox is `SANDBOXES_DIR/ID` (its record, overlay dirs and console log) plus the cgroups
+`PARENT/ID` in every hierarchy; nothing else on the host is made, and nothing of the host is
+bound into it. The cgroup tree and the directory are the whole truth: a new `Runtime` on the same
+directory finds every sandbox again with `adopt()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import json
+import logging
+import re
+import shutil
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sandboxd import nspawn
+from sandboxd.cgroups import CgroupHost, Limits, SandboxCgroups, Usage, existing_sandboxes
+from sandboxd.errors import BootError, SandboxError, TeardownError
+from sandboxd.health import ENVD_PORT, health_status
+from sandboxd.netns import NetNamespace
+from sandboxd.overlay import Overlay, mounts_under, require_rootfs
+from sandboxd.sysctl import ensure_inotify_instances
+
+if TYPE_CHECKING:
+    import socket
+
+log = logging.getLogger("sandboxd.runtime")
+
+SANDBOX_ID = re.compile(r"^[a-z0-9]{1,63}$")
+RECORD = "sandbox.json"
+CONSOLE_LOG = "console.log"
+POLL_S = 0.01
+
+
+@dataclass
+class Box:
+    """One running (or frozen) sandbox. Owned by the Runtime that booted or adopted it; call
+    `Runtime.kill` to end it (that also closes `netns`)."""
+
+    id: str
+    dir: Path
+    template: Path
+    limits: Limits
+    nspawn_pid: int
+    leader_pid: int
+    netns: NetNamespace
+    cgroups: SandboxCgroups
+
+    @property
+    def console_log(self) -> Path:
+        return self.dir / CONSOLE_LOG
+
+    @property
+    def frozen(self) -> bool:
+        return self.cgroups.frozen()
+
+
+class Runtime:
+    """Sandboxes under `sandboxes_dir`, with cgroups under `cgroup_parent` in each hierarchy.
+
+    Two Runtimes must not share a directory or a cgroup parent at the same time (a restarted
+    sandboxd adopts its predecessor's sandboxes; it does not run beside it).
+    """
+
+    def __init__(
+        self,
+        sandboxes_dir: Path,
+        cgroup_parent: str = "sandboxd",
+        boot_timeout_s: float = 30,
+        envd_port: int = ENVD_PORT,
+    ) -> None:
+        self.sandboxes_dir = sandboxes_dir.absolute()
+        self.cgroup_parent = cgroup_parent
+        self.boot_timeout_s = boot_timeout_s
+        self.envd_port = envd_port
+        self.host = CgroupHost.detect()
+
+    def _cgroups(self, sandbox_id: str) -> SandboxCgroups:
+        return SandboxCgroups(self.host, self.cgroup_parent, sandbox_id)
+
+    async def boot(self, sandbox_id: str, template: Path, limits: Limits | None = None) -> Box:
+        """Boot `template` (a root filesystem) as sandbox `sandbox_id`; return once envd inside
+        answers `/health` with 204.
+
+        Raises:
+            SandboxError: the id is malformed or already in use (nothing was touched).
+            TemplateError: `template` is not a root filesystem (nothing is left behind).
+            BootError: the sandbox did not come up within `boot_timeout_s`, or nspawn exited;
+                everything the boot made has been removed.
+        """
+        template = self._claim(sandbox_id, template)
+        limits = limits or Limits()
+        started = time.monotonic()
+        try:
+            await asyncio.to_thread(self._launch, sandbox_id, template, limits)
+            box = await self._await_boot(sandbox_id, template, limits, started)
+        except BaseException as exc:
+            await self._teardown_after_failure(sandbox_id)
+            if isinstance(exc, SandboxError | asyncio.CancelledError | KeyboardInterrupt):
+                raise
+            raise BootError(f"sandbox {sandbox_id} did not boot: {exc}") from exc
+        log.info("sandbox %s up in %.2f s", sandbox_id, time.monotonic() - started)
+        return box
+
+    def _claim(self, sandbox_id: str, template: Path) -> Path:
+        """Check the id and template and make the sandbox's directory: the claim that makes
+        one boot per id. Returns the template's absolute path."""
+        if not SANDBOX_ID.match(sandbox_id):
+            raise SandboxError(f"sandbox id {sandbox_id!r}: only a-z and 0-9, 1 to 63 of them")
+        template = template.absolute()
+        require_rootfs(template)
+        box_dir = self.sandboxes_dir / sandbox_id
+        self.sandboxes_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            box_dir.mkdir(mode=0o700)
+        except FileExistsError:
+            raise SandboxError(f"sandbox {sandbox_id} already exists") from None
+        if self._cgroups(sandbox_id).exists():
+            box_dir.rmdir()
+            raise SandboxError(f"sandbox {sandbox_id} already has cgroups (not adopted?)")
+        return template
+
+    def _launch(self, sandbox_id: str, template: Path, limits: Limits) -> None:
+        """cgroups, overlay, record, then nspawn inside the cgroups (the order of §8)."""
+        box_dir = self.sandboxes_dir / sandbox_id
+        ensure_inotify_instances(len(existing_sandboxes(self.host, self.cgroup_parent)) + 1)
+        record = {"id": sandbox_id, "template": str(template), "limits": asdict(limits)}
+        (box_dir / RECORD).write_text(json.dumps(record))
+        cgroups = self._cgroups(sandbox_id)
+        cgroups.create(limits)
+        overlay = Overlay(box_dir)
+        overlay.mount(template)
+        nspawn.start(overlay.root, sandbox_id, box_dir / CONSOLE_LOG, cgroups)
+
+    async def _await_boot(
+        self, sandbox_id: str, template: Path, limits: Limits, started: float
+    ) -> Box:
+        """Find nspawn and the container's leader, then poll envd's /health every 10 ms."""
+        cgroups = self._cgroups(sandbox_id)
+        deadline = started + self.boot_timeout_s
+        nspawn_pid = leader = None
+        while leader is None:
+            self._check_boot(sandbox_id, cgroups, deadline, "the container's init")
+            nspawn_pid = nspawn_pid or nspawn.supervisor(cgroups)
+            leader = nspawn.leader(nspawn_pid) if nspawn_pid else None
+            if leader is None:
+                await asyncio.sleep(POLL_S)
+        assert nspawn_pid is not None  # noqa: S101  # found together with the leader
+        netns = NetNamespace(leader)
+        box = Box(sandbox_id, self.sandboxes_dir / sandbox_id, template, limits, nspawn_pid,
+                  leader, netns, cgroups)  # fmt: skip
+        try:
+            while await health_status(netns, self.envd_port, timeout_s=1) != 204:
+                self._check_boot(sandbox_id, cgroups, deadline, "envd's /health")
+                await asyncio.sleep(POLL_S)
+        except BaseException:
+            netns.close()
+            raise
+        return box
+
+    def _check_boot(
+        self, sandbox_id: str, cgroups: SandboxCgroups, deadline: float, waiting_for: str
+    ) -> None:
+        if not cgroups.populated():
+            raise BootError(f"systemd-nspawn exited{self._console_tail(sandbox_id)}")
+        if time.monotonic() > deadline:
+            raise BootError(
+                f"no answer from {waiting_for} after {self.boot_timeout_s:g} s"
+                f"{self._console_tail(sandbox_id)}"
+            )
+
+    def _console_tail(self, sandbox_id: str, lines: int = 5) -> str:
+        try:
+            text = (self.sandboxes_dir / sandbox_id / CONSOLE_LOG).read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+        tail = [line for line in text.splitlines() if line.strip()][-lines:]
+        return "; console: " + " | ".join(tail) if tail else ""
+
+    async def _teardown_after_failure(self, sandbox_id: str) -> None:
+        try:
+            await asyncio.to_thread(self._teardown, sandbox_id)
+        except SandboxError:
+            log.exception("sandbox %s: cleaning up after a failed boot left something", sandbox_id)
+
+    async def freeze(self, box: Box, timeout_s: float = 5) -> None:
+        """Freeze the container (its processes keep their memory, get no CPU, answer nothing);
+        nspawn itself stays responsive. Returns once the kernel reports it frozen.
+
+        Raises:
+            SandboxError: the container is gone, or did not freeze within `timeout_s`.
+        """
+        await self._set_frozen(box, True, timeout_s)
+
+    async def thaw(self, box: Box, timeout_s: float = 5) -> None:
+        """Undo `freeze`: the processes continue where they stopped.
+
+        Raises:
+            SandboxError: the container is gone, or did not thaw within `timeout_s`.
+        """
+        await self._set_frozen(box, False, timeout_s)
+
+    async def _set_frozen(self, box: Box, frozen: bool, timeout_s: float) -> None:
+        what = "freeze" if frozen else "thaw"
+        try:
+            box.cgroups.set_frozen(frozen)
+            deadline = time.monotonic() + timeout_s
+            while box.cgroups.frozen() != frozen:
+                if time.monotonic() > deadline:
+                    raise SandboxError(f"sandbox {box.id} did not {what} in {timeout_s:g} s")
+                await asyncio.sleep(0.0005)
+        except FileNotFoundError:
+            raise SandboxError(f"cannot {what} sandbox {box.id}: it is gone") from None
+
+    async def kill(self, box: Box) -> None:
+        """End the sandbox at once and remove everything it had: processes (cgroup.kill, frozen
+        or not), the overlay mount, its directory, its cgroups and nspawn's leftovers.
+
+        Raises:
+            TeardownError: something could not be removed; calling `kill` again retries.
+        """
+        box.netns.close()
+        await asyncio.to_thread(self._teardown, box.id)
+
+    def _teardown(self, sandbox_id: str) -> None:
+        box_dir = self.sandboxes_dir / sandbox_id
+        cgroups = self._cgroups(sandbox_id)
+        cgroups.kill()
+        cgroups.wait_empty(timeout_s=10)
+        Overlay(box_dir).unmount()
+        if left := mounts_under(box_dir):
+            raise TeardownError(f"sandbox {sandbox_id}: still mounted: {', '.join(left)}")
+        _remove_tree(box_dir)
+        cgroups.remove()
+        nspawn.remove_leftovers(sandbox_id)
+
+    def adopt(self) -> list[Box]:
+        """The sandboxes a previous sandboxd left running (frozen ones included), found from
+        the cgroup tree and the sandboxes directory. Leftovers of sandboxes that are no longer
+        running (nspawn gone, half-made boots) are removed.
+
+        Call once at startup, before any boot.
+        """
+        ids = set(existing_sandboxes(self.host, self.cgroup_parent))
+        if self.sandboxes_dir.is_dir():
+            ids.update(p.name for p in self.sandboxes_dir.iterdir() if SANDBOX_ID.match(p.name))
+        boxes: list[Box] = []
+        for sandbox_id in sorted(ids):
+            box = self._find(sandbox_id)
+            if box is not None:
+                boxes.append(box)
+                continue
+            log.warning("sandbox %s is not running: removing what is left of it", sandbox_id)
+            try:
+                self._teardown(sandbox_id)
+            except SandboxError:
+                log.exception("sandbox %s: could not remove its leftovers", sandbox_id)
+        return boxes
+
+    def _find(self, sandbox_id: str) -> Box | None:
+        cgroups = self._cgroups(sandbox_id)
+        try:
+            record = json.loads((self.sandboxes_dir / sandbox_id / RECORD).read_text())
+        except (OSError, ValueError):
+            return None
+        nspawn_pid = nspawn.supervisor(cgroups)
+        leader = nspawn.leader(nspawn_pid) if nspawn_pid else None
+        if nspawn_pid is None or leader is None:
+            return None
+        try:
+            netns = NetNamespace(leader)
+        except OSError:
+            return None
+        limits = Limits(**record["limits"])
+        template = Path(record["template"])
+        box_dir = self.sandboxes_dir / sandbox_id
+        return Box(sandbox_id, box_dir, template, limits, nspawn_pid, leader, netns, cgroups)
+
+    async def connect(self, box: Box, port: int) -> socket.socket:
+        """A non-blocking socket connected to 127.0.0.1:`port` inside the sandbox.
+
+        Raises:
+            OSError: nothing listens there (ECONNREFUSED), or the sandbox is gone.
+        """
+        return await box.netns.connect(port)
+
+    async def open_connection(
+        self, box: Box, port: int
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """asyncio streams to 127.0.0.1:`port` inside the sandbox (see `connect`)."""
+        return await box.netns.open_connection(port)
+
+    def stats(self, box: Box) -> Usage:
+        """CPU time, memory charged and process count of the whole sandbox.
+
+        Raises:
+            SandboxError: the sandbox is gone.
+        """
+        try:
+            return box.cgroups.usage()
+        except FileNotFoundError:
+            raise SandboxError(f"sandbox {box.id} is gone") from None
+
+    def set_limits(self, box: Box, limits: Limits) -> None:
+        """Change the limits of a running sandbox."""
+        box.cgroups.set_limits(limits)
+        box.limits = limits
+
+
+def _remove_tree(path: Path) -> None:
+    """rm -rf, also of files the sandbox made immutable or append-only (its root has
+    CAP_LINUX_IMMUTABLE)."""
+    try:
+        shutil.rmtree(path)
+    except FileNotFoundError:
+        return
+    except PermissionError:
+        with contextlib.suppress(OSError):
+            subprocess.run(["chattr", "-R", "-ia", str(path)], capture_output=True, check=False)
+        try:
+            shutil.rmtree(path)
+        except OSError as exc:
+            raise TeardownError(f"cannot remove {path}: {exc}") from exc
+    except OSError as exc:
+        if exc.errno != errno.ENOENT:
+            raise TeardownError(f"cannot remove {path}: {exc}") from exc
