@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from sandboxd.errors import HostError, TemplateError
+from sandboxd.removal import remove_tree
 
 log = logging.getLogger("sandboxd.images")
 
@@ -85,10 +86,13 @@ def debian_mirror() -> str:
 
 
 def _run(argv: list[str], what: str, log_file: Path | None = None) -> None:
+    """Run one build step with a clean environment (only the image's own pip configuration
+    counts) in a mount namespace of its own: what it mounts into the image (debootstrap's and
+    install.sh's /proc, /sys, /dev) disappears with it, even when it is killed."""
     env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "PIP_CERT": str(HOST_CA_BUNDLE)}
     with open(log_file or os.devnull, "ab") as out:
         done = subprocess.run(
-            argv,
+            ["unshare", "--mount", "--propagation", "private", *argv],
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -108,7 +112,7 @@ def _tail(path: Path, lines: int = 20) -> str:
 def _build_stage(stage: Path, log_file: Path) -> None:
     mirror = debian_mirror()
     log.info("debootstrap %s from %s into %s (a minute or two)", SUITE, mirror, stage)
-    shutil.rmtree(stage, ignore_errors=True)
+    remove_tree(stage)
     log_file.write_bytes(b"")
     _run(
         [
@@ -149,7 +153,7 @@ def ensure_stage(cache: Path) -> Path:
             return stage
         new = cache / f"{SUITE}.new"
         _build_stage(new, cache / "debootstrap.log")
-        shutil.rmtree(stage, ignore_errors=True)
+        remove_tree(stage)
         new.rename(stage)
         return stage
 
@@ -201,7 +205,7 @@ def _replace(new: Path, dest: Path) -> None:
             log.info("%s is in use by running sandboxes: kept as %s", dest, aside)
             dest.rename(aside)
         else:
-            shutil.rmtree(dest)
+            remove_tree(dest)
     new.rename(dest)
 
 
@@ -222,7 +226,7 @@ def build_base(dest: Path, stage_cache: Path, commit: str | None = None) -> Path
     """
     if os.geteuid() != 0:
         raise HostError("building a template needs root")
-    for tool in ("debootstrap", "chroot"):
+    for tool in ("debootstrap", "chroot", "unshare"):
         if shutil.which(tool) is None:
             raise HostError(f"{tool} is missing (scripts/install installs it)")
     if not (SOURCE_TREE / "packaging/install.sh").is_file():
@@ -230,7 +234,7 @@ def build_base(dest: Path, stage_cache: Path, commit: str | None = None) -> Path
     stage = ensure_stage(stage_cache)
     dest.parent.mkdir(parents=True, exist_ok=True)
     new = dest.with_name(dest.name + ".new")
-    shutil.rmtree(new, ignore_errors=True)
+    remove_tree(new)
     try:
         log.info("copying the stage to %s", new)
         _run(["cp", "-a", "--reflink=auto", str(stage), str(new)], "copying the stage")
@@ -240,7 +244,7 @@ def build_base(dest: Path, stage_cache: Path, commit: str | None = None) -> Path
         (new / BUILD_FILE).write_text(f"{RECIPE}\nslim-boot v1\n")
         _replace(new, dest)
     except BaseException:
-        shutil.rmtree(new, ignore_errors=True)
+        remove_tree(new)
         raise
     log.info("base template ready at %s", dest)
     return dest

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sandboxd.errors import BootError, HostError
+from sandboxd.removal import remove_tree
 
 if TYPE_CHECKING:
     from sandboxd.cgroups import SandboxCgroups
@@ -142,4 +143,4 @@ def terminate(nspawn_pid: int) -> None:
 
 def remove_leftovers(machine: str) -> None:
     """nspawn killed by SIGKILL leaves /run/systemd/nspawn/propagate/MACHINE behind."""
-    shutil.rmtree(PROPAGATE_DIR / machine, ignore_errors=True)
+    remove_tree(PROPAGATE_DIR / machine)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from sandboxd import libc
 from sandboxd.errors import TeardownError, TemplateError
+from sandboxd.removal import is_mountpoint
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -76,15 +77,3 @@ def require_rootfs(path: Path) -> None:
     init = path / "sbin/init"
     if not (init.exists() or init.is_symlink()):
         raise TemplateError(f"no template root filesystem at {path} (no /sbin/init)")
-
-
-def mounts_under(path: Path) -> list[str]:
-    """Mount points at or below `path`, from this process's mountinfo."""
-    prefix = str(path).rstrip("/")
-    with open("/proc/self/mountinfo") as f:
-        points = [line.split()[4] for line in f]
-    return [p for p in points if p == prefix or p.startswith(prefix + "/")]
-
-
-def is_mountpoint(path: Path) -> bool:
-    return str(path).rstrip("/") in {p.rstrip("/") for p in mounts_under(path)}

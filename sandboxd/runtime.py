@@ -10,13 +10,9 @@ directory finds every sandbox again with `adopt()`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import errno
 import json
 import logging
 import re
-import shutil
-import subprocess
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -27,7 +23,8 @@ from sandboxd.cgroups import CgroupHost, Limits, SandboxCgroups, Usage, existing
 from sandboxd.errors import BootError, SandboxError, TeardownError
 from sandboxd.health import ENVD_PORT, health_status
 from sandboxd.netns import NetNamespace
-from sandboxd.overlay import Overlay, mounts_under, require_rootfs
+from sandboxd.overlay import Overlay, require_rootfs
+from sandboxd.removal import mounts_under, remove_tree
 from sandboxd.sysctl import ensure_inotify_instances
 
 if TYPE_CHECKING:
@@ -239,7 +236,7 @@ class Runtime:
         Overlay(box_dir).unmount()
         if left := mounts_under(box_dir):
             raise TeardownError(f"sandbox {sandbox_id}: still mounted: {', '.join(left)}")
-        _remove_tree(box_dir)
+        remove_tree(box_dir)
         cgroups.remove()
         nspawn.remove_leftovers(sandbox_id)
 
@@ -314,22 +311,3 @@ class Runtime:
         """Change the limits of a running sandbox."""
         box.cgroups.set_limits(limits)
         box.limits = limits
-
-
-def _remove_tree(path: Path) -> None:
-    """rm -rf, also of files the sandbox made immutable or append-only (its root has
-    CAP_LINUX_IMMUTABLE)."""
-    try:
-        shutil.rmtree(path)
-    except FileNotFoundError:
-        return
-    except PermissionError:
-        with contextlib.suppress(OSError):
-            subprocess.run(["chattr", "-R", "-ia", str(path)], capture_output=True, check=False)
-        try:
-            shutil.rmtree(path)
-        except OSError as exc:
-            raise TeardownError(f"cannot remove {path}: {exc}") from exc
-    except OSError as exc:
-        if exc.errno != errno.ENOENT:
-            raise TeardownError(f"cannot remove {path}: {exc}") from exc

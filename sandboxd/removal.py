@@ -1,0 +1,80 @@
+"""Removing directory trees that something may be mounted in (an overlay root, or the /proc,
+/sys and /dev a chrooted build step bound into an image). rm -rf descends into mount points: a
+bind of the host's /dev inside an image directory would empty the host's /dev. So every tree is
+detached from all mounts first, and never removed while anything is still mounted in it."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import shutil
+import subprocess
+from typing import TYPE_CHECKING
+
+from sandboxd import libc
+from sandboxd.errors import TeardownError
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+def _unescape(field: str) -> str:
+    """mountinfo writes space, tab, newline and backslash as octal escapes."""
+    for code, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
+        field = field.replace(code, char)
+    return field
+
+
+def mounts_under(path: Path) -> list[str]:
+    """Mount points at or below `path` in this process's mount namespace, deepest first."""
+    prefix = str(path).rstrip("/")
+    with open("/proc/self/mountinfo") as f:
+        points = [_unescape(line.split()[4]) for line in f]
+    inside = {p for p in points if p == prefix or p.startswith(prefix + "/")}
+    return sorted(inside, key=lambda p: p.count("/"), reverse=True)
+
+
+def is_mountpoint(path: Path) -> bool:
+    return str(path).rstrip("/") in mounts_under(path)
+
+
+def detach_mounts(path: Path) -> None:
+    """Lazily unmount everything at or below `path` (umount -R -l).
+
+    Raises:
+        TeardownError: something is still mounted there afterwards.
+    """
+    for _ in range(8):  # stacked mounts come off one layer per round
+        points = mounts_under(path)
+        if not points:
+            return
+        for point in points:
+            with contextlib.suppress(OSError):
+                libc.umount(point, libc.MNT_DETACH)
+    if left := mounts_under(path):
+        raise TeardownError(f"still mounted under {path}: {', '.join(left)}")
+
+
+def remove_tree(path: Path) -> None:
+    """rm -rf `path` after detaching every mount in it, also of files made immutable or
+    append-only (a sandbox's root has CAP_LINUX_IMMUTABLE). Nothing to do if it is absent.
+
+    Raises:
+        TeardownError: a mount would not come off, or the tree could not be removed.
+    """
+    if not path.exists() and not path.is_symlink():
+        return
+    detach_mounts(path)
+    try:
+        shutil.rmtree(path)
+    except FileNotFoundError:
+        return
+    except PermissionError:
+        subprocess.run(["chattr", "-R", "-ia", str(path)], capture_output=True, check=False)
+        try:
+            shutil.rmtree(path)
+        except OSError as exc:
+            raise TeardownError(f"cannot remove {path}: {exc}") from exc
+    except OSError as exc:
+        if exc.errno != errno.ENOENT:
+            raise TeardownError(f"cannot remove {path}: {exc}") from exc

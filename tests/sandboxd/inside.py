@@ -1,0 +1,113 @@
+"""Looking into and around sandboxes from the host: commands inside (nsenter), and everything a
+sandbox leaves on the host (mounts, cgroups, processes, namespaces, files)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sandboxd.removal import mounts_under
+
+if TYPE_CHECKING:
+    from sandboxd.runtime import Box, Runtime
+
+
+def run(box: Box, script: str) -> str:
+    """`sh -c script` in all of the sandbox's namespaces; its stdout (it must exit 0)."""
+    done = subprocess.run(
+        ["nsenter", "-t", str(box.leader_pid), "-a", "sh", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 0, f"{script!r} in {box.id} failed: {done.stderr}"
+    return done.stdout
+
+
+def processes_seen_from(box: Box) -> dict[int, str]:
+    """pid → command name of every process the sandbox can see."""
+    listing = run(box, 'for p in /proc/[0-9]*; do echo "${p#/proc/} $(cat $p/comm)"; done')
+    seen = {}
+    for line in listing.splitlines():
+        pid, _, comm = line.partition(" ")
+        if comm:  # a process that ended while listing has no comm left
+            seen[int(pid)] = comm
+    return seen
+
+
+def net_namespaces_in_use() -> set[int]:
+    """Inodes of every network namespace some process on the host is in or holds an fd of."""
+    inodes = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        paths = [f"/proc/{pid}/ns/net"]
+        with contextlib.suppress(OSError):
+            paths += [f"/proc/{pid}/fd/{fd}" for fd in os.listdir(f"/proc/{pid}/fd")]
+        for path in paths:
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            if st.st_dev == os.stat("/proc/self/ns/net").st_dev:
+                inodes.add(st.st_ino)
+    return inodes
+
+
+def start_time(pid: int) -> int | None:
+    """The process's start time (clock ticks after boot): with the pid, it names one process
+    even if the pid is reused. None when it is gone or a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return None
+    return None if fields[0] == "Z" else int(fields[19])
+
+
+@dataclass(frozen=True)
+class Traces:
+    """What a running sandbox has on the host, recorded to check that kill removed it."""
+
+    id: str
+    dir: Path
+    cgroup_dirs: tuple[Path, ...]
+    processes: frozenset[tuple[int, int | None]]
+    netns_inode: int
+
+    @classmethod
+    def of(cls, box: Box) -> Traces:
+        return cls(
+            box.id,
+            box.dir,
+            tuple(box.cgroups.dirs),
+            frozenset((pid, start_time(pid)) for pid in box.cgroups.pids()),
+            box.netns.inode,
+        )
+
+    def left(self) -> list[str]:
+        """Everything of the sandbox still on the host (empty when it is all gone)."""
+        left = [f"mount {m}" for m in mounts_under(self.dir)]
+        left += [f"cgroup {d}" for d in self.cgroup_dirs if d.exists()]
+        left += [f"process {pid}" for pid, t in self.processes if t and start_time(pid) == t]
+        if self.netns_inode in net_namespaces_in_use():
+            left.append(f"network namespace {self.netns_inode}")
+        if self.dir.exists():
+            left.append(f"directory {self.dir}")
+        if Path("/run/systemd/nspawn/propagate", self.id).exists():
+            left.append(f"/run/systemd/nspawn/propagate/{self.id}")
+        return left
+
+
+def sandbox_ids_left(runtime: Runtime) -> list[str]:
+    """Sandboxes with a directory or a cgroup under the runtime."""
+    ids: set[str] = set()
+    if runtime.sandboxes_dir.exists():
+        ids.update(p.name for p in runtime.sandboxes_dir.iterdir())
+    unified = runtime.host.unified / runtime.cgroup_parent
+    if unified.exists():
+        ids.update(p.name for p in unified.iterdir() if p.is_dir())
+    return sorted(ids)

@@ -1,0 +1,138 @@
+"""Booting real sandboxes from the base template: envd answers through the sandbox's network
+namespace, sandboxes are isolated from each other and from the host, limits are applied, and a
+boot that fails leaves nothing behind."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from sandboxd.cgroups import Limits
+from sandboxd.errors import BootError, SandboxError, TemplateError
+from sandboxd.health import health_status
+from sandboxd.runtime import Runtime
+from tests.sandboxd.inside import processes_seen_from, run, sandbox_ids_left
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+pytestmark = [pytest.mark.root, pytest.mark.anyio]
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex[:16]
+
+
+@pytest.fixture
+def host_sleeper() -> Iterator[subprocess.Popen[bytes]]:
+    """A process on the host that no sandbox may see."""
+    proc = subprocess.Popen(["sleep", "300"])
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+async def test_boot_answers_health_through_the_sandbox_namespace(
+    runtime: Runtime, base_template: Path
+) -> None:
+    box = await runtime.boot(new_id(), base_template)
+    assert await health_status(box.netns) == 204
+    # The same port on the host's loopback is someone else's (or nobody's): the sandbox's
+    # envd is reachable only from inside its namespace.
+    assert box.netns.inode != os.stat("/proc/self/ns/net").st_ino
+    reader, writer = await runtime.open_connection(box, 49983)
+    writer.write(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert (await reader.readline()).startswith(b"HTTP/1.1 204")
+    writer.close()
+    await writer.wait_closed()
+    assert run(box, "id -un user && command -v python sudo curl git").split()[0] == "user"
+
+
+async def test_sandboxes_see_neither_each_other_nor_the_host(
+    runtime: Runtime, base_template: Path, host_sleeper: subprocess.Popen[bytes]
+) -> None:
+    a, b = await asyncio.gather(
+        runtime.boot(new_id(), base_template), runtime.boot(new_id(), base_template)
+    )
+    run(a, "echo secret-a > /root/only-in-a && systemd-run -q --unit sleeper sleep 300")
+    assert run(a, "cat /root/only-in-a") == "secret-a\n"
+    assert run(b, "test -e /root/only-in-a || echo absent") == "absent\n"
+    assert not Path("/root/only-in-a").exists()
+    assert not (base_template / "root/only-in-a").exists()
+    assert (a.dir / "upper/root/only-in-a").exists()
+
+    seen_by_a, seen_by_b = processes_seen_from(a), processes_seen_from(b)
+    assert seen_by_a[1] == seen_by_b[1] == "systemd"  # each its own pid namespace
+    assert "python" in seen_by_b.values()  # envd
+    # The host's sleep (and the host's hundreds of others) and a's are invisible to b; a sees
+    # its own sleep only.
+    assert host_sleeper.poll() is None
+    assert list(seen_by_a.values()).count("sleep") == 1
+    assert "sleep" not in seen_by_b.values()
+    assert len(seen_by_b) < 20
+
+
+async def test_limits_are_written_to_the_sandbox_cgroups(
+    runtime: Runtime, base_template: Path
+) -> None:
+    limits = Limits(memory_bytes=256 << 20, cpus=0.5, pids=150)
+    box = await runtime.boot(new_id(), base_template, limits)
+    cg = box.cgroups
+    if runtime.host.pure_v2:
+        assert (cg.unified / "memory.max").read_text() == f"{256 << 20}\n"
+        assert (cg.unified / "cpu.max").read_text() == "50000 100000\n"
+        assert (cg.unified / "pids.max").read_text() == "150\n"
+    else:
+        v1 = {d.parts[-3]: d for d in cg.dirs}
+        assert (v1["memory"] / "memory.limit_in_bytes").read_text() == f"{256 << 20}\n"
+        assert (v1["cpu"] / "cpu.cfs_quota_us").read_text() == "50000\n"
+        assert (v1["pids"] / "pids.max").read_text() == "150\n"
+    # The container itself is inside them: its init's cgroups are the sandbox's.
+    with open(f"/proc/{box.leader_pid}/cgroup") as f:
+        lines = f.read().splitlines()
+    assert all(f"/{runtime.cgroup_parent}/{box.id}" in line for line in lines if "memory" in line)
+    usage = runtime.stats(box)
+    assert 0 < usage.memory_bytes < 256 << 20
+    assert 0 < usage.pids <= 150
+    assert usage.cpu_usec > 0
+
+
+async def test_a_missing_template_leaves_nothing(runtime: Runtime, tmp_path: Path) -> None:
+    with pytest.raises(TemplateError, match="no template root filesystem"):
+        await runtime.boot(new_id(), tmp_path / "no-such-rootfs")
+    assert sandbox_ids_left(runtime) == []
+
+
+async def test_a_template_nspawn_refuses_leaves_nothing(runtime: Runtime, tmp_path: Path) -> None:
+    broken = tmp_path / "broken"
+    (broken / "sbin").mkdir(parents=True)
+    (broken / "sbin/init").symlink_to("/nowhere")
+    with pytest.raises(BootError, match="systemd-nspawn exited"):
+        await runtime.boot(new_id(), broken)
+    assert sandbox_ids_left(runtime) == []
+
+
+async def test_envd_never_answering_times_out_and_leaves_nothing(
+    tmp_path: Path, cgroup_parent: str, base_template: Path
+) -> None:
+    # Nothing listens on port 1 inside: the boot succeeds but "envd" never answers.
+    rt = Runtime(tmp_path / "sandboxes", cgroup_parent, boot_timeout_s=3, envd_port=1)
+    with pytest.raises(BootError, match=r"no answer from envd's /health after 3 s"):
+        await rt.boot(new_id(), base_template)
+    assert sandbox_ids_left(rt) == []
+
+
+async def test_bad_and_duplicate_ids_are_refused(runtime: Runtime, base_template: Path) -> None:
+    for bad in ("", "has-dash", "UPPER", "a" * 64, "../x"):
+        with pytest.raises(SandboxError, match="only a-z and 0-9"):
+            await runtime.boot(bad, base_template)
+    box = await runtime.boot(new_id(), base_template)
+    with pytest.raises(SandboxError, match="already exists"):
+        await runtime.boot(box.id, base_template)
+    assert await health_status(box.netns) == 204  # the refused boot touched nothing of it
