@@ -106,20 +106,22 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def _pid_namespace(pid: int) -> str | None:
+def _namespace(pid: int, kind: str) -> str | None:
     try:
-        return os.readlink(f"/proc/{pid}/ns/pid")
+        return os.readlink(f"/proc/{pid}/ns/{kind}")
     except (FileNotFoundError, ProcessLookupError):
         return None
 
 
 def leader(nspawn_pid: int) -> int | None:
-    """The container's PID 1 as the host sees it: nspawn's child in another pid namespace.
-    nspawn's first child is a transient "outer child" in ours; it is never the leader."""
-    own = _pid_namespace(nspawn_pid)
+    """The container's PID 1 as the host sees it: nspawn's child in other pid and network
+    namespaces. nspawn's first child is a transient "outer child" in ours; and the leader moves
+    into its private network namespace only after it appears, so a leader still in nspawn's
+    network namespace is not ready to be pinned."""
+    own = {kind: _namespace(nspawn_pid, kind) for kind in ("pid", "net")}
     for child in _children(nspawn_pid):
-        ns = _pid_namespace(child)
-        if ns is not None and ns != own:
+        theirs = {kind: _namespace(child, kind) for kind in own}
+        if None not in theirs.values() and all(theirs[k] != own[k] for k in own):
             return child
     return None
 

@@ -1,0 +1,162 @@
+"""A sandbox's life after boot: freeze and thaw, kill that leaves nothing behind, adoption by a
+new Runtime after a restart, and many create/kill cycles without leaks."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from sandboxd.errors import SandboxError
+from sandboxd.health import health_status
+from sandboxd.removal import mounts_under
+from sandboxd.runtime import Box, Runtime
+from tests.sandboxd.inside import Traces, run, sandbox_ids_left
+from tests.waiting import wait_until_async
+
+pytestmark = [pytest.mark.root, pytest.mark.anyio]
+
+COUNTER = "i=0; while :; do i=$((i+1)); echo $i > /root/counter; sleep 0.1; done"
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex[:16]
+
+
+def counter(box: Box) -> int:
+    try:
+        text = (box.dir / "root/root/counter").read_text().strip()
+    except FileNotFoundError:
+        return 0
+    return int(text) if text else 0  # empty while the shell rewrites it
+
+
+async def start_counter(box: Box) -> None:
+    # systemd-run: the counter runs in the container's cgroups (nsenter alone would not).
+    run(box, f"systemd-run -q --unit counter sh -c '{COUNTER}'")
+    await wait_until_async(lambda: counter(box) >= 3, 10, "the counter to count")
+
+
+async def test_freeze_stops_everything_and_thaw_continues_it(
+    runtime: Runtime, base_template: Path
+) -> None:
+    box = await runtime.boot(new_id(), base_template)
+    await start_counter(box)
+    await runtime.freeze(box)
+    assert box.frozen
+    stopped_at = counter(box)
+    assert await health_status(box.netns, timeout_s=0.5) == 0  # no answer at all
+    assert counter(box) == stopped_at
+    assert runtime.stats(box).pids > 0  # processes (and their memory) kept
+    await runtime.thaw(box)
+    assert not box.frozen
+    assert await health_status(box.netns, timeout_s=1) == 204
+    await wait_until_async(lambda: counter(box) > stopped_at, 5, "the counter to go on")
+    # It went on from where it stopped, it did not start over.
+    assert stopped_at < counter(box) < stopped_at + 20
+
+
+async def test_kill_leaves_nothing_behind(runtime: Runtime, base_template: Path) -> None:
+    box = await runtime.boot(new_id(), base_template)
+    await start_counter(box)
+    traces = Traces.of(box)
+    assert len(traces.processes) >= 4
+    assert traces.left()
+    await runtime.kill(box)
+    assert traces.left() == []
+    with pytest.raises(OSError, match="closed"):
+        await runtime.connect(box, 49983)
+
+
+async def test_kill_of_a_frozen_sandbox_leaves_nothing_behind(
+    runtime: Runtime, base_template: Path
+) -> None:
+    box = await runtime.boot(new_id(), base_template)
+    await runtime.freeze(box)
+    traces = Traces.of(box)
+    await runtime.kill(box)
+    assert traces.left() == []
+
+
+async def test_a_new_runtime_adopts_running_and_frozen_sandboxes(
+    runtime: Runtime, base_template: Path
+) -> None:
+    running = await runtime.boot(new_id(), base_template)
+    frozen = await runtime.boot(new_id(), base_template)
+    await runtime.freeze(frozen)
+    # "Restart": drop the old Runtime's handles, start a new one on the same state.
+    running.netns.close()
+    frozen.netns.close()
+    again = Runtime(runtime.sandboxes_dir, cgroup_parent=runtime.cgroup_parent)
+    adopted = {box.id: box for box in again.adopt()}
+    assert sorted(adopted) == sorted([running.id, frozen.id])
+    a_running, a_frozen = adopted[running.id], adopted[frozen.id]
+    assert (a_running.leader_pid, a_running.nspawn_pid) == (running.leader_pid, running.nspawn_pid)
+    assert a_running.template == base_template
+    assert not a_running.frozen
+    assert a_frozen.frozen
+    assert await health_status(a_running.netns) == 204
+    await again.thaw(a_frozen)
+    assert await health_status(a_frozen.netns, timeout_s=1) == 204
+    for box in (a_running, a_frozen):
+        traces = Traces.of(box)
+        await again.kill(box)
+        assert traces.left() == []
+
+
+async def test_adopt_removes_what_is_left_of_a_dead_sandbox(
+    runtime: Runtime, base_template: Path
+) -> None:
+    box = await runtime.boot(new_id(), base_template)
+    traces = Traces.of(box)
+    box.netns.close()
+    box.cgroups.kill()  # the sandbox dies behind the runtime's back (OOM, kill -9, reboot)
+    box.cgroups.wait_empty(10)
+    assert Runtime(runtime.sandboxes_dir, cgroup_parent=runtime.cgroup_parent).adopt() == []
+    assert traces.left() == []
+
+
+async def test_freeze_of_a_killed_sandbox_is_a_clear_error(
+    runtime: Runtime, base_template: Path
+) -> None:
+    box = await runtime.boot(new_id(), base_template)
+    await runtime.kill(box)
+    with pytest.raises(SandboxError, match="gone"):
+        await runtime.freeze(box)
+    with pytest.raises(SandboxError, match="gone"):
+        runtime.stats(box)
+
+
+def _mount_count() -> int:
+    return len(Path("/proc/self/mountinfo").read_text().splitlines())
+
+
+def _open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+async def test_create_kill_cycles_leak_nothing(runtime: Runtime, base_template: Path) -> None:
+    cycles = 20
+    mounts_before = _mount_count()
+    fds_before = len(_open_fds())
+    disk_before = shutil.disk_usage(runtime.sandboxes_dir.parent).used
+    begin = time.monotonic()
+    for _ in range(cycles):
+        box = await runtime.boot(new_id(), base_template)
+        assert await health_status(box.netns) == 204
+        traces = Traces.of(box)
+        await runtime.kill(box)
+        assert traces.left() == []
+    elapsed = time.monotonic() - begin
+    assert sandbox_ids_left(runtime) == []
+    assert mounts_under(runtime.sandboxes_dir) == []
+    assert _mount_count() <= mounts_before
+    assert len(_open_fds()) <= fds_before
+    assert list(runtime.sandboxes_dir.iterdir()) == []
+    # Other work on the machine writes too: only a per-cycle leak of megabytes would show.
+    assert shutil.disk_usage(runtime.sandboxes_dir.parent).used - disk_before < cycles * 4 << 20
+    print(f"{cycles} create/kill cycles in {elapsed:.1f} s")  # noqa: T201  # shown with -s
