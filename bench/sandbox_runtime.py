@@ -1,0 +1,87 @@
+"""sandboxd's runtime on its own: boot (to envd /health 204), freeze, thaw and kill latency, and
+memory per idle sandbox (the memory cgroup's charge, nspawn included), from the base template.
+
+Run as root: .venv/bin/python -m bench.sandbox_runtime [--runs 10] [--idle 3] [--template DIR]
+(without --template it builds or reuses the test suite's cached base template).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
+
+from sandboxd.runtime import Runtime
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable
+
+T = TypeVar("T")
+
+MIB = 1 << 20
+
+
+def _ms(samples: list[float]) -> str:
+    ordered = sorted(samples)
+    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+    return f"p50 {statistics.median(ordered) * 1000:.1f} ms, p95 {p95 * 1000:.1f} ms"
+
+
+async def _timed(samples: list[float], step: Awaitable[T]) -> T:
+    begin = time.monotonic()
+    result = await step
+    samples.append(time.monotonic() - begin)
+    return result
+
+
+async def lifecycle(rt: Runtime, template: Path, runs: int) -> dict[str, list[float]]:
+    times: dict[str, list[float]] = {"boot": [], "freeze": [], "thaw": [], "kill": []}
+    for _ in range(runs):
+        box = await _timed(times["boot"], rt.boot(uuid.uuid4().hex[:16], template))
+        await _timed(times["freeze"], rt.freeze(box))
+        await _timed(times["thaw"], rt.thaw(box))
+        await _timed(times["kill"], rt.kill(box))
+    return times
+
+
+async def idle_memory(rt: Runtime, template: Path, count: int, settle_s: float) -> list[int]:
+    boxes = [await rt.boot(uuid.uuid4().hex[:16], template) for _ in range(count)]
+    try:
+        await asyncio.sleep(settle_s)
+        return [rt.stats(box).memory_bytes for box in boxes]
+    finally:
+        for box in boxes:
+            await rt.kill(box)
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--idle", type=int, default=3, help="sandboxes idling together")
+    parser.add_argument("--template", type=Path)
+    args = parser.parse_args()
+    if args.template is None:
+        from tests.sandboxd.conftest import ensure_base_template
+
+        args.template = ensure_base_template()
+    with tempfile.TemporaryDirectory(prefix="sandboxd-bench-") as state:
+        rt = Runtime(Path(state) / "sandboxes", cgroup_parent=f"sandboxd-bench-{uuid.uuid4().hex}")
+        try:
+            times = await lifecycle(rt, args.template, args.runs)
+            memory = await idle_memory(rt, args.template, args.idle, settle_s=5)
+        finally:
+            for mount in {rt.host.unified, *rt.host.v1.values()}:
+                (mount / rt.cgroup_parent).rmdir()
+    for step, samples in times.items():
+        print(f"{step:8} {_ms(samples)} over {len(samples)}")
+    per_box = ", ".join(f"{m / MIB:.1f}" for m in memory)
+    print(f"idle memory per sandbox (MiB, {args.idle} together, after 5 s): {per_box}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
