@@ -10,6 +10,7 @@ directory finds every sandbox again with `adopt()`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import re
@@ -97,10 +98,17 @@ class Runtime:
         template = self._claim(sandbox_id, template)
         limits = limits or Limits()
         started = time.monotonic()
+        launch = asyncio.ensure_future(
+            asyncio.to_thread(self._launch, sandbox_id, template, limits)
+        )
         try:
-            await asyncio.to_thread(self._launch, sandbox_id, template, limits)
+            await asyncio.shield(launch)
             box = await self._await_boot(sandbox_id, template, limits, started)
         except BaseException as exc:
+            # A cancelled boot must not clean up while the launch thread (which cannot be
+            # interrupted) may still start nspawn afterwards.
+            with contextlib.suppress(Exception):
+                await launch
             await self._teardown_after_failure(sandbox_id)
             if isinstance(exc, SandboxError | asyncio.CancelledError | KeyboardInterrupt):
                 raise

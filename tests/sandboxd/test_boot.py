@@ -136,3 +136,15 @@ async def test_bad_and_duplicate_ids_are_refused(runtime: Runtime, base_template
     with pytest.raises(SandboxError, match="already exists"):
         await runtime.boot(box.id, base_template)
     assert await health_status(box.netns) == 204  # the refused boot touched nothing of it
+
+
+@pytest.mark.parametrize("after_s", [0, 0.05, 0.3])
+async def test_a_cancelled_boot_leaves_nothing(
+    runtime: Runtime, base_template: Path, after_s: float
+) -> None:
+    boot = asyncio.ensure_future(runtime.boot(new_id(), base_template))
+    await asyncio.sleep(after_s)
+    boot.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await boot
+    assert sandbox_ids_left(runtime) == []
