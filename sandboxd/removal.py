@@ -6,8 +6,7 @@ detached from all mounts first, and never removed while anything is still mounte
 from __future__ import annotations
 
 import contextlib
-import errno
-import shutil
+import logging
 import subprocess
 from typing import TYPE_CHECKING
 
@@ -16,6 +15,8 @@ from sandboxd.errors import TeardownError
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+log = logging.getLogger("sandboxd.removal")
 
 
 def _unescape(field: str) -> str:
@@ -65,16 +66,19 @@ def remove_tree(path: Path) -> None:
     if not path.exists() and not path.is_symlink():
         return
     detach_mounts(path)
-    try:
-        shutil.rmtree(path)
-    except FileNotFoundError:
+    if _rm_one_file_system(path) == 0:
         return
-    except PermissionError:
-        subprocess.run(["chattr", "-R", "-ia", str(path)], capture_output=True, check=False)
-        try:
-            shutil.rmtree(path)
-        except OSError as exc:
-            raise TeardownError(f"cannot remove {path}: {exc}") from exc
-    except OSError as exc:
-        if exc.errno != errno.ENOENT:
-            raise TeardownError(f"cannot remove {path}: {exc}") from exc
+    subprocess.run(["chattr", "-R", "-ia", str(path)], capture_output=True, check=False)
+    if _rm_one_file_system(path) != 0:
+        raise TeardownError(f"cannot remove {path} (see the log for rm's reasons)")
+
+
+def _rm_one_file_system(path: Path) -> int:
+    """rm -rf that never crosses into another filesystem: the second guard, should a mount
+    appear after detach_mounts() looked (one made in another mount namespace is not listed)."""
+    result = subprocess.run(
+        ["rm", "-rf", "--one-file-system", "--", str(path)], capture_output=True, check=False
+    )
+    if result.returncode != 0:
+        log.warning("rm %s: %s", path, result.stderr.decode(errors="replace").strip())
+    return result.returncode
