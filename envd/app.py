@@ -25,6 +25,7 @@ from envd.errors import EnvdHTTPError, ErrorMappingInterceptor, InternalErrorMid
 from envd.filesystem.legacy import LegacySDKInterceptor
 from envd.filesystem.service import FilesystemService
 from envd.grpc_refusal import GRPCRefusal
+from envd.header_bytes import Utf8HeaderValues
 from envd.http.body import MAX_MESSAGE_BYTES
 from envd.json_depth import rpc_codecs
 from envd.process.codecs import output_codecs
@@ -86,8 +87,8 @@ def create_app(settings: Settings, state: SandboxState) -> Starlette:
     app = Starlette(
         # RPCs first: Starlette tries routes in order, and RPCs are the hot path.
         routes=[
-            Mount(filesystem_rpc.path, app=filesystem_rpc),
-            Mount(process_rpc.path, app=process_rpc),
+            Mount(filesystem_rpc.path, app=Utf8HeaderValues(filesystem_rpc)),
+            Mount(process_rpc.path, app=Utf8HeaderValues(process_rpc)),
             *http.routes(settings, state, users),
         ],
         middleware=[

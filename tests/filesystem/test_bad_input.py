@@ -71,3 +71,16 @@ def test_invalid_utf8_in_binary_path(envd: EnvdProcess) -> None:
     assert r.status_code == 400
     assert r.json()["code"] == "invalid_argument"
     _still_serving(envd)
+
+
+@pytest.mark.parametrize(
+    ("route", "body"), [(STAT, b'{"path": "/"}'), ("/process.Process/List", b"{}")]
+)
+def test_header_value_that_is_not_utf8_is_served(
+    envd: EnvdProcess, route: str, body: bytes
+) -> None:
+    # HTTP allows any byte in a header value (obs-text), and the reference passes them on.
+    headers = [(b"content-type", b"application/json"), (b"x-note", "caf\xe9".encode("latin-1"))]
+    r = httpx.post(envd.url + route, content=body, headers=headers)
+    assert r.status_code == 200, r.text
+    _still_serving(envd)
