@@ -9,7 +9,7 @@ import socket
 import subprocess
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -65,13 +65,21 @@ class EnvdProcess:
 
 
 def start_envd(
-    log_dir: Path, *flags: str, env: dict[str, str] | None = None, journal: bool = False
+    log_dir: Path,
+    *flags: str,
+    env: dict[str, str] | None = None,
+    journal: bool = False,
+    as_user: tuple[int, int] | None = None,
 ) -> EnvdProcess:
     """Start `python -m envd` on a free loopback port and wait until /health answers.
 
     With `journal`, the log file is announced as the journal stream (JOURNAL_STREAM), as
-    systemd does for a unit whose stderr is the journal.
+    systemd does for a unit whose stderr is the journal. With `as_user` (uid, gid), the daemon
+    runs unprivileged as that user, with no supplementary groups.
     """
+    credentials: dict[str, Any] = {}
+    if as_user is not None:
+        credentials = {"user": as_user[0], "group": as_user[1], "extra_groups": []}
     port = free_port()
     log_path = log_dir / f"envd-{port}.log"
     child_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
@@ -96,6 +104,7 @@ def start_envd(
             stdout=log,
             stderr=subprocess.STDOUT,
             env=child_env,
+            **credentials,
         )
     daemon = EnvdProcess(f"http://127.0.0.1:{port}", port, proc, log_path)
     try:
