@@ -30,6 +30,7 @@ from envd._gen.process.process_pb import StartRequest
 from envd.auth import basic_auth_username
 from envd.http.init_body import parse_init_body
 from envd.http.upload import _part_filename
+from envd.json_depth import nesting_depth
 from envd.users import User, expand_path
 
 if TYPE_CHECKING:
@@ -194,28 +195,6 @@ class Confinement:
             if is_file and filename is not None and not self.path_ok(filename):
                 return f"multipart filename {filename!r}"
         return None
-
-
-def nesting_depth(payload: bytes) -> int:
-    """The deepest bracket nesting outside JSON strings (a linear scan, no parser)."""
-    depth = deepest = 0
-    in_string = escaped = False
-    for byte in payload:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif byte == 0x5C:  # backslash
-                escaped = True
-            elif byte == 0x22:
-                in_string = False
-        elif byte == 0x22:
-            in_string = True
-        elif byte in b"[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif byte in b"]}":
-            depth -= 1
-    return deepest
 
 
 def _decoded_messages(payload: bytes, *, json: bool) -> Iterator[Message[Any]]:

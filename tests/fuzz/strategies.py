@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any, Final
 
 from hypothesis import HealthCheck, settings, strategies as st
 
-from tests.fuzz.known_unfixed import enabled
 from tests.fuzz.safety import FIXED_ARGS, FuzzRequest
 from tests.fuzz.sandbox import FUZZ_TOKEN
 
@@ -312,17 +311,22 @@ def unary_content_types() -> st.SearchStrategy[str]:
         "application/grpc-web+json",
         "application/JSON",
         "application/x-www-form-urlencoded",
+        "application/grpc",
+        "application/grpc+json",
     ]
-    if enabled("grpc-content-type"):
-        odd += ["application/grpc", "application/grpc+json"]
     return st.sampled_from(["application/json"] * 40 + ["application/json; charset=utf-8", *odd])
 
 
 @functools.cache  # built once: hypothesis validates a strategy on first use
 def stream_content_types() -> st.SearchStrategy[str]:
-    odd = ["application/connect+proto", "application/json", "application/connect+xml", ""]
-    if enabled("grpc-content-type"):
-        odd += ["application/grpc", "application/grpc+json"]
+    odd = [
+        "application/connect+proto",
+        "application/json",
+        "application/connect+xml",
+        "",
+        "application/grpc",
+        "application/grpc+json",
+    ]
     return st.sampled_from(["application/connect+json"] * 30 + odd)
 
 
@@ -340,7 +344,7 @@ def message_bodies(
     """A Connect JSON body: mostly a (possibly damaged) message, else random bytes or deep
     nesting."""
     choices = [json_bytes(with_junk(messages))] * 8 + [st.binary(max_size=40)]
-    if deep and enabled("deep-json-rpc"):
+    if deep:
         choices.append(deep_json())
     return st.one_of(*choices)
 

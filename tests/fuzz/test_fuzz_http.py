@@ -13,7 +13,6 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from envd.auth import file_signature
-from tests.fuzz.known_unfixed import enabled
 from tests.fuzz.safety import FuzzRequest
 from tests.fuzz.sandbox import FUZZ_TOKEN
 from tests.fuzz.strategies import (
@@ -171,7 +170,7 @@ def multipart_body(draw: st.DrawFn, conf: Confinement) -> tuple[bytes, str]:
         .map(str.strip)
         .filter(bool)
     )
-    if enabled("long-multipart-boundary") and draw(st.booleans()):
+    if draw(st.booleans()):
         boundary = "b" * draw(st.integers(min_value=200, max_value=400))
     parts = []
     for _ in range(draw(st.integers(min_value=0, max_value=3))):
@@ -261,9 +260,7 @@ def compose(conf: Confinement) -> st.SearchStrategy[FuzzRequest]:
         destination=path_field(conf),
         username=usernames(conf) | scalars,
     )
-    bodies = [json_bytes(with_junk(fields))] * 6 + [st.binary(max_size=40)]
-    if enabled("deep-json-compose"):
-        bodies.append(deep_json())
+    bodies = [json_bytes(with_junk(fields))] * 6 + [st.binary(max_size=40), deep_json()]
     return st.builds(
         lambda body, auth, extra, content_type: FuzzRequest(
             "POST", "/files/compose", (), (*auth, *extra, ("Content-Type", content_type)), body
