@@ -100,6 +100,8 @@ def create_app(settings: Settings, state: SandboxState) -> Starlette:
         exception_handlers={EnvdHTTPError: _envd_error, HTTPException: _router_error},
         lifespan=lifespan,
     )
+    # The reference's router answers 404 for `/health/`; Starlette would redirect to `/health`.
+    app.router.redirect_slashes = False
     # Awaited by the server when shutdown begins, before connections are drained, so open
     # streams can end cleanly instead of being cut (see server.py).
     app.state.shutdown_hooks = [

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import pytest
+
 if TYPE_CHECKING:
     import httpx
 
@@ -17,6 +19,14 @@ def test_health_is_204_no_store(http: httpx.Client) -> None:
 
 def test_unknown_path_is_plain_404(http: httpx.Client) -> None:
     r = http.get("/no/such/route")
+    assert r.status_code == 404
+    assert r.text == "404 page not found\n"
+
+
+@pytest.mark.parametrize(("method", "path"), [("GET", "/health/"), ("POST", "/files/compose/")])
+def test_trailing_slash_is_404_not_a_redirect(http: httpx.Client, method: str, path: str) -> None:
+    # The reference's router has no such routes; Starlette would redirect to the slashless one.
+    r = http.request(method, path)
     assert r.status_code == 404
     assert r.text == "404 page not found\n"
 
