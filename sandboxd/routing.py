@@ -1,0 +1,188 @@
+"""Which sandbox and port a request to the sandbox proxy is for (control-api.md §1.4, §1.6).
+
+Three ways in, as the SDKs and browsers use them:
+- the `E2b-Sandbox-Id` and `E2b-Sandbox-Port` headers, honoured only when Host is `localhost`,
+  an IP literal or `sandbox.<domain>` (the SDKs with `E2B_SANDBOX_URL` set);
+- a Host `{port}-{sandboxID}.{domain}` (`get_host()` and download URLs over host routing);
+- a header-less `GET`/`POST /files` whose `signature` reproduces one sandbox's token (the local
+  fallback for `download_url()` under `E2B_SANDBOX_URL`; not reference behaviour).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import posixpath
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+from urllib.parse import parse_qsl
+
+from sandboxd.health import ENVD_PORT
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
+    from sandboxd.runtime import Box
+
+SANDBOX_ID = re.compile(r"^[a-z0-9]+$")
+# envd's routes only E2B's orchestrator may call (reference: internal_routes.go).
+ENVD_CONTROL_PATHS = frozenset(
+    ("/init", "/freeze", "/unfreeze", "/fsfreeze", "/fsthaw", "/collapse", "/upgrade")
+)
+SIGNED_FILE_OPERATIONS = {"GET": "read", "POST": "write"}
+ID_HEADER = b"e2b-sandbox-id"
+PORT_HEADER = b"e2b-sandbox-port"
+
+
+class SandboxLookup(Protocol):
+    """What the proxy asks the lifecycle manager about sandboxes."""
+
+    def running_box(self, sandbox_id: str) -> Box | None:
+        """The running sandbox's box; None when unknown, killed or paused."""
+        ...
+
+    def knows(self, sandbox_id: str) -> bool:
+        """Whether the sandbox ever existed and is not killed (running or paused)."""
+        ...
+
+    def sandbox_for_signature(
+        self, path: str, operation: str, username: str, signature: str, expiration: str | None
+    ) -> str | None:
+        """The secure sandbox whose envd token makes `signature` for these /files values."""
+        ...
+
+
+class RouteError(Exception):
+    """A request that names no valid sandbox or port: 400 with this plain-text message."""
+
+
+@dataclass(frozen=True)
+class Target:
+    sandbox_id: str
+    port: int
+
+
+def headers_of(scope: Mapping[str, object]) -> dict[bytes, bytes]:
+    """The request's headers by lower-case name (the last one wins, as envd reads them)."""
+    raw: Iterable[tuple[bytes, bytes]] = scope["headers"]  # type: ignore[assignment]
+    return {name.lower(): value for name, value in raw}
+
+
+def hostname(host: str) -> str:
+    """Host without its port: `a.b:3000` → `a.b`, `[::1]:3000` → `::1`."""
+    if host.startswith("["):
+        return host[1 : host.find("]")] if "]" in host else host
+    name, _, port = host.rpartition(":")
+    return name if name and port.isdigit() else host
+
+
+def _is_ip(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+def honours_headers(host: str, domain: str) -> bool:
+    """The reference reads the routing headers only on these hosts."""
+    name = hostname(host)
+    return name == "localhost" or _is_ip(name) or name == f"sandbox.{hostname(domain)}"
+
+
+def is_sandbox_host(host: str, domain: str) -> bool:
+    """`{something}.{domain}` other than the control API's `api.{domain}`."""
+    name, base = hostname(host), hostname(domain)
+    return name.endswith(f".{base}") and name != f"api.{base}"
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or not 0 < int(text) < 65536:
+        raise RouteError(f"Invalid sandbox port {text!r}")
+    return int(text)
+
+
+def _sandbox_id(text: str) -> str:
+    if not SANDBOX_ID.match(text):
+        raise RouteError("Invalid sandbox ID")
+    return text
+
+
+def target_from_headers(headers: Mapping[bytes, bytes]) -> Target | None:
+    """The target the routing headers name; None when neither is present.
+
+    Raises:
+        RouteError: only one of them is present, or one is malformed.
+    """
+    sandbox_id, port = headers.get(ID_HEADER), headers.get(PORT_HEADER)
+    if sandbox_id is None and port is None:
+        return None
+    if sandbox_id is None or port is None:
+        missing = "E2b-Sandbox-Id" if sandbox_id is None else "E2b-Sandbox-Port"
+        raise RouteError(f"missing header {missing}")
+    return Target(_sandbox_id(sandbox_id.decode("latin-1")), _port(port.decode("latin-1")))
+
+
+def target_from_host(host: str) -> Target:
+    """`{port}-{sandboxID}.{anything}`.
+
+    Raises:
+        RouteError: no dot in the host, or a first label not of that form.
+    """
+    name = hostname(host)
+    if "." not in name:
+        raise RouteError(f"Invalid host {host!r}: expected {{port}}-{{sandboxID}}.{{domain}}")
+    port, dash, sandbox_id = name.split(".", 1)[0].partition("-")
+    if not dash:
+        raise RouteError(f"Invalid host {host!r}: expected {{port}}-{{sandboxID}}.{{domain}}")
+    return Target(_sandbox_id(sandbox_id), _port(port))
+
+
+def signed_files_query(scope: Mapping[str, object]) -> dict[str, str] | None:
+    """The query of a `GET`/`POST /files` that carries a `signature`; None for anything else."""
+    if scope.get("path") != "/files" or scope.get("method") not in SIGNED_FILE_OPERATIONS:
+        return None
+    raw: bytes = scope.get("query_string", b"")  # type: ignore[assignment]
+    query = dict(parse_qsl(raw.decode("latin-1"), keep_blank_values=True))
+    return query if "signature" in query else None
+
+
+def target_by_signature(scope: Mapping[str, object], lookup: SandboxLookup) -> Target | None:
+    """envd's port of the sandbox a signed `/files` URL was made for, if any."""
+    query = signed_files_query(scope)
+    if query is None:
+        return None
+    sandbox_id = lookup.sandbox_for_signature(
+        query.get("path", ""),
+        SIGNED_FILE_OPERATIONS[str(scope["method"])],
+        query.get("username", ""),
+        query["signature"],
+        query.get("signature_expiration"),
+    )
+    return None if sandbox_id is None else Target(sandbox_id, ENVD_PORT)
+
+
+def resolve(scope: Mapping[str, object], domain: str, lookup: SandboxLookup) -> Target:
+    """The sandbox and port a request dispatched to the proxy is for.
+
+    Raises:
+        RouteError: the request names no valid target (answered 400).
+    """
+    headers = headers_of(scope)
+    host = headers.get(b"host", b"").decode("latin-1")
+    if honours_headers(host, domain):
+        target = target_from_headers(headers)
+        if target is not None:
+            return target
+        by_signature = target_by_signature(scope, lookup)
+        if by_signature is not None:
+            return by_signature
+        raise RouteError("missing header E2b-Sandbox-Id")
+    return target_from_host(host)
+
+
+def is_envd_control_path(target: Target, path: str) -> bool:
+    """An orchestrator-only envd route, after cleaning (`//init/`, `/a/../init` included)."""
+    if target.port != ENVD_PORT:
+        return False
+    return posixpath.normpath("/" + path.lstrip("/")) in ENVD_CONTROL_PATHS

@@ -1,0 +1,100 @@
+"""The sandbox proxy served for tests and benchmarks: a real uvicorn server on a free loopback
+port, in the caller's event loop (the boxes' namespace fds live in this process), over an
+in-memory SandboxLookup."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import uvicorn
+
+from envd.auth import file_signature
+from sandboxd.proxy import SandboxProxy
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from sandboxd.runtime import Box, Runtime
+
+
+@dataclass
+class MemoryLookup:
+    """Sandboxes by id, as the lifecycle manager will know them."""
+
+    running: dict[str, Box] = field(default_factory=dict)
+    paused: set[str] = field(default_factory=set)
+    tokens: dict[str, str] = field(default_factory=dict)  # envd access tokens of secure ones
+
+    def running_box(self, sandbox_id: str) -> Box | None:
+        return self.running.get(sandbox_id)
+
+    def knows(self, sandbox_id: str) -> bool:
+        return sandbox_id in self.running or sandbox_id in self.paused
+
+    def sandbox_for_signature(
+        self, path: str, operation: str, username: str, signature: str, expiration: str | None
+    ) -> str | None:
+        seconds = int(expiration) if expiration and expiration.lstrip("-").isdigit() else None
+        for sandbox_id, token in self.tokens.items():
+            if file_signature(path, operation, username, token, seconds) == signature:
+                return sandbox_id
+        return None
+
+
+@dataclass
+class ServedProxy:
+    proxy: SandboxProxy
+    lookup: MemoryLookup
+    url: str
+
+
+@contextlib.asynccontextmanager
+async def serve_proxy(runtime: Runtime, domain: str = "localhost") -> AsyncIterator[ServedProxy]:
+    lookup = MemoryLookup()
+    proxy = SandboxProxy(lookup, runtime, domain=domain)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    config = uvicorn.Config(
+        proxy,
+        http="httptools",
+        lifespan="off",
+        log_level="warning",
+        access_log=False,
+        # The sandbox's server sends its own (envd: Date, no Server): not twice.
+        date_header=False,
+        server_header=False,
+    )
+    server = uvicorn.Server(config)
+    task = asyncio.ensure_future(server.serve(sockets=[sock]))
+    while not server.started:
+        if task.done():
+            task.result()
+        await asyncio.sleep(0.01)
+    try:
+        yield ServedProxy(proxy, lookup, f"http://127.0.0.1:{sock.getsockname()[1]}")
+    finally:
+        server.should_exit = True
+        await task
+        proxy.close()
+        sock.close()
+
+
+async def envd_init(box: Box, body: dict[str, object]) -> int:
+    """POST envd's /init inside the sandbox directly, as the orchestrator does (the proxy
+    refuses it); returns the status."""
+    payload = json.dumps(body).encode()
+    reader, writer = await box.netns.open_connection(49983)
+    try:
+        writer.write(
+            b"POST /init HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(payload), payload)
+        )
+        status_line = await reader.readline()
+    finally:
+        writer.close()
+    return int(status_line.split()[1])

@@ -1,0 +1,247 @@
+"""The sandbox proxy over the wire: a real uvicorn serving SandboxProxy, real sandboxes booted
+from the base template with our envd inside, httpx as the SDKs use it."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import itertools
+import json
+import os
+import struct
+import subprocess
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
+
+import httpx
+import pytest
+
+from envd.auth import file_signature
+from sandboxd.proxy import is_sandbox_request
+from tests.client import AS_USER
+from tests.sandboxd.proxied import ServedProxy, envd_init, serve_proxy
+from tests.waiting import wait_until_async
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+    from pathlib import Path
+
+    from sandboxd.runtime import Box, Runtime
+
+pytestmark = [pytest.mark.root, pytest.mark.anyio]
+
+MIB = 1 << 20
+STREAM = {"content-type": "application/connect+json", **AS_USER}
+
+
+@pytest.fixture
+async def served(runtime: Runtime, base_template: Path) -> AsyncIterator[tuple[ServedProxy, Box]]:
+    box = await runtime.boot(uuid.uuid4().hex[:16], base_template)
+    async with serve_proxy(runtime) as served:
+        served.lookup.running[box.id] = box
+        yield served, box
+
+
+def routed(box: Box, port: int = 49983) -> dict[str, str]:
+    return {"e2b-sandbox-id": box.id, "e2b-sandbox-port": str(port)}
+
+
+def envelope(message: dict[str, object]) -> bytes:
+    payload = json.dumps(message).encode()
+    return struct.pack(">BI", 0, len(payload)) + payload
+
+
+def start_request(script: str) -> bytes:
+    return envelope({"process": {"cmd": "/bin/sh", "args": ["-c", script]}})
+
+
+async def frames(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
+    """Connect envelopes of a streamed response, each as soon as it is whole."""
+    buffer = b""
+    async for chunk in response.aiter_raw():
+        buffer += chunk
+        while len(buffer) >= 5:
+            _, size = struct.unpack(">BI", buffer[:5])
+            if len(buffer) < 5 + size:
+                break
+            yield json.loads(buffer[5 : 5 + size])
+            buffer = buffer[5 + size :]
+
+
+def established_to_envd(box: Box) -> int:
+    """TCP connections envd has open inside the sandbox."""
+    out = subprocess.run(
+        ["nsenter", "-t", str(box.leader_pid), "-n", "ss", "-Htn", "state", "established",
+         "( sport = :49983 )"],
+        capture_output=True, text=True, check=True, timeout=10,
+    ).stdout  # fmt: skip
+    return len(out.splitlines())
+
+
+async def test_health_through_the_routing_headers(served: tuple[ServedProxy, Box]) -> None:
+    proxy, box = served
+    async with httpx.AsyncClient(base_url=proxy.url) as client:
+        for _ in range(3):  # the second and third go over the kept-alive connection
+            r = await client.get("/health", headers=routed(box))
+            assert r.status_code == 204
+    assert established_to_envd(box) == 1
+
+
+async def test_upload_and_download_of_64_mib_stream_through(
+    served: tuple[ServedProxy, Box],
+) -> None:
+    proxy, box = served
+    data = os.urandom(64 * MIB)
+
+    async def upload() -> AsyncIterator[bytes]:
+        for offset in range(0, len(data), MIB):
+            yield data[offset : offset + MIB]
+
+    params = {"path": "/tmp/big.bin", "username": "root"}
+    async with httpx.AsyncClient(base_url=proxy.url, timeout=60) as client:
+        headers = {**routed(box), "content-type": "application/octet-stream"}
+        r = await client.post("/files", params=params, headers=headers, content=upload())
+        assert r.status_code == 200, r.text
+        digest = hashlib.sha256()
+        identity = {**routed(box), "accept-encoding": "identity"}  # the bytes as stored
+        async with client.stream("GET", "/files", params=params, headers=identity) as r:
+            assert r.status_code == 200
+            async for chunk in r.aiter_raw():
+                digest.update(chunk)
+    assert digest.hexdigest() == hashlib.sha256(data).hexdigest()
+
+
+async def test_a_connect_server_stream_arrives_event_by_event(
+    served: tuple[ServedProxy, Box],
+) -> None:
+    proxy, box = served
+    script = "for i in 1 2 3 4 5; do echo $i; sleep 0.2; done"
+    arrivals: list[tuple[float, bytes]] = []
+    async with (
+        httpx.AsyncClient(base_url=proxy.url, timeout=30) as client,
+        client.stream(
+            "POST", "/process.Process/Start", content=start_request(script),
+            headers={**STREAM, **routed(box)},
+        ) as r,
+    ):  # fmt: skip
+        assert r.status_code == 200
+        async for frame in frames(r):
+            data = frame.get("event", {}).get("data", {})
+            if "stdout" in data:
+                arrivals.append((time.monotonic(), base64.b64decode(data["stdout"])))
+    assert [out for _, out in arrivals] == [b"%d\n" % i for i in range(1, 6)]
+    # Forwarded as they came: 0.2 s apart, not all at once at the end.
+    gaps = [b[0] - a[0] for a, b in itertools.pairwise(arrivals)]
+    assert all(gap > 0.1 for gap in gaps), gaps
+
+
+async def test_a_client_leaving_mid_stream_closes_envd_s_connection(
+    served: tuple[ServedProxy, Box],
+) -> None:
+    proxy, box = served
+    async with (
+        httpx.AsyncClient(base_url=proxy.url, timeout=30) as client,
+        client.stream(
+            "POST", "/process.Process/Start", content=start_request("sleep 60"),
+            headers={**STREAM, **routed(box)},
+        ) as r,
+    ):  # fmt: skip
+        async for _ in frames(r):
+            break  # the start event: the stream is open
+        assert established_to_envd(box) == 1
+    # Leaving the block closed the client's connection mid-stream.
+    await wait_until_async(lambda: established_to_envd(box) == 0, 10, "envd to see the client go")
+
+
+async def test_cut_aborts_open_streams_and_health_then_answers_502(
+    served: tuple[ServedProxy, Box],
+) -> None:
+    proxy, box = served
+    async with httpx.AsyncClient(base_url=proxy.url, timeout=30) as client:
+        async with client.stream(
+            "POST", "/process.Process/Start", content=start_request("sleep 60"),
+            headers={**STREAM, **routed(box)},
+        ) as r:  # fmt: skip
+            events = frames(r)
+            await anext(events)
+            del proxy.lookup.running[box.id]  # killed, as the manager would record it
+            proxy.proxy.cut(box.id)
+            with pytest.raises(httpx.TransportError):
+                await anext(events)
+        r = await client.get("/health", headers=routed(box))
+        assert r.status_code == 502
+        assert r.json() == {"sandboxId": box.id, "message": "The sandbox was not found",
+                            "code": 502}  # fmt: skip
+    await wait_until_async(lambda: established_to_envd(box) == 0, 10, "envd to see the cut")
+
+
+async def test_errors_as_e2b_s_proxy_answers_them(served: tuple[ServedProxy, Box]) -> None:
+    proxy, box = served
+    async with httpx.AsyncClient(base_url=proxy.url) as client:
+        r = await client.get("/health", headers={"e2b-sandbox-id": "nosuchsandbox",
+                                                 "e2b-sandbox-port": "49983"})  # fmt: skip
+        assert r.status_code == 502
+        assert r.content == (b'{"sandboxId": "nosuchsandbox", "message": '
+                             b'"The sandbox was not found", "code": 502}')  # fmt: skip
+        r = await client.get("/", headers=routed(box, port=1))
+        assert r.status_code == 502
+        assert r.json() == {"sandboxId": box.id, "port": 1, "code": 502,
+                            "message": "The sandbox is running but port is not open"}  # fmt: skip
+        r = await client.get("/health", headers={"e2b-sandbox-id": box.id})
+        assert (r.status_code, r.text) == (400, "missing header E2b-Sandbox-Port\n")
+        for bad in ({"e2b-sandbox-id": "Bad-ID", "e2b-sandbox-port": "49983"},
+                    {"e2b-sandbox-id": box.id, "e2b-sandbox-port": "x"},
+                    {"e2b-sandbox-id": box.id, "e2b-sandbox-port": "70000"}):  # fmt: skip
+            assert (await client.get("/health", headers=bad)).status_code == 400
+        r = await client.get("/health", headers={"host": "nodot:3000"})
+        assert r.status_code == 400
+
+
+async def test_envd_control_paths_are_refused_after_cleaning(
+    served: tuple[ServedProxy, Box],
+) -> None:
+    proxy, box = served
+    async with httpx.AsyncClient(base_url=proxy.url) as client:
+        for path in ("/init", "//init", "/init/", "/files/../init", "/%69nit", "/freeze",
+                     "/upgrade", "/fsthaw"):  # fmt: skip
+            r = await client.post(path, headers=routed(box), content=b"{}")
+            assert r.status_code == 404, path
+    assert established_to_envd(box) == 0  # not one of them reached envd
+
+
+async def test_host_routing(served: tuple[ServedProxy, Box]) -> None:
+    proxy, box = served
+    port = proxy.url.rsplit(":", 1)[1]
+    async with httpx.AsyncClient(base_url=proxy.url) as client:
+        r = await client.get("/health", headers={"host": f"49983-{box.id}.localhost:{port}"})
+        assert r.status_code == 204
+        r = await client.get("/health", headers={"host": f"49983-nosuch.localhost:{port}"})
+        assert r.json()["message"] == "The sandbox was not found"
+
+
+async def test_a_signed_files_url_without_headers_finds_its_sandbox(
+    served: tuple[ServedProxy, Box],
+) -> None:
+    proxy, box = served
+    token = uuid.uuid4().hex
+    assert await envd_init(box, {"accessToken": token}) == 204
+    proxy.lookup.tokens[box.id] = token
+    async with httpx.AsyncClient(base_url=proxy.url) as client:
+        params = {"path": "/tmp/signed.txt", "username": "root"}
+        headers = {**routed(box), "x-access-token": token,
+                   "content-type": "application/octet-stream"}  # fmt: skip
+        r = await client.post("/files", params=params, headers=headers, content=b"signed")
+        assert r.status_code == 200, r.text
+        signature = file_signature("/tmp/signed.txt", "read", "root", token, None)
+        query = {**params, "signature": signature}
+        scope = {"type": "http", "method": "GET", "path": "/files",
+                 "headers": [(b"host", proxy.url[7:].encode())],
+                 "query_string": urlencode(query).encode()}  # fmt: skip
+        assert is_sandbox_request(scope, "localhost", proxy.lookup)
+        r = await client.get("/files", params=query)
+        assert (r.status_code, r.content) == (200, b"signed")
+        bad = {**query, "signature": "v1_wrong"}
+        r = await client.get("/files", params=bad)
+        assert r.status_code == 400  # no sandbox matched: nothing to route to
