@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import httptools
 
@@ -106,8 +106,8 @@ class UpstreamConnection(asyncio.Protocol):
     # asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)  # noqa: S101  # a stream socket
-        self._transport = transport
+        # A stream socket's transport (uvloop's is not an asyncio.Transport subclass).
+        self._transport = cast("asyncio.Transport", transport)
 
     def data_received(self, data: bytes) -> None:
         exchange = self._exchange

@@ -1,0 +1,144 @@
+"""The sandbox proxy against direct envd in the same run: Stat p50 (wrk, one keep-alive
+connection), B2 download of a 256 MiB hot file (curl) and B4 stdout of `head -c 256M
+/dev/zero` through Process/Start (curl, proto). Targets: Stat p50 +<= 1 ms; B2 and B4 >= 0.8x.
+
+"Direct" runs the same client inside the sandbox's network namespace (nsenter -n) against
+127.0.0.1:49983; "proxied" runs it on the host against the proxy (uvicorn, uvloop, httptools,
+in this process, as sandboxd serves it) with the routing headers.
+Run as root: .venv/bin/python -m bench.sandbox_proxy [--runs 5] [--template DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import statistics
+import struct
+import tempfile
+import uuid
+from pathlib import Path
+
+import uvloop
+
+from envd._gen.process.process_pb import ProcessConfig, StartRequest
+from sandboxd.runtime import Box, Runtime
+from tests.sandboxd.inside import run as run_inside
+from tests.sandboxd.proxied import serve_proxy
+
+MIB = 1 << 20
+SIZE = 256 * MIB
+PAYLOAD = "/tmp/bench-payload.bin"
+ENVD = "http://127.0.0.1:49983"
+
+
+async def client(box: Box | None, *argv: str, stdin: bytes | None = None) -> str:
+    """Run a client on the host, or inside the sandbox's network namespace when `box`."""
+    prefix = ["nsenter", "-t", str(box.leader_pid), "-n"] if box else []
+    proc = await asyncio.create_subprocess_exec(
+        *prefix, *argv,
+        stdin=asyncio.subprocess.PIPE if stdin is not None else None,
+        stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, _ = await proc.communicate(stdin)
+    assert proc.returncode == 0, argv
+    return out.decode()
+
+
+def header_args(headers: dict[str, str]) -> list[str]:
+    return [arg for name, value in headers.items() for arg in ("-H", f"{name}: {value}")]
+
+
+async def stat_p50_ms(box: Box | None, url: str, headers: dict[str, str], lua: Path) -> float:
+    out = await client(box, "wrk", "-t1", "-c1", "-d3s", "--latency", "-s", str(lua),
+                       *header_args(headers), url)  # fmt: skip
+    match = re.search(r"^\s+50%\s+([\d.]+)(us|ms|s)$", out, re.MULTILINE)
+    assert match, out
+    scale = {"us": 0.001, "ms": 1.0, "s": 1000.0}[match.group(2)]
+    return float(match.group(1)) * scale
+
+
+async def curl_mib_s(box: Box | None, url: str, headers: dict[str, str], *extra: str,
+                     stdin: bytes | None = None) -> float:  # fmt: skip
+    out = await client(box, "curl", "-sS", "-o", "/dev/null", "-w",
+                       "%{size_download} %{time_total}", *header_args(headers), *extra, url,
+                       stdin=stdin)  # fmt: skip
+    size, seconds = out.split()
+    assert int(size) >= SIZE, out
+    return SIZE / MIB / float(seconds)
+
+
+def stdout_request() -> bytes:
+    body = StartRequest(process=ProcessConfig(cmd="head", args=["-c", str(SIZE), "/dev/zero"]))
+    payload = body.to_binary()
+    return b"\0" + struct.pack(">I", len(payload)) + payload
+
+
+async def one_round(box: Box, proxy_url: str, lua: Path) -> dict[str, tuple[float, float]]:
+    routed = {"E2b-Sandbox-Id": box.id, "E2b-Sandbox-Port": "49983"}
+    stat = "/filesystem.Filesystem/Stat"
+    download = f"/files?path={PAYLOAD}&username=root"
+    start = "/process.Process/Start"
+    proto = {"Content-Type": "application/connect+proto"}
+    return {
+        "Stat p50 (ms)": (
+            await stat_p50_ms(box, ENVD + stat, {}, lua),
+            await stat_p50_ms(None, proxy_url + stat, routed, lua),
+        ),
+        "B2 download (MiB/s)": (
+            await curl_mib_s(box, ENVD + download, {}),
+            await curl_mib_s(None, proxy_url + download, routed),
+        ),
+        "B4 stdout, proto (MiB/s)": (
+            await curl_mib_s(box, ENVD + start, proto, "--data-binary", "@-",
+                             stdin=stdout_request()),
+            await curl_mib_s(None, proxy_url + start, {**proto, **routed}, "--data-binary", "@-",
+                             stdin=stdout_request()),
+        ),
+    }  # fmt: skip
+
+
+async def bench(template: Path, runs: int, work: Path) -> None:
+    lua = work / "stat.lua"
+    body = json.dumps({"path": "/etc/hostname"})
+    lua.write_text(
+        'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
+        f"wrk.body = {json.dumps(body)}\n"
+    )
+    runtime = Runtime(work / "sandboxes", cgroup_parent=f"sandboxd-bench-{uuid.uuid4().hex[:6]}")
+    box = await runtime.boot(uuid.uuid4().hex[:16], template)
+    try:
+        run_inside(box, f"head -c {SIZE} /dev/urandom > {PAYLOAD}")
+        async with serve_proxy(runtime) as served:
+            served.lookup.running[box.id] = box
+            rounds = [await one_round(box, served.url, lua) for _ in range(runs)]
+    finally:
+        await runtime.kill(box)
+        runtime.host.unified.joinpath(runtime.cgroup_parent).rmdir()
+    print(f"{'median of ' + str(runs) + ' rounds':28} {'direct':>9} {'proxied':>9} {'ratio':>7}")
+    for name in rounds[0]:
+        direct = statistics.median(r[name][0] for r in rounds)
+        proxied = statistics.median(r[name][1] for r in rounds)
+        if name.startswith("Stat"):
+            ratio = f"+{proxied - direct:.2f}ms"
+        else:
+            ratio = f"{statistics.median(r[name][1] / r[name][0] for r in rounds):.2f}"
+        print(f"{name:28} {direct:9.2f} {proxied:9.2f} {ratio:>7}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--template", type=Path, help="a base template root filesystem")
+    args = parser.parse_args()
+    if args.template is None:
+        from tests.sandboxd.conftest import ensure_base_template
+
+        args.template = ensure_base_template()
+    with tempfile.TemporaryDirectory(prefix="bench-proxy-") as work:
+        uvloop.run(bench(args.template, args.runs, Path(work)))
+
+
+if __name__ == "__main__":
+    main()
