@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import re
 import statistics
@@ -115,7 +116,9 @@ async def bench(template: Path, runs: int, work: Path) -> None:
             rounds = [await one_round(box, served.url, lua) for _ in range(runs)]
     finally:
         await runtime.kill(box)
-        runtime.host.unified.joinpath(runtime.cgroup_parent).rmdir()
+        for mount in {runtime.host.unified, *runtime.host.v1.values()}:
+            with contextlib.suppress(FileNotFoundError):
+                (mount / runtime.cgroup_parent).rmdir()
     print(f"{'median of ' + str(runs) + ' rounds':28} {'direct':>9} {'proxied':>9} {'ratio':>7}")
     for name in rounds[0]:
         direct = statistics.median(r[name][0] for r in rounds)
