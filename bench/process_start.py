@@ -26,7 +26,7 @@ from connectrpc.codec import proto_binary_codec
 
 from envd._gen.process.process_connect import ProcessClient, ProcessClientSync
 from envd._gen.process.process_pb import ProcessConfig, StartRequest, StartResponse
-from envd.process.helper import ensure_helper
+from envd.process.spawn_helper import ensure_helper
 from tests.envd_process import EnvdProcess, start_envd
 
 if TYPE_CHECKING:

@@ -14,6 +14,8 @@ from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 from starlette.responses import Response
 
+from envd.utf8 import valid_utf8
+
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
@@ -29,14 +31,6 @@ class EnvdHTTPError(Exception):
         super().__init__(message)
         self.status = status
         self.message = message
-
-
-def valid_utf8(text: str) -> str:
-    """`text` with undecodable path bytes (surrogate escapes) shown as U+FFFD, as Go's JSON
-    encoder shows invalid UTF-8; JSON cannot carry the raw bytes."""
-    if text.isascii():
-        return text
-    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def json_error(status: int, message: str) -> Response:

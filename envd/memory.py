@@ -1,6 +1,14 @@
-"""Giving memory back after a burst of connections.
+"""glibc malloc tuning: keeping stream buffers on the heap, and giving memory back after a
+burst of connections.
 
-Every open connection costs envd some 5-10 KiB of C heap and Python objects (transport,
+Large event buffers: glibc serves allocations of a streamed event's size with mmap by default,
+and it returns a heap top larger than its trim threshold to the kernel: either way every
+event's buffers were fresh pages, faulted in one by one, which was more than half of the CPU
+per streamed MiB (measured: 200-800 minor faults per MiB, none with these settings). About six
+event-sized buffers are alive at once (more for JSON); the heap keeps room for them between
+events, and returns anything beyond sixteen.
+
+Bursts of connections: every open connection costs envd some 5-10 KiB of C heap and Python objects (transport,
 parser, request state). When thousands close, glibc keeps the freed chunks: they lie between
 chunks still in use, so its automatic trim, which only returns free space at the top of the
 heap, finds almost nothing (bench.connection_memory: 47 MiB idle, 120 MiB after bursts of
@@ -12,9 +20,10 @@ high-water mark (further bursts of the same size add nothing), not a leak.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 from typing import TYPE_CHECKING, Final, cast
+
+from envd.libc import libc
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -23,16 +32,21 @@ log = logging.getLogger("envd.memory")
 
 # Connections closed since the last peak that make a trim worth its few milliseconds.
 TRIM_AFTER_CLOSED: Final = 500
+_M_TRIM_THRESHOLD: Final = -1
+_M_MMAP_THRESHOLD: Final = -3
 
 
-def _find_malloc_trim() -> Callable[[int], int] | None:
-    try:
-        return cast("Callable[[int], int]", ctypes.CDLL(None).malloc_trim)
-    except (OSError, AttributeError):  # not glibc: nothing to do
-        return None
+# None outside glibc: then there is nothing to tune or trim.
+_malloc_trim: Final = cast("Callable[[int], int] | None", getattr(libc, "malloc_trim", None))
+_mallopt: Final = cast("Callable[[int, int], int] | None", getattr(libc, "mallopt", None))
 
 
-_malloc_trim: Final = _find_malloc_trim()
+def keep_buffers_on_heap(buffer_bytes: int) -> None:
+    """Process-wide: serve allocations of `buffer_bytes` from the heap, and keep 16 of them
+    free there between uses (see the module doc)."""
+    if _mallopt is not None:
+        _mallopt(_M_MMAP_THRESHOLD, 4 * buffer_bytes)
+        _mallopt(_M_TRIM_THRESHOLD, 16 * buffer_bytes)
 
 
 def release_free_heap() -> None:

@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Final
 from protobuf.wkt.google.protobuf.timestamp_pb import Timestamp
 
 from envd._gen.filesystem.filesystem_pb import EntryInfo, FileType
+from envd.metadata import read_metadata
 from envd.users import group_name, owner_name
+from envd.utf8 import valid_utf8
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-
-METADATA_XATTR_PREFIX: Final = "user.e2b."
 
 # Go's FileMode.String(): one letter per type/flag bit, in this order, then the rwx triplets.
 _GO_MODE_LETTERS: Final = "dalTLDpSugct?"
@@ -26,20 +26,6 @@ _GO_MODE_LETTERS: Final = "dalTLDpSugct?"
 
 class RootNotADirectoryError(ValueError):
     """ListDir was asked for something that resolves to a non-directory."""
-
-
-def wire_str(text: str) -> str:
-    """A str that protobuf can encode: file names are bytes, and names that are not UTF-8
-    arrive here surrogate-escaped; their undecodable bytes become U+FFFD on the wire.
-
-    The reference cannot send such names at all (Go's protobuf refuses invalid UTF-8 in
-    strings); replacing them keeps a listing usable, at the cost of not round-tripping them.
-    """
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-    return text
 
 
 @functools.lru_cache(maxsize=1024)  # few distinct modes; this runs once per entry
@@ -60,25 +46,6 @@ def go_permissions(mode: int) -> str:
     letters = "".join(letter for letter in _GO_MODE_LETTERS if flags.get(letter)) or "-"
     rwx = "".join(char if mode & (1 << (8 - i)) else "-" for i, char in enumerate("rwxrwxrwx"))
     return letters + rwx
-
-
-def read_metadata(path: str) -> dict[str, str]:
-    """`user.e2b.*` xattrs (prefix stripped), following symlinks; best effort as in Go."""
-    try:
-        names = os.listxattr(path)
-    except OSError:
-        return {}
-    metadata: dict[str, str] = {}
-    for name in names:
-        if not name.startswith(METADATA_XATTR_PREFIX):
-            continue
-        try:
-            key = name[len(METADATA_XATTR_PREFIX) :]
-            key.encode("utf-8")  # surrogate-escaped: not UTF-8, skipped as Go does
-            metadata[key] = os.getxattr(path, name).decode("utf-8")
-        except (OSError, UnicodeError):
-            continue
-    return metadata
 
 
 def _type_of(mode: int) -> FileType:
@@ -108,9 +75,9 @@ def entry_from_lstat(
         except OSError:  # dangling or a loop: the reference reports the link itself
             symlink_target = path
     entry = EntryInfo(
-        name=wire_str(posixpath.basename(path.rstrip("/")) or "/"),
+        name=valid_utf8(posixpath.basename(path.rstrip("/")) or "/"),
         type=file_type,
-        path=wire_str(path),
+        path=valid_utf8(path),
         size=st.st_size,
         mode=mode,
         permissions=go_permissions(st.st_mode),
@@ -122,7 +89,7 @@ def entry_from_lstat(
         seconds, nanos = divmod(st.st_mtime_ns, 1_000_000_000)
         entry.modified_time = Timestamp(seconds=seconds, nanos=nanos)
     if symlink_target is not None:
-        entry.symlink_target = wire_str(symlink_target)
+        entry.symlink_target = valid_utf8(symlink_target)
     return entry
 
 

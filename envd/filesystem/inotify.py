@@ -10,6 +10,8 @@ import struct
 from dataclasses import dataclass
 from typing import Final
 
+from envd.libc import errno_error, libc
+
 IN_MODIFY: Final = 0x00000002
 IN_ATTRIB: Final = 0x00000004
 IN_MOVED_FROM: Final = 0x00000040
@@ -28,10 +30,9 @@ _IN_CLOEXEC: Final = os.O_CLOEXEC
 _EVENT_HEADER: Final = struct.Struct("iIII")  # wd, mask, cookie, len
 _READ_BYTES: Final = 64 * 1024
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.inotify_init1.argtypes = [ctypes.c_int]
-_libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
-_libc.inotify_rm_watch.argtypes = [ctypes.c_int, ctypes.c_int]
+libc.inotify_init1.argtypes = [ctypes.c_int]
+libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+libc.inotify_rm_watch.argtypes = [ctypes.c_int, ctypes.c_int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,11 +43,6 @@ class RawEvent:
     name: bytes  # empty for events about the watched object itself
 
 
-def _os_error(path: str | None = None) -> OSError:
-    code = ctypes.get_errno()
-    return OSError(code, os.strerror(code), path)
-
-
 class Inotify:
     """One inotify instance.
 
@@ -55,22 +51,22 @@ class Inotify:
     """
 
     def __init__(self) -> None:
-        fd = _libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
+        fd = libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
         if fd < 0:
-            raise _os_error()
+            raise errno_error()
         self.fd: int = fd
 
     def add_watch(self, path: str, mask: int) -> int:
         """Watch `path` (a directory) for `mask`; returns the watch descriptor."""
-        wd = _libc.inotify_add_watch(self.fd, os.fsencode(path), mask | IN_ONLYDIR)
+        wd = libc.inotify_add_watch(self.fd, os.fsencode(path), mask | IN_ONLYDIR)
         if wd < 0:
-            raise _os_error(path)
+            raise errno_error(path)
         return int(wd)
 
     def remove_watch(self, wd: int) -> None:
         # EINVAL: the kernel already dropped it (the directory was deleted); nothing to do.
-        if _libc.inotify_rm_watch(self.fd, wd) < 0 and ctypes.get_errno() != errno.EINVAL:
-            raise _os_error()
+        if libc.inotify_rm_watch(self.fd, wd) < 0 and ctypes.get_errno() != errno.EINVAL:
+            raise errno_error()
 
     def read_events(self) -> list[RawEvent]:
         """One read's worth of queued events; empty once the queue is drained (non-blocking)."""

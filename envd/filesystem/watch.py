@@ -29,7 +29,8 @@ from envd._gen.filesystem.filesystem_pb import (
     WatchDirResponse,
 )
 from envd.filesystem import inotify
-from envd.filesystem.entries import entry_info, sorted_children, wire_str
+from envd.filesystem.entries import entry_info, sorted_children
+from envd.utf8 import valid_utf8
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterable, Iterator
@@ -320,7 +321,7 @@ def _entry_or_none(path: str) -> EntryInfo | None:
 
 def _to_proto(event: FsEvent, root: str, include_entry: bool) -> FilesystemEvent:
     """One protobuf event; CREATE/WRITE/CHMOD carry a fresh EntryInfo when asked (blocking)."""
-    message = FilesystemEvent(name=wire_str(event.name), type=event.type)
+    message = FilesystemEvent(name=valid_utf8(event.name), type=event.type)
     if include_entry and event.type in _WITH_ENTRY:
         path = root if event.name == "." else posixpath.join(root, event.name)
         entry = _entry_or_none(path)

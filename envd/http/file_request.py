@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Final
 from starlette.responses import PlainTextResponse
 
 from envd.auth import check_file_access
-from envd.errors import EnvdHTTPError, valid_utf8
+from envd.errors import EnvdHTTPError
 from envd.users import UnknownUserError, User, expand_path
+from envd.utf8 import valid_utf8
 
 if TYPE_CHECKING:
     from starlette.requests import Request

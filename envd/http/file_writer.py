@@ -21,6 +21,7 @@ import stat
 from typing import TYPE_CHECKING, Final
 
 from envd.errors import EnvdHTTPError
+from envd.metadata import XATTR_PREFIX, read_metadata
 from envd.users import ensure_dirs
 
 if TYPE_CHECKING:
@@ -31,7 +32,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("envd.http.files")
 
 METADATA_HEADER_PREFIX: Final = "x-metadata-"
-XATTR_PREFIX: Final = "user.e2b."
 # Linux's xattr limits as the reference envd enforces them (XATTR_NAME_MAX 255 minus the
 # prefix; one 4 KiB block for every name and value together).
 METADATA_KEY_MAX_BYTES: Final = 255 - len(XATTR_PREFIX)
@@ -86,22 +86,6 @@ def parse_metadata(headers: Headers) -> dict[str, str]:
         raise EnvdHTTPError(
             400, f"invalid metadata: total size exceeds {METADATA_TOTAL_MAX_BYTES} bytes"
         )
-    return metadata
-
-
-def read_metadata(fd: int) -> dict[str, str]:
-    """`user.e2b.*` xattrs of an open file; non-UTF-8 entries skipped, errors mean none."""
-    metadata: dict[str, str] = {}
-    try:
-        names = os.listxattr(fd)
-        for name in names:
-            if name.startswith(XATTR_PREFIX):
-                try:
-                    metadata[name[len(XATTR_PREFIX) :]] = os.getxattr(fd, name).decode()
-                except UnicodeDecodeError:
-                    continue
-    except OSError:
-        return {}
     return metadata
 
 

@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING, Final
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
+from envd.memory import keep_buffers_on_heap
 from envd.process.handle import ProcessHandle
-from envd.process.helper import ensure_helper
 from envd.process.spawn import spawn
-from envd.process.streams import keep_event_buffers_on_heap
+from envd.process.spawn_helper import ensure_helper
+from envd.process.streams import MAX_EVENT_BYTES
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -161,7 +162,7 @@ class ProcessRegistry:
     async def running(self) -> AsyncIterator[None]:
         """The lifespan: on exit, stop every child (SIGTERM to its group, SIGKILL after a grace
         period) so a restart leaves no orphans, then cancel the remaining pumps."""
-        keep_event_buffers_on_heap()
+        keep_buffers_on_heap(MAX_EVENT_BYTES)
         self._helper = await asyncio.to_thread(ensure_helper)
         log.debug("spawn helper: %s", self._helper or "none (Python fallback)")
         try:

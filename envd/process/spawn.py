@@ -5,14 +5,13 @@ The reference (Go `process/handler.go`) runs every command through
 `/bin/sh -c 'echo 100 > /proc/$$/oom_score_adj && exec ionice -c 2 -n 4 nice -n D "$@"' -- cmd`.
 We do the same three resets between fork and exec, which saves the three extra execs while
 leaving the child in the same state: oom_score_adj 100, IO class best-effort 4, nice 0. They are
-done by the spawn helper (helper.py) when there is one, else by Python in a forked child.
+done by the spawn helper (spawn_helper.py) when there is one, else by Python in a forked child.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import fcntl
 import os
 import platform
@@ -20,6 +19,7 @@ import subprocess
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
+from envd.libc import errno_error, libc
 from envd.process.pty import open_pty, take_controlling_tty
 
 if TYPE_CHECKING:
@@ -33,7 +33,6 @@ STDOUT_PIPE_BYTES: Final = 1024 * 1024  # Linux default pipe-max-size
 _IOPRIO_WHO_PROCESS: Final = 1
 _IOPRIO_BEST_EFFORT_4: Final = (2 << 13) | 4
 _SYS_IOPRIO_SET: Final = {"x86_64": 251, "aarch64": 30}.get(platform.machine())
-_libc = ctypes.CDLL(None, use_errno=True)
 # How much of a child's "step: reason" report (written between fork and exec) is read.
 _REPORT_LIMIT_BYTES: Final = 512
 
@@ -103,9 +102,8 @@ def _own_group(req: SpawnRequest) -> dict[str, Any]:
 def _set_io_best_effort() -> None:
     if _SYS_IOPRIO_SET is None:
         return
-    if _libc.syscall(_SYS_IOPRIO_SET, _IOPRIO_WHO_PROCESS, 0, _IOPRIO_BEST_EFFORT_4) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
+    if libc.syscall(_SYS_IOPRIO_SET, _IOPRIO_WHO_PROCESS, 0, _IOPRIO_BEST_EFFORT_4) != 0:
+        raise errno_error()
 
 
 def _child_setup(req: SpawnRequest, report_fd: int) -> Callable[[], None]:

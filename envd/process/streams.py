@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
 from typing import TYPE_CHECKING, Final, Literal, cast
 
 from protobuf import Oneof
@@ -22,27 +21,6 @@ if TYPE_CHECKING:
 # make every buffer on the way out (merged chunks, encoded message, envelope, HTTP chunk)
 # larger and colder in the CPU caches.
 MAX_EVENT_BYTES: Final = 256 * 1024
-# glibc serves allocations of this size with mmap by default, and it returns a heap top
-# larger than its trim threshold to the kernel: either way every event's buffers were fresh
-# pages, faulted in one by one, which was more than half of the CPU per streamed MiB (measured:
-# 200-800 minor faults per MiB, none with these settings). About six event-sized buffers
-# are alive at once (more for JSON); the heap keeps room for them between events, and
-# returns anything beyond _HEAP_KEPT_BYTES.
-_M_TRIM_THRESHOLD: Final = -1
-_M_MMAP_THRESHOLD: Final = -3
-_HEAP_BUFFERS_BYTES: Final = 4 * MAX_EVENT_BYTES
-_HEAP_KEPT_BYTES: Final = 16 * MAX_EVENT_BYTES
-
-
-def keep_event_buffers_on_heap() -> None:
-    """Process-wide malloc tuning for streaming large events (a no-op without glibc)."""
-    try:
-        libc = ctypes.CDLL(None)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
-        return
-    mallopt(_M_MMAP_THRESHOLD, _HEAP_BUFFERS_BYTES)
-    mallopt(_M_TRIM_THRESHOLD, _HEAP_KEPT_BYTES)
 
 
 def process_timeout_s(headers: Mapping[str, str]) -> float | None:

@@ -13,7 +13,7 @@ from connectrpc.errors import ConnectError
 
 from envd._gen.process.process_connect import ProcessClientSync
 from envd._gen.process.process_pb import ProcessConfig, StartRequest
-from envd.process.helper import ensure_helper
+from envd.process.spawn_helper import ensure_helper
 from tests.client import AS_USER
 from tests.process.client import collect, shell, with_pty
 
