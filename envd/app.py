@@ -15,12 +15,8 @@ from starlette.routing import Mount
 from envd import http
 from envd._gen.filesystem.filesystem_connect import Filesystem, FilesystemASGIApplication
 from envd._gen.process.process_connect import Process, ProcessASGIApplication
-from envd.auth import (
-    AccessTokenMiddleware,
-    BasicAuthUserMiddleware,
-    CORSMiddleware,
-    RecentUsers,
-)
+from envd.auth import AccessTokenMiddleware, BasicAuthUserMiddleware
+from envd.cors import CORSMiddleware
 from envd.errors import EnvdHTTPError, ErrorMappingInterceptor, InternalErrorMiddleware, json_error
 from envd.filesystem.legacy import LegacySDKInterceptor
 from envd.filesystem.service import FilesystemService
@@ -31,6 +27,7 @@ from envd.json_depth import rpc_codecs
 from envd.process.codecs import output_codecs
 from envd.process.registry import ProcessRegistry
 from envd.process.service import ProcessService
+from envd.users import UserCache
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -56,7 +53,7 @@ async def _router_error(_: Request, exc: Exception) -> Response:
 
 def create_app(settings: Settings, state: SandboxState) -> Starlette:
     interceptors = [ErrorMappingInterceptor()]
-    users = RecentUsers(state)
+    users = UserCache(state)
     filesystem = FilesystemService(state, users)
     processes = ProcessRegistry()
     process = ProcessService(processes, state, users)

@@ -47,14 +47,13 @@ if TYPE_CHECKING:
         WatchDirRequest,
         WatchDirResponse,
     )
-    from envd.auth import RecentUsers
     from envd.filesystem.watch import DirWatcher
     from envd.state import SandboxState
-    from envd.users import User
+    from envd.users import User, UserCache
 
 
 class FilesystemService(Filesystem):
-    def __init__(self, state: SandboxState, users: RecentUsers) -> None:
+    def __init__(self, state: SandboxState, users: UserCache) -> None:
         self.state = state
         self._users = users
         self._streams: set[DirWatcher] = set()
@@ -67,7 +66,7 @@ class FilesystemService(Filesystem):
         self._polling.close_all()
 
     def _user(self, ctx: RequestContext[Any, Any]) -> User:
-        return self._users.for_rpc(ctx.request_headers.get("authorization"))
+        return self._users.caller(ctx.request_headers.get("authorization"))
 
     @staticmethod
     def _refuse_empty(path: str, what: str) -> None:

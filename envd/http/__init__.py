@@ -9,12 +9,12 @@ from envd.http import compose, download, envs, health, init, metrics, upload
 if TYPE_CHECKING:
     from starlette.routing import BaseRoute
 
-    from envd.auth import RecentUsers
     from envd.settings import Settings
     from envd.state import SandboxState
+    from envd.users import UserCache
 
 
-def routes(settings: Settings, state: SandboxState, users: RecentUsers) -> list[BaseRoute]:
+def routes(settings: Settings, state: SandboxState, users: UserCache) -> list[BaseRoute]:
     return [
         *health.routes(),
         *metrics.routes(),

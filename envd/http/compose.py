@@ -35,9 +35,8 @@ from envd.http.file_writer import ensure_parent_dirs, go_error
 if TYPE_CHECKING:
     from starlette.requests import Request
 
-    from envd.auth import RecentUsers
     from envd.state import SandboxState
-    from envd.users import User
+    from envd.users import User, UserCache
 
 # _IOW(0x94, 13, struct file_clone_range) from linux/fs.h.
 FICLONERANGE: Final = 0x4020940D
@@ -58,7 +57,7 @@ class ComposeRequest:
     user: User
 
 
-def _parse(body: bytes, state: SandboxState, users: RecentUsers) -> ComposeRequest:
+def _parse(body: bytes, state: SandboxState, users: UserCache) -> ComposeRequest:
     try:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -216,7 +215,7 @@ def compose_files(request: ComposeRequest) -> None:
             os.unlink(path)
 
 
-async def compose(request: Request, state: SandboxState, users: RecentUsers) -> Response:
+async def compose(request: Request, state: SandboxState, users: UserCache) -> Response:
     try:
         raw = await read_capped(request)
     except BodyTooLargeError as exc:
@@ -234,7 +233,7 @@ async def compose(request: Request, state: SandboxState, users: RecentUsers) -> 
     return Response(body, media_type="application/json")
 
 
-def routes(state: SandboxState, users: RecentUsers) -> list[BaseRoute]:
+def routes(state: SandboxState, users: UserCache) -> list[BaseRoute]:
     async def post_compose(request: Request) -> Response:
         return await compose(request, state, users)
 

@@ -44,8 +44,8 @@ if TYPE_CHECKING:
     from starlette.requests import Request
     from starlette.types import Receive, Scope, Send
 
-    from envd.auth import RecentUsers
     from envd.state import SandboxState
+    from envd.users import UserCache
 
 READ_CHUNK_BYTES: Final = 1024 * 1024
 # Go's gzip.DefaultCompression.
@@ -197,7 +197,7 @@ def _choose_encoding(request: Request) -> str:
     return encoding
 
 
-async def download(request: Request, state: SandboxState, users: RecentUsers) -> Response:
+async def download(request: Request, state: SandboxState, users: UserCache) -> Response:
     try:
         file_request = authorize_file_request(request, state, users, "read")
     except InvalidParameterError as exc:
@@ -296,7 +296,7 @@ def _multipart_ranges(
     return FileBodyResponse(fd, 206, headers, segments, trailer)
 
 
-def routes(state: SandboxState, users: RecentUsers) -> list[BaseRoute]:
+def routes(state: SandboxState, users: UserCache) -> list[BaseRoute]:
     async def get_files(request: Request) -> Response:
         return await download(request, state, users)
 

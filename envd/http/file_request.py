@@ -9,15 +9,14 @@ from typing import TYPE_CHECKING, Final
 
 from starlette.responses import PlainTextResponse
 
-from envd.auth import check_file_access
 from envd.errors import EnvdHTTPError
-from envd.users import UnknownUserError, User, expand_path
+from envd.http.signing import check_file_access
+from envd.users import UnknownUserError, User, UserCache, expand_path
 from envd.utf8 import valid_utf8
 
 if TYPE_CHECKING:
     from starlette.requests import Request
 
-    from envd.auth import RecentUsers
     from envd.state import SandboxState
 
 _INT64_MIN: Final = -(2**63)
@@ -55,7 +54,7 @@ def _parse_int64(name: str, value: str) -> int:
     return number
 
 
-def resolve_user(username: str | None, state: SandboxState, users: RecentUsers) -> User:
+def resolve_user(username: str | None, state: SandboxState, users: UserCache) -> User:
     """The named user, or the default user when no name was given.
 
     Raises:
@@ -78,7 +77,7 @@ def resolve_path(path: str, user: User, state: SandboxState) -> str:
 
 
 def authorize_file_request(
-    request: Request, state: SandboxState, users: RecentUsers, operation: str
+    request: Request, state: SandboxState, users: UserCache, operation: str
 ) -> FileRequest:
     """Check the signature (or header token) of a GET/POST /files request and find its user.
 

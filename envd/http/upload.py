@@ -36,9 +36,8 @@ if TYPE_CHECKING:
 
     from starlette.requests import Request
 
-    from envd.auth import RecentUsers
     from envd.state import SandboxState
-    from envd.users import User
+    from envd.users import User, UserCache
 
 log = logging.getLogger("envd.http.files")
 
@@ -286,7 +285,7 @@ class _MultipartUpload:
         self.target = await _open(path, self.user, _content_length(self.request))
 
 
-async def upload(request: Request, state: SandboxState, users: RecentUsers) -> Response:
+async def upload(request: Request, state: SandboxState, users: UserCache) -> Response:
     try:
         file_request = authorize_file_request(request, state, users, "write")
     except InvalidParameterError as exc:
@@ -323,7 +322,7 @@ async def upload(request: Request, state: SandboxState, users: RecentUsers) -> R
     return Response(body_json, media_type="text/plain; charset=utf-8")
 
 
-def routes(state: SandboxState, users: RecentUsers) -> list[BaseRoute]:
+def routes(state: SandboxState, users: UserCache) -> list[BaseRoute]:
     async def post_files(request: Request) -> Response:
         return await upload(request, state, users)
 

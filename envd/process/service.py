@@ -54,18 +54,17 @@ if TYPE_CHECKING:
         StreamInputRequest,
         UpdateRequest,
     )
-    from envd.auth import RecentUsers
     from envd.process.broadcast import Subscription
     from envd.process.handle import Chunk, ProcessHandle
     from envd.process.registry import ProcessRegistry
     from envd.state import SandboxState
-    from envd.users import User
+    from envd.users import User, UserCache
 
 _SIGNALS: Final = {Signal.SIGTERM: signal.SIGTERM, Signal.SIGKILL: signal.SIGKILL}
 
 
 class ProcessService(Process):
-    def __init__(self, registry: ProcessRegistry, state: SandboxState, users: RecentUsers) -> None:
+    def __init__(self, registry: ProcessRegistry, state: SandboxState, users: UserCache) -> None:
         self.registry = registry
         self.state = state
         self._users = users
@@ -74,7 +73,7 @@ class ProcessService(Process):
         self, request: StartRequest, ctx: RequestContext[StartRequest, StartResponse]
     ) -> AsyncIterator[StartResponse]:
         headers = ctx.request_headers
-        user = self._users.for_rpc(headers.get("authorization"))
+        user = self._users.caller(headers.get("authorization"))
         timeout_s = process_timeout_s(headers)
         spawn_request = self._spawn_request(request, user)
         config = request.process or ProcessConfig()

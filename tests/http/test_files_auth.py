@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 
-from envd.auth import file_signature
+from envd.http.signing import file_signature
 from tests.envd_process import TRACEBACK_MARKER, start_envd
 
 if TYPE_CHECKING:

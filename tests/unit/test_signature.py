@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from envd.auth import file_signature
+from envd.http.signing import file_signature
 
 
 def test_signature_without_expiration() -> None:
