@@ -23,6 +23,7 @@ from envd.filesystem.service import FilesystemService
 from envd.grpc_refusal import GRPCRefusal
 from envd.header_bytes import Utf8HeaderValues
 from envd.http.body import MAX_MESSAGE_BYTES
+from envd.http.file_request import InvalidParameterError
 from envd.json_depth import rpc_codecs
 from envd.process.codecs import output_codecs
 from envd.process.registry import ProcessRegistry
@@ -43,6 +44,12 @@ async def _envd_error(_: Request, exc: Exception) -> Response:
     return json_error(error.status, error.message)
 
 
+async def _invalid_parameter(_: Request, exc: Exception) -> Response:
+    # The reference's generated router answers a typed query parameter that does not parse
+    # itself: plain text, not the JSON error form.
+    return PlainTextResponse(f"{exc}\n", status_code=400)
+
+
 async def _router_error(_: Request, exc: Exception) -> Response:
     # The reference router's answers: plain-text 404, empty 405.
     error = cast("HTTPException", exc)  # registered for HTTPException only
@@ -52,7 +59,6 @@ async def _router_error(_: Request, exc: Exception) -> Response:
 
 
 def create_app(settings: Settings, state: SandboxState) -> Starlette:
-    interceptors = [ErrorMappingInterceptor()]
     users = UserCache(state)
     filesystem = FilesystemService(state, users)
     processes = ProcessRegistry()
@@ -60,7 +66,10 @@ def create_app(settings: Settings, state: SandboxState) -> Starlette:
     filesystem_rpc = GRPCRefusal(
         FilesystemASGIApplication(
             filesystem,
-            interceptors=[*interceptors, LegacySDKInterceptor()],
+            interceptors=[
+                ErrorMappingInterceptor(FilesystemService.ERROR_CODES),
+                LegacySDKInterceptor(),
+            ],
             codecs=rpc_codecs(),
             read_max_bytes=MAX_MESSAGE_BYTES,
         ),
@@ -69,7 +78,7 @@ def create_app(settings: Settings, state: SandboxState) -> Starlette:
     process_rpc = GRPCRefusal(
         ProcessASGIApplication(
             process,
-            interceptors=interceptors,
+            interceptors=[ErrorMappingInterceptor(ProcessService.ERROR_CODES)],
             codecs=output_codecs(),
             read_max_bytes=MAX_MESSAGE_BYTES,
         ),
@@ -94,7 +103,11 @@ def create_app(settings: Settings, state: SandboxState) -> Starlette:
             Middleware(AccessTokenMiddleware, state=state),
             Middleware(BasicAuthUserMiddleware, users=users),
         ],
-        exception_handlers={EnvdHTTPError: _envd_error, HTTPException: _router_error},
+        exception_handlers={
+            EnvdHTTPError: _envd_error,
+            InvalidParameterError: _invalid_parameter,
+            HTTPException: _router_error,
+        },
         lifespan=lifespan,
     )
     # The reference's router answers 404 for `/health/`; Starlette would redirect to `/health`.

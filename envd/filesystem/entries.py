@@ -27,6 +27,9 @@ _GO_MODE_LETTERS: Final = "dalTLDpSugct?"
 class RootNotADirectoryError(ValueError):
     """ListDir was asked for something that resolves to a non-directory."""
 
+    def __init__(self, root: str) -> None:
+        super().__init__(f"path is not a directory: {root}")
+
 
 @functools.lru_cache(maxsize=1024)  # few distinct modes; this runs once per entry
 def go_permissions(mode: int) -> str:

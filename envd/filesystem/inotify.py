@@ -1,5 +1,5 @@
 """A thin inotify(7) wrapper over libc: one non-blocking fd, add/remove watches, parse raw
-events. No debouncing, no path bookkeeping (watch.py does that)."""
+events. No debouncing, no path bookkeeping (watcher.py does that)."""
 
 from __future__ import annotations
 

@@ -3,11 +3,10 @@ follow Go envd's internal/services/filesystem (one file per RPC there)."""
 
 from __future__ import annotations
 
-import errno
 import os
 import posixpath
 import stat
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from anyio import to_thread
 from connectrpc.code import Code
@@ -24,14 +23,25 @@ from envd._gen.filesystem.filesystem_pb import (
     RemoveWatcherResponse,
     StatResponse,
 )
+from envd.errors import os_errors
 from envd.filesystem import entries
+from envd.filesystem.polling import PollingWatchers, WatcherNotFoundError
 from envd.filesystem.remove import ProtectedPathError, check_removable, remove_tree
-from envd.filesystem.watch import PollingWatchers, closing_on_exit, open_watcher, watch_events
+from envd.filesystem.watch_stream import closing_on_exit, watch_events
+from envd.filesystem.watcher import (
+    InotifyLimitError,
+    NetworkMountError,
+    WatcherFailedError,
+    WatchPathNotADirectoryError,
+    WatchPathNotFoundError,
+    WatchSetupError,
+    open_watcher,
+)
 from envd.keepalive import keepalive_interval
-from envd.users import ensure_dirs, expand_path
+from envd.users import UnknownCallerError, ensure_dirs, expand_path
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Mapping
 
     from connectrpc.request import RequestContext
 
@@ -47,12 +57,30 @@ if TYPE_CHECKING:
         WatchDirRequest,
         WatchDirResponse,
     )
-    from envd.filesystem.watch import DirWatcher
+    from envd.filesystem.watcher import DirWatcher
     from envd.state import SandboxState
     from envd.users import User, UserCache
 
+# Built once: Stat is the hot path.
+_STAT_ERRORS: Final = os_errors("error getting file info", ENOENT="file not found")
+
 
 class FilesystemService(Filesystem):
+    # The domain errors of these RPCs and their codes (as Go envd answers them), applied by
+    # the app's ErrorMappingInterceptor; their messages are the reference's.
+    ERROR_CODES: ClassVar[Mapping[type[Exception], Code]] = {
+        UnknownCallerError: Code.UNAUTHENTICATED,
+        entries.RootNotADirectoryError: Code.INVALID_ARGUMENT,
+        ProtectedPathError: Code.INVALID_ARGUMENT,
+        WatchPathNotFoundError: Code.NOT_FOUND,
+        WatchPathNotADirectoryError: Code.INVALID_ARGUMENT,
+        NetworkMountError: Code.INVALID_ARGUMENT,
+        InotifyLimitError: Code.RESOURCE_EXHAUSTED,
+        WatchSetupError: Code.INTERNAL,
+        WatcherFailedError: Code.INTERNAL,
+        WatcherNotFoundError: Code.NOT_FOUND,
+    }
+
     def __init__(self, state: SandboxState, users: UserCache) -> None:
         self.state = state
         self._users = users
@@ -90,35 +118,28 @@ class FilesystemService(Filesystem):
         self, request: StatRequest, ctx: RequestContext[StatRequest, StatResponse]
     ) -> StatResponse:
         path = self._resolve(request.path, self._user(ctx))
-        try:
+        with _STAT_ERRORS:
             return StatResponse(entry=entries.entry_info(path))
-        except FileNotFoundError as exc:
-            raise ConnectError(Code.NOT_FOUND, f"file not found: {exc}") from None
-        except OSError as exc:
-            raise ConnectError(Code.INTERNAL, f"error getting file info: {exc}") from None
 
     async def make_dir(
         self, request: MakeDirRequest, ctx: RequestContext[MakeDirRequest, MakeDirResponse]
     ) -> MakeDirResponse:
         user = self._user(ctx)
         path = self._resolve(request.path, user)
-        try:
-            st = os.stat(path)
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            raise ConnectError(Code.INTERNAL, f"error getting file info: {exc}") from None
-        else:
+        with os_errors("error getting file info"):
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                st = None
+        if st is not None:
             if stat.S_ISDIR(st.st_mode):
                 raise ConnectError(Code.ALREADY_EXISTS, f"directory already exists: {path}")
             raise ConnectError(
                 Code.INVALID_ARGUMENT, f"path already exists but it is not a directory: {path}"
             )
-        try:
+        with os_errors("error creating directory", ENOENT=Code.INTERNAL):
             await to_thread.run_sync(ensure_dirs, path, user)
             return MakeDirResponse(entry=entries.entry_info(path))
-        except OSError as exc:
-            raise ConnectError(Code.INTERNAL, f"error creating directory: {exc}") from None
 
     async def move(
         self, request: MoveRequest, ctx: RequestContext[MoveRequest, MoveResponse]
@@ -128,34 +149,19 @@ class FilesystemService(Filesystem):
         self._refuse_empty(request.destination, "destination path")
         source = self._resolve(request.source, user)
         destination = self._resolve(request.destination, user)
-        try:
+        with os_errors("error creating destination dirs", ENOENT=Code.INTERNAL):
             await to_thread.run_sync(ensure_dirs, posixpath.dirname(destination), user)
-        except OSError as exc:
-            raise ConnectError(Code.INTERNAL, f"error creating destination dirs: {exc}") from None
-        try:
+        with os_errors("error renaming", ENOENT="source file not found"):
             os.rename(source, destination)
             return MoveResponse(entry=entries.entry_info(destination))
-        except FileNotFoundError as exc:
-            raise ConnectError(Code.NOT_FOUND, f"source file not found: {exc}") from None
-        except OSError as exc:
-            raise ConnectError(Code.INTERNAL, f"error renaming: {exc}") from None
 
     async def list_dir(
         self, request: ListDirRequest, ctx: RequestContext[ListDirRequest, ListDirResponse]
     ) -> ListDirResponse:
         path = self._resolve(request.path, self._user(ctx))
-        try:
+        cycle = (Code.FAILED_PRECONDITION, f'cyclic symlink or chain >255 links at "{path}"')
+        with os_errors(f"error reading directory {path}", ENOENT="path not found", ELOOP=cycle):
             found = await to_thread.run_sync(entries.list_dir, path, request.depth or 1)
-        except FileNotFoundError as exc:
-            raise ConnectError(Code.NOT_FOUND, f"path not found: {exc}") from None
-        except entries.RootNotADirectoryError:
-            raise ConnectError(Code.INVALID_ARGUMENT, f"path is not a directory: {path}") from None
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise ConnectError(
-                    Code.FAILED_PRECONDITION, f'cyclic symlink or chain >255 links at "{path}"'
-                ) from None
-            raise ConnectError(Code.INTERNAL, f"error reading directory {path}: {exc}") from None
         return ListDirResponse(entries=found)
 
     async def remove(
@@ -164,14 +170,9 @@ class FilesystemService(Filesystem):
         user = self._user(ctx)
         self._refuse_empty(request.path, "path")
         path = self._resolve(request.path, user)
-        try:
-            check_removable(path, user.home)
-        except ProtectedPathError as exc:
-            raise ConnectError(Code.INVALID_ARGUMENT, str(exc)) from None
-        try:
+        check_removable(path, user.home)
+        with os_errors("error removing file or directory", ENOENT=Code.INTERNAL):
             await to_thread.run_sync(remove_tree, path)
-        except OSError as exc:
-            raise ConnectError(Code.INTERNAL, f"error removing file or directory: {exc}") from None
         return RemoveResponse()
 
     async def watch_dir(

@@ -27,7 +27,7 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from envd.errors import EnvdHTTPError
+from envd.errors import EnvdHTTPError, is_disk_full
 from envd.http.body import BodyTooLargeError, read_capped
 from envd.http.file_request import entry_json, resolve_path, resolve_user
 from envd.http.file_writer import ensure_parent_dirs, go_error
@@ -46,7 +46,6 @@ COPY_CHUNK_BYTES: Final = 1024 * 1024
 _NO_CLONE: Final = frozenset(
     {errno.EOPNOTSUPP, errno.ENOTTY, errno.EXDEV, errno.EINVAL, errno.ENOSYS, errno.EBADF}
 )
-_DISK_FULL: Final = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +160,7 @@ def _create_temp(destination: str, user: User) -> tuple[str, int]:
     try:
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
     except OSError as exc:
-        if exc.errno in _DISK_FULL:
+        if is_disk_full(exc):
             raise EnvdHTTPError(507, "not enough disk space available") from exc
         raise EnvdHTTPError(
             500, f"error creating temp file: {go_error('open', temp, exc)}"
@@ -185,7 +184,7 @@ def _append_sources(request: ComposeRequest, fd: int) -> None:
             finally:
                 os.close(source_fd)
         except OSError as exc:
-            if exc.errno in _DISK_FULL:
+            if is_disk_full(exc):
                 raise EnvdHTTPError(507, "not enough disk space available") from exc
             raise EnvdHTTPError(500, f"error copying source file {raw}: {exc.strerror}") from exc
 

@@ -20,7 +20,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from envd.errors import EnvdHTTPError, http_os_errors
-from envd.http.file_request import InvalidParameterError, authorize_file_request, resolve_path
+from envd.http.file_request import authorize_file_request, resolve_path
 from envd.http.media import (
     SNIFF_BYTES,
     NotAcceptableError,
@@ -78,7 +78,7 @@ class FileBodyResponse(Response):
         self.trailer = trailer
         self.gzip = gzip
         self.background = None
-        self.raw_headers = [(k.lower().encode(), v.encode("latin-1")) for k, v in headers.items()]
+        self.init_headers(headers)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -198,14 +198,11 @@ def _choose_encoding(request: Request) -> str:
 
 
 async def download(request: Request, state: SandboxState, users: UserCache) -> Response:
-    try:
-        file_request = authorize_file_request(request, state, users, "read")
-    except InvalidParameterError as exc:
-        return exc.response()
+    file_request = authorize_file_request(request, state, users, "read")
     path = resolve_path(file_request.raw_path, file_request.user, state)
     _stat_target(path)
     encoding = _choose_encoding(request)
-    with http_os_errors("opening file", path, ENOENT=404):
+    with http_os_errors("opening file", path):
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         mtime_s = int(os.fstat(fd).st_mtime)

@@ -7,8 +7,6 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from starlette.responses import PlainTextResponse
-
 from envd.errors import EnvdHTTPError
 from envd.http.signing import check_file_access
 from envd.users import UnknownUserError, User, UserCache, expand_path
@@ -26,16 +24,14 @@ _GO_DECIMAL: Final = re.compile(r"[+-]?[0-9]+")
 
 class InvalidParameterError(Exception):
     """A typed query parameter that does not parse. The reference envd's generated router
-    answers these itself, in plain text rather than the JSON error form."""
+    answers these itself, in plain text rather than the JSON error form (the app's exception
+    handler does that here)."""
 
     def __init__(self, name: str, value: str, reason: str) -> None:
         super().__init__(
             f"Invalid format for parameter {name}: error binding string parameter: "
             f'strconv.ParseInt: parsing "{value}": {reason}'
         )
-
-    def response(self) -> PlainTextResponse:
-        return PlainTextResponse(f"{self}\n", status_code=400)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ import posixpath
 import stat
 from typing import TYPE_CHECKING, Final
 
-from envd.errors import EnvdHTTPError
+from envd.errors import EnvdHTTPError, ErrnoAnswer, http_status, is_disk_full
 from envd.metadata import XATTR_PREFIX, read_metadata
 from envd.users import ensure_dirs
 
@@ -37,13 +37,9 @@ METADATA_HEADER_PREFIX: Final = "x-metadata-"
 METADATA_KEY_MAX_BYTES: Final = 255 - len(XATTR_PREFIX)
 METADATA_TOTAL_MAX_BYTES: Final = 4096
 _NO_XATTR_SUPPORT: Final = frozenset({errno.ENOTSUP, errno.EOPNOTSUPP})
-_DISK_FULL: Final = frozenset({errno.ENOSPC, errno.EDQUOT})
-# A path the caller got wrong (a name longer than the filesystem allows): 400, not 500.
-_BAD_PATH: Final = frozenset({errno.ENAMETOOLONG})
-
-
-def path_error_status(exc: OSError) -> int:
-    return 400 if exc.errno in _BAD_PATH else 500
+# The reference's processFile answers 500 for every failure to create or open the target; a
+# name longer than the filesystem allows is still the caller's mistake (400) here.
+_CALLER_ERRORS: Final = frozenset({ErrnoAnswer.ENAMETOOLONG})
 
 
 def go_error(action: str, path: str, exc: OSError) -> str:
@@ -105,7 +101,7 @@ class UploadTarget:
             while view:
                 view = view[os.write(self.fd, view) :]
         except OSError as exc:
-            if exc.errno in _DISK_FULL:
+            if is_disk_full(exc):
                 message = "not enough disk space available"
                 if self.content_length is not None:
                     message = f"attempted to write {self.content_length} bytes: {message}"
@@ -138,7 +134,7 @@ class UploadTarget:
             if exc.errno in _NO_XATTR_SUPPORT:
                 log.warning("metadata not stored: %s does not support xattrs", self.path)
                 return
-            status = 507 if exc.errno in _DISK_FULL else 500
+            status = 507 if is_disk_full(exc) else 500
             raise EnvdHTTPError(status, f"error setting metadata: {exc.strerror}") from exc
 
     def close(self) -> None:
@@ -165,7 +161,7 @@ def ensure_parent_dirs(path: str, user: User) -> None:
         ensure_dirs(posixpath.dirname(path), user)
     except OSError as exc:
         reason = str(exc) if exc.filename is None else go_error("mkdir", exc.filename, exc)
-        status = path_error_status(exc)
+        status = http_status(exc, only=_CALLER_ERRORS)
         raise EnvdHTTPError(status, f"error ensuring directories: {reason}") from exc
 
 
@@ -182,7 +178,7 @@ def open_upload_target(path: str, user: User, content_length: int | None) -> Upl
         info = None
     except OSError as exc:
         message = f"error getting file info: {go_error('stat', path, exc)}"
-        raise EnvdHTTPError(path_error_status(exc), message) from exc
+        raise EnvdHTTPError(http_status(exc, only=_CALLER_ERRORS), message) from exc
     if info is not None and stat.S_ISDIR(info.st_mode):
         raise EnvdHTTPError(400, f"path is a directory: {path}")
     created = False
@@ -201,7 +197,7 @@ def open_upload_target(path: str, user: User, content_length: int | None) -> Upl
                 507, f"not enough inodes available: {go_error('open', path, exc)}"
             ) from exc
         message = f"error opening file: {go_error('open', path, exc)}"
-        raise EnvdHTTPError(path_error_status(exc), message) from exc
+        raise EnvdHTTPError(http_status(exc, only=_CALLER_ERRORS), message) from exc
     if info is None:
         try:
             os.fchown(fd, user.uid, user.gid)

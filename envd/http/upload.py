@@ -24,7 +24,6 @@ from starlette.routing import BaseRoute, Route
 
 from envd.errors import EnvdHTTPError
 from envd.http.file_request import (
-    InvalidParameterError,
     authorize_file_request,
     entry_json,
     resolve_path,
@@ -286,10 +285,7 @@ class _MultipartUpload:
 
 
 async def upload(request: Request, state: SandboxState, users: UserCache) -> Response:
-    try:
-        file_request = authorize_file_request(request, state, users, "write")
-    except InvalidParameterError as exc:
-        return exc.response()
+    file_request = authorize_file_request(request, state, users, "write")
     user = file_request.user
     body = _decoded_body(request)
     metadata = parse_metadata(request.headers)

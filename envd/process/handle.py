@@ -16,9 +16,6 @@ import os
 import signal
 from typing import TYPE_CHECKING, Final, Literal
 
-from connectrpc.code import Code
-from connectrpc.errors import ConnectError
-
 from envd._gen.process.process_pb import ProcessEvent
 from envd.process.broadcast import Broadcast
 from envd.process.pty import set_size
@@ -37,6 +34,31 @@ PTY_CHUNK_BYTES: Final = 16 * 1024  # Go: pty reads
 EOF_GRACE_S: Final = 0.25
 
 OutputKind = Literal["stdout", "stderr", "pty"]
+
+
+class ProcessOperationError(Exception):
+    """Input, a resize or a signal could not reach the running child."""
+
+
+class InputClosedError(ProcessOperationError):
+    """Input for a stream (stdin or the tty) that is closed, or was never opened."""
+
+
+class NotAPtyError(ProcessOperationError):
+    """A tty operation (tty input, resize) on a process started without a pty."""
+
+    def __init__(self, action: str) -> None:
+        super().__init__(f"{action}: tty not assigned to process")
+
+
+class PtyClosedError(ProcessOperationError):
+    """A resize after the process's pty was closed (it has exited)."""
+
+
+class PtyHasNoStdinError(Exception):
+    """CloseStdin on a pty process: its input is the terminal, which cannot be half-closed."""
+
+
 Chunk = tuple[OutputKind, bytes]
 
 # Go's syscall.Signal.String() for the signals a process commonly dies of.
@@ -226,12 +248,12 @@ class ProcessHandle:
 
     async def write_stdin(self, data: bytes) -> None:
         if self.is_pty or self._stdin is None:
-            raise ConnectError(Code.INTERNAL, "error writing to stdin: stdin not enabled or closed")
+            raise InputClosedError("error writing to stdin: stdin not enabled or closed")
         await self._write("stdin", data)
 
     async def write_pty(self, data: bytes) -> None:
         if not self.is_pty:
-            raise ConnectError(Code.INTERNAL, "error writing to tty: tty not assigned to process")
+            raise NotAPtyError("error writing to tty")
         await self._write("tty", data)
 
     async def _write(self, what: Literal["stdin", "tty"], data: bytes) -> None:
@@ -241,14 +263,14 @@ class ProcessHandle:
                 # Re-read after every wait: the fd is closed (and its number reusable) at exit.
                 fd = self._stdin if what == "stdin" else self._pty
                 if fd is None:
-                    raise ConnectError(Code.INTERNAL, f"error writing to {what}: closed")
+                    raise InputClosedError(f"error writing to {what}: closed")
                 try:
                     view = view[os.write(fd, view) :]
                 except BlockingIOError:
                     await self._wait_writable(fd)
                 except OSError as exc:
-                    raise ConnectError(
-                        Code.INTERNAL, f"error writing to {what}: {exc.strerror}"
+                    raise ProcessOperationError(
+                        f"error writing to {what}: {exc.strerror}"
                     ) from None
 
     async def _wait_writable(self, fd: int) -> None:
@@ -263,9 +285,8 @@ class ProcessHandle:
 
     def close_stdin(self) -> None:
         if self.is_pty:
-            raise ConnectError(
-                Code.UNKNOWN,
-                "error closing stdin: cannot close stdin for PTY process — send Ctrl+D (0x04) instead",
+            raise PtyHasNoStdinError(
+                "error closing stdin: cannot close stdin for PTY process — send Ctrl+D (0x04) instead"
             )
         self._close_input()
 
@@ -279,13 +300,13 @@ class ProcessHandle:
 
     def resize(self, cols: int, rows: int) -> None:
         if not self.is_pty:
-            raise ConnectError(Code.INTERNAL, "error resizing tty: tty not assigned to process")
+            raise NotAPtyError("error resizing tty")
         if self._pty is None:
-            raise ConnectError(Code.INTERNAL, "error resizing tty: closed")
+            raise PtyClosedError("error resizing tty: closed")
         try:
             set_size(self._pty, cols, rows)
         except OSError as exc:
-            raise ConnectError(Code.INTERNAL, f"error resizing tty: {exc.strerror}") from None
+            raise ProcessOperationError(f"error resizing tty: {exc.strerror}") from None
 
     def send_signal(self, sig: signal.Signals) -> None:
         """To the whole process group (the reference signals only the pid; the group reaches
@@ -293,7 +314,7 @@ class ProcessHandle:
         try:
             os.killpg(self.pid, sig)
         except OSError as exc:
-            raise ConnectError(Code.INTERNAL, f"error sending signal: {exc.strerror}") from None
+            raise ProcessOperationError(f"error sending signal: {exc.strerror}") from None
 
     def kill_quietly(self, sig: signal.Signals) -> None:
         try:

@@ -10,9 +10,6 @@ import signal
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from connectrpc.code import Code
-from connectrpc.errors import ConnectError
-
 from envd.memory import keep_buffers_on_heap
 from envd.process.handle import ProcessHandle
 from envd.process.spawn import spawn
@@ -32,6 +29,17 @@ log = logging.getLogger("envd.process")
 EXIT_RETENTION_S: Final = 30.0  # Go 0.6.12: a Connect after the exit still gets start + end
 STOP_GRACE_S: Final = 2.0  # SIGTERM → SIGKILL on shutdown
 STREAMS_END_WAIT_S: Final = 1.0
+
+
+class EmptySelectorError(Exception):
+    """A process selector with neither a pid nor a tag."""
+
+    def __init__(self) -> None:
+        super().__init__("invalid input type")
+
+
+class ProcessNotFoundError(Exception):
+    """No process started by this daemon has that pid or tag (or its exit is forgotten)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,11 +124,12 @@ class ProcessRegistry:
         exit unless `live_only` (the RPCs that act on a running process).
 
         Raises:
-            ConnectError: UNIMPLEMENTED for an empty selector, NOT_FOUND for an unknown one.
+            EmptySelectorError: neither pid nor tag.
+            ProcessNotFoundError: nothing matches.
         """
         which = selector.selector if selector is not None else None
         if which is None:
-            raise ConnectError(Code.UNIMPLEMENTED, "invalid input type")
+            raise EmptySelectorError
         found: ProcessHandle | RetainedExit | None
         if which.field == "pid":
             found = self._live.get(which.value)
@@ -132,9 +141,7 @@ class ProcessRegistry:
         if found is None and not live_only:
             found = retained
         if found is None:
-            raise ConnectError(
-                Code.NOT_FOUND, f"process with {which.field} {which.value} not found"
-            )
+            raise ProcessNotFoundError(f"process with {which.field} {which.value} not found")
         return found
 
     def find_live(self, selector: ProcessSelector | None) -> ProcessHandle:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, ClassVar, Final
 
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
@@ -27,7 +27,8 @@ from envd._gen.process.process_pb import (
     UpdateResponse,
 )
 from envd.keepalive import keepalive_interval
-from envd.process.registry import RetainedExit
+from envd.process.handle import ProcessOperationError, PtyHasNoStdinError
+from envd.process.registry import EmptySelectorError, ProcessNotFoundError, RetainedExit
 from envd.process.spawn import SpawnError, SpawnRequest, child_env
 from envd.process.streams import (
     end_of,
@@ -35,10 +36,10 @@ from envd.process.streams import (
     process_timeout_s,
     start_event,
 )
-from envd.users import expand_path
+from envd.users import UnknownCallerError, expand_path
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Mapping
 
     from connectrpc.request import RequestContext
 
@@ -64,6 +65,16 @@ _SIGNALS: Final = {Signal.SIGTERM: signal.SIGTERM, Signal.SIGKILL: signal.SIGKIL
 
 
 class ProcessService(Process):
+    # The domain errors of these RPCs and their codes (Go `process/handler.go`, `input.go`),
+    # applied by the app's ErrorMappingInterceptor; their messages are the reference's.
+    ERROR_CODES: ClassVar[Mapping[type[Exception], Code]] = {
+        UnknownCallerError: Code.UNAUTHENTICATED,
+        EmptySelectorError: Code.UNIMPLEMENTED,
+        ProcessNotFoundError: Code.NOT_FOUND,
+        ProcessOperationError: Code.INTERNAL,
+        PtyHasNoStdinError: Code.UNKNOWN,
+    }
+
     def __init__(self, registry: ProcessRegistry, state: SandboxState, users: UserCache) -> None:
         self.registry = registry
         self.state = state

@@ -1,43 +1,25 @@
-"""Directory watchers: DirWatcher turns inotify events into the reference envd's filesystem
-events (fsnotify semantics); watch_events() frames them as a WatchDir stream; PollingWatchers
-keeps the CreateWatcher ones. Path validation lives here too (same for both kinds)."""
+"""DirWatcher: inotify events turned into the reference envd's filesystem events (fsnotify
+semantics), for one directory or a whole tree; and open_watcher(), which validates the path as
+Go envd does and starts one. Both WatchDir streams (watch_stream.py) and CreateWatcher's polled
+watchers (polling.py) use it."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import ctypes
 import errno
-import logging
 import os
 import posixpath
-import secrets
 import stat
-import string
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, Literal
+from typing import Final
 
 from anyio import to_thread
-from connectrpc.code import Code
-from connectrpc.errors import ConnectError
-from protobuf import Oneof
 
-from envd._gen.filesystem.filesystem_pb import (
-    EventType,
-    FilesystemEvent,
-    WatchDirResponse,
-)
+from envd._gen.filesystem.filesystem_pb import EventType
 from envd.filesystem import inotify
-from envd.filesystem.entries import entry_info, sorted_children
-from envd.utf8 import valid_utf8
-
-if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Iterable, Iterator
-
-    from envd._gen.filesystem.filesystem_pb import EntryInfo
-
-log = logging.getLogger("envd.filesystem.watch")
+from envd.filesystem.entries import sorted_children
+from envd.filesystem.mounts import network_filesystem
 
 # Events are buffered up to this many per watcher; past it envd stops reading the inotify fd,
 # so the kernel queue fills and overflows, which the watcher then reports as an error.
@@ -62,21 +44,8 @@ _OPS_IN_ORDER: Final = (
     (inotify.IN_MODIFY, EventType.WRITE),
     (inotify.IN_DELETE | inotify.IN_DELETE_SELF, EventType.REMOVE),
 )
-_WITH_ENTRY: Final = frozenset({EventType.CREATE, EventType.WRITE, EventType.CHMOD})
 
-# statfs f_type of filesystems Go envd refuses to watch (inotify misses remote changes).
-_NETWORK_FS_MAGIC: Final = {
-    0x6969: "nfs",
-    0xFF534D42: "cifs",
-    0x517B: "smb",
-    0xFE534D42: "smb2",
-    0x65735546: "fuse",
-}
-_ID_ALPHABET: Final = string.ascii_lowercase + string.digits
 _READS_PER_WAKEUP: Final = 16
-_EVENTS_PER_CHECKPOINT: Final = 256
-
-_libc = ctypes.CDLL(None, use_errno=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,37 +54,65 @@ class FsEvent:
     type: EventType
 
 
-class WatcherError(Exception):
+class WatchPathNotFoundError(Exception):
+    """The path to watch does not exist."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(f"path {path} not found")
+
+
+class WatchPathNotADirectoryError(Exception):
+    """The path to watch is not a directory (only directories can be watched)."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(f"path {path} not a directory")
+
+
+class NetworkMountError(Exception):
+    """The path is on a network filesystem, where inotify misses remote changes."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(f"cannot watch path on network filesystem: {path}")
+
+
+class InotifyLimitError(Exception):
+    """No inotify instance can be created: the per-user limit or the fd limit is reached."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "cannot create watcher: too many inotify instances or open files "
+            "(see fs.inotify.max_user_instances); close other watchers and retry"
+        )
+
+
+class WatchSetupError(Exception):
+    """Watching could not start: stat, statfs, inotify or the first watch failed."""
+
+
+class WatcherFailedError(Exception):
     """The watcher failed (inotify queue overflow); no further events will come."""
 
-
-def _statfs_type(path: str) -> int:
-    buf = ctypes.create_string_buffer(256)  # struct statfs; f_type is the leading long
-    if _libc.statfs(os.fsencode(path), buf) != 0:
-        code = ctypes.get_errno()
-        raise OSError(code, os.strerror(code), path)
-    return ctypes.c_long.from_buffer(buf).value
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"watcher error: {reason}")
 
 
 def _check_root(path: str, allow_network_mounts: bool) -> None:
     try:
         st = os.stat(path)
     except FileNotFoundError:
-        raise ConnectError(Code.NOT_FOUND, f"path {path} not found") from None
+        raise WatchPathNotFoundError(path) from None
     except OSError as exc:
-        raise ConnectError(Code.INTERNAL, f"error statting path {path}: {exc}") from exc
+        raise WatchSetupError(f"error statting path {path}: {exc}") from exc
     if not stat.S_ISDIR(st.st_mode):
-        raise ConnectError(Code.INVALID_ARGUMENT, f"path {path} not a directory")
+        raise WatchPathNotADirectoryError(path)
     if allow_network_mounts:
         return
     try:
-        fs_type = _statfs_type(path)
+        network = network_filesystem(path)
     except OSError as exc:
-        raise ConnectError(Code.INTERNAL, f"error checking filesystem of {path}: {exc}") from exc
-    if fs_type & 0xFFFFFFFF in _NETWORK_FS_MAGIC:
-        raise ConnectError(
-            Code.INVALID_ARGUMENT, f"cannot watch path on network filesystem: {path}"
-        )
+        raise WatchSetupError(f"error checking filesystem of {path}: {exc}") from exc
+    if network is not None:
+        raise NetworkMountError(path)
 
 
 class DirWatcher:
@@ -255,7 +252,7 @@ class DirWatcher:
         closed.
 
         Raises:
-            WatcherError: the watcher failed and everything before the failure was taken.
+            WatcherFailedError: the watcher failed and everything before the failure was taken.
         """
         if not self._buffer and self._error is None and not self.closed:
             self._wakeup.clear()
@@ -270,10 +267,10 @@ class DirWatcher:
         """Every buffered event, emptying the buffer.
 
         Raises:
-            WatcherError: the buffer is empty and the watcher has failed.
+            WatcherFailedError: the buffer is empty and the watcher has failed.
         """
         if not self._buffer and self._error is not None:
-            raise WatcherError(self._error)
+            raise WatcherFailedError(self._error)
         events = list(self._buffer)
         self._buffer.clear()
         if self._paused and self._error is None and not self.closed:
@@ -286,136 +283,25 @@ async def open_watcher(path: str, recursive: bool, allow_network_mounts: bool) -
     """Validate `path` as Go envd does and start watching it.
 
     Raises:
-        ConnectError: NOT_FOUND / INVALID_ARGUMENT / INTERNAL per the reference, and
-            RESOURCE_EXHAUSTED when no inotify instance can be created.
+        WatchPathNotFoundError, WatchPathNotADirectoryError, NetworkMountError: a path that
+            cannot be watched.
+        InotifyLimitError: no inotify instance can be created.
+        WatchSetupError: any other failure.
     """
     await to_thread.run_sync(_check_root, path, allow_network_mounts)
     try:
         watcher = DirWatcher(path, recursive)
     except OSError as exc:
         if exc.errno in (errno.EMFILE, errno.ENFILE):
-            raise ConnectError(
-                Code.RESOURCE_EXHAUSTED,
-                "cannot create watcher: too many inotify instances or open files "
-                "(see fs.inotify.max_user_instances); close other watchers and retry",
-            ) from exc
-        raise ConnectError(Code.INTERNAL, f"error creating watcher: {exc}") from exc
+            raise InotifyLimitError from exc
+        raise WatchSetupError(f"error creating watcher: {exc}") from exc
     try:
         await to_thread.run_sync(watcher.add_tree, "")
     except OSError as exc:
         watcher.close()
-        raise ConnectError(Code.INTERNAL, f"error adding path {path} to watcher: {exc}") from exc
+        raise WatchSetupError(f"error adding path {path} to watcher: {exc}") from exc
     except BaseException:
         watcher.close()
         raise
     watcher.start()
     return watcher
-
-
-def _entry_or_none(path: str) -> EntryInfo | None:
-    try:
-        return entry_info(path)
-    except OSError:  # gone (or unreadable) by delivery time: Go omits the entry
-        return None
-
-
-def _to_proto(event: FsEvent, root: str, include_entry: bool) -> FilesystemEvent:
-    """One protobuf event; CREATE/WRITE/CHMOD carry a fresh EntryInfo when asked (blocking)."""
-    message = FilesystemEvent(name=valid_utf8(event.name), type=event.type)
-    if include_entry and event.type in _WITH_ENTRY:
-        path = root if event.name == "." else posixpath.join(root, event.name)
-        entry = _entry_or_none(path)
-        if entry is not None:
-            message.entry = entry
-    return message
-
-
-def to_proto(events: Iterable[FsEvent], root: str, include_entry: bool) -> list[FilesystemEvent]:
-    return [_to_proto(event, root, include_entry) for event in events]
-
-
-async def watch_events(
-    watcher: DirWatcher, include_entry: bool, keepalive_s: float
-) -> AsyncIterator[WatchDirResponse]:
-    """The WatchDir stream: start, then events and keepalives until closed or failed."""
-    start: Oneof[Literal["start"], WatchDirResponse.StartEvent]
-    start = Oneof("start", WatchDirResponse.StartEvent())
-    yield WatchDirResponse(event=start)
-    while True:
-        try:
-            batch = await watcher.next_batch(keepalive_s)
-        except WatcherError as exc:
-            raise ConnectError(Code.INTERNAL, f"watcher error: {exc}") from exc
-        if batch is None:
-            keepalive: Oneof[Literal["keepalive"], WatchDirResponse.KeepAlive]
-            keepalive = Oneof("keepalive", WatchDirResponse.KeepAlive())
-            yield WatchDirResponse(event=keepalive)
-            continue
-        if not batch and watcher.closed:
-            return
-        for sent, fs_event in enumerate(batch, 1):
-            message = _to_proto(fs_event, watcher.root, include_entry)
-            event: Oneof[Literal["filesystem"], FilesystemEvent] = Oneof("filesystem", message)
-            yield WatchDirResponse(event=event)
-            if sent % _EVENTS_PER_CHECKPOINT == 0:
-                # Writes to a fast client never suspend; let other requests run during bursts.
-                await asyncio.sleep(0)
-
-
-@dataclass(slots=True)
-class _Polled:
-    watcher: DirWatcher
-    include_entry: bool
-
-
-class PollingWatchers:
-    """CreateWatcher's watchers: they outlive the request and buffer until polled."""
-
-    def __init__(self) -> None:
-        self._watchers: dict[str, _Polled] = {}
-
-    def add(self, watcher: DirWatcher, include_entry: bool) -> str:
-        watcher_id = "w" + "".join(secrets.choice(_ID_ALPHABET) for _ in range(20))
-        self._watchers[watcher_id] = _Polled(watcher, include_entry)
-        return watcher_id
-
-    async def drain(self, watcher_id: str) -> list[FilesystemEvent]:
-        """Take the buffered events of a watcher.
-
-        Raises:
-            ConnectError: NOT_FOUND for an unknown id; INTERNAL (every time) once it failed.
-        """
-        polled = self._get(watcher_id)
-        failure = polled.watcher.failure
-        if failure is not None:  # sticky: Go drops the buffer and returns the error every time
-            raise ConnectError(Code.INTERNAL, f"watcher error: {failure}")
-        events = polled.watcher.take()
-        if not polled.include_entry:
-            return to_proto(events, polled.watcher.root, False)
-        return await to_thread.run_sync(to_proto, events, polled.watcher.root, True)
-
-    def remove(self, watcher_id: str) -> None:
-        self._get(watcher_id).watcher.close()
-        del self._watchers[watcher_id]
-
-    def close_all(self) -> None:
-        for polled in self._watchers.values():
-            polled.watcher.close()
-        self._watchers.clear()
-
-    def _get(self, watcher_id: str) -> _Polled:
-        polled = self._watchers.get(watcher_id)
-        if polled is None:
-            raise ConnectError(Code.NOT_FOUND, f"watcher with id {watcher_id} not found")
-        return polled
-
-
-@contextlib.contextmanager
-def closing_on_exit(watcher: DirWatcher, registry: set[DirWatcher]) -> Iterator[None]:
-    """Track an open stream's watcher for shutdown, and release its fd when the stream ends."""
-    registry.add(watcher)
-    try:
-        yield
-    finally:
-        registry.discard(watcher)
-        watcher.close()
