@@ -27,11 +27,10 @@ from envd._gen.filesystem.filesystem_pb import (
     WatchDirRequest,
 )
 from envd._gen.process.process_pb import StartRequest
-from envd.auth import basic_auth_username
 from envd.http.init_body import parse_init_body
 from envd.http.upload import _part_filename
 from envd.json_depth import nesting_depth
-from envd.users import User, expand_path
+from envd.users import User, basic_auth_username, expand_path
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

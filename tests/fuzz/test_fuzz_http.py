@@ -12,7 +12,7 @@ from urllib.parse import quote
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from envd.auth import file_signature
+from envd.http.signing import file_signature
 from tests.fuzz.safety import FuzzRequest
 from tests.fuzz.sandbox import FUZZ_TOKEN
 from tests.fuzz.strategies import (

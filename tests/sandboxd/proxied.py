@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import uvicorn
 
-from envd.auth import file_signature
+from envd.http.signing import file_signature
 from sandboxd.proxy import SandboxProxy
 
 if TYPE_CHECKING:

@@ -18,7 +18,7 @@ from urllib.parse import urlencode
 import httpx
 import pytest
 
-from envd.auth import file_signature
+from envd.http.signing import file_signature
 from sandboxd.proxy import is_sandbox_request
 from tests.client import AS_USER
 from tests.sandboxd.proxied import ServedProxy, envd_init, serve_proxy
