@@ -1,26 +1,88 @@
-"""sandboxd's command line: `sandboxd template build-base` for now (serve comes with the API)."""
+"""sandboxd's command line: `serve`, `api-key create` and `template build-base`."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import sqlite3
 import sys
+import time
 from pathlib import Path
 
 from sandboxd.errors import SandboxError
 from sandboxd.images import build_base
+from sandboxd.serve import ServeOptions, base_rootfs, new_api_key, serve
+from sandboxd.store import Store
 
 DEFAULT_STATE_DIR = Path("/var/lib/sandboxd")
+DEFAULT_PORT = 3000
+# Loopback: the API boots containers as root, so reaching it from elsewhere is a choice to make.
+DEFAULT_BIND = "127.0.0.1"
+DEFAULT_MAX_TIMEOUT_S = 24 * 3600
 
 
-def base_rootfs(state_dir: Path) -> Path:
-    """Where the base template's root filesystem lives in a state directory."""
-    return state_dir / "templates" / "base" / "rootfs"
+def _state_dir_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--state-dir",
+        type=Path,
+        default=DEFAULT_STATE_DIR,
+        help=f"sandboxd's state directory (default {DEFAULT_STATE_DIR})",
+    )
+
+
+def _serve_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = commands.add_parser(
+        "serve",
+        help="serve the control API (as root)",
+        description="Serve E2B's control API and run sandboxes. SIGTERM stops serving and "
+        "leaves the sandboxes running: the next start adopts them.",
+    )
+    _state_dir_option(p)
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"(default {DEFAULT_PORT})")
+    p.add_argument(
+        "--bind",
+        default=DEFAULT_BIND,
+        help=f"address to listen on (default {DEFAULT_BIND}: the API has root's power)",
+    )
+    p.add_argument(
+        "--pool",
+        type=int,
+        default=0,
+        metavar="N",
+        help="booted sandboxes kept waiting per template root filesystem (default 0)",
+    )
+    p.add_argument(
+        "--max-timeout",
+        type=int,
+        default=DEFAULT_MAX_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"longest a sandbox may run from its (re)start (default {DEFAULT_MAX_TIMEOUT_S})",
+    )
+    p.add_argument(
+        "--base-rootfs",
+        type=Path,
+        metavar="PATH",
+        help="use this root filesystem as the base template instead of building one",
+    )
+    p.add_argument(
+        "--cgroup-parent",
+        default="sandboxd",
+        help="the cgroup the sandboxes' cgroups go under (default sandboxd)",
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="sandboxd", description="E2B-compatible sandbox host")
     commands = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _serve_parser(commands)
+    api_key = commands.add_parser("api-key", help="manage API keys")
+    key_commands = api_key.add_subparsers(dest="key_command", required=True)
+    create = key_commands.add_parser(
+        "create",
+        help="print a new API key and store its hash",
+        description="Print a new API key (e2b_ and 40 hex digits); only its hash is stored.",
+    )
+    _state_dir_option(create)
     template = commands.add_parser("template", help="manage templates")
     template_commands = template.add_subparsers(dest="template_command", required=True)
     build = template_commands.add_parser(
@@ -29,12 +91,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Build the base template's root filesystem with debootstrap and "
         "packaging/install.sh; the debootstrap stage is cached and reused while its recipe holds.",
     )
-    build.add_argument(
-        "--state-dir",
-        type=Path,
-        default=DEFAULT_STATE_DIR,
-        help=f"sandboxd's state directory (default {DEFAULT_STATE_DIR})",
-    )
+    _state_dir_option(build)
     build.add_argument(
         "--stage-cache",
         type=Path,
@@ -49,18 +106,36 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _create_key(state_dir: Path) -> None:
+    store = Store(state_dir)
+    try:
+        key = new_api_key()
+        store.add_key(key, time.time_ns() // 1000)
+    finally:
+        store.close()
+    sys.stdout.write(key + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="sandboxd: %(message)s", stream=sys.stderr)
     state_dir: Path = args.state_dir.absolute()
     try:
-        build_base(
-            (args.output or base_rootfs(state_dir)).absolute(),
-            (args.stage_cache or state_dir / "cache").absolute(),
-            args.commit,
-        )
-    except SandboxError as exc:
+        if args.command == "serve":
+            if args.pool < 0 or args.max_timeout < 1:
+                raise SandboxError("--pool must be 0 or more and --max-timeout 1 or more")
+            serve(ServeOptions(state_dir, args.bind, args.port, args.pool, args.max_timeout,
+                               args.base_rootfs, args.cgroup_parent))  # fmt: skip
+        elif args.command == "api-key":
+            _create_key(state_dir)
+        else:
+            build_base(
+                (args.output or base_rootfs(state_dir)).absolute(),
+                (args.stage_cache or state_dir / "cache").absolute(),
+                args.commit,
+            )
+    except (SandboxError, sqlite3.Error, OSError) as exc:
         # argparse's convention for usage errors, and ours for everything the user must fix.
         parser.exit(2, f"sandboxd: {exc}\n")
     except KeyboardInterrupt:

@@ -24,3 +24,13 @@ class HostError(SandboxError):
 class TeardownError(SandboxError):
     """Killing a sandbox left something behind (a busy mount, a cgroup that would not empty);
     the message names what."""
+
+
+class RequestError(Exception):
+    """A control-API request that cannot be done as asked; `status` is the HTTP status the API
+    answers with (its body is `{"code": status, "message": message}`)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message

@@ -20,7 +20,7 @@ from urllib.parse import parse_qsl
 from sandboxd.health import ENVD_PORT
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Callable, Iterable, Mapping
 
     from sandboxd.runtime import Box
 
@@ -48,7 +48,13 @@ class SandboxLookup(Protocol):
     def sandbox_for_signature(
         self, path: str, operation: str, username: str, signature: str, expiration: str | None
     ) -> str | None:
-        """The secure sandbox whose envd token makes `signature` for these /files values."""
+        """The running secure sandbox whose envd token makes `signature` for these /files
+        values (the raw query values, as envd signs them)."""
+        ...
+
+    def on_gone(self, callback: Callable[[str], None]) -> None:
+        """Call `callback(sandbox_id)` whenever a sandbox stops serving: killed, expired or
+        paused (the proxy cuts its connections). Called on the event loop; must not block."""
         ...
 
 

@@ -1,0 +1,100 @@
+"""The control API's ASGI app: `X-API-Key` on every endpoint, every error as
+`{"code","message"}`, and the sandbox manager started and stopped with the app's lifespan."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import re
+from typing import TYPE_CHECKING
+
+from starlette.applications import Starlette
+from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException
+from starlette.responses import Response
+
+from sandboxd.api import sandbox_routes, template_routes
+from sandboxd.errors import RequestError
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from starlette.requests import Request
+    from starlette.types import ASGIApp, Receive, Scope, Send
+
+    from sandboxd.sandboxes import SandboxManager
+    from sandboxd.store import Store
+
+log = logging.getLogger("sandboxd.api")
+
+API_KEY = re.compile(r"^e2b_[0-9a-f]+$")
+
+
+def error_response(status: int, message: str) -> Response:
+    body = json.dumps({"code": status, "message": message})
+    return Response(body, status_code=status, media_type="application/json")
+
+
+class ApiKeyMiddleware:
+    """401 unless `X-API-Key` (any case) is a stored key of the SDK's form `e2b_` + hex."""
+
+    def __init__(self, app: ASGIApp, store: Store) -> None:
+        self.app = app
+        self.store = store
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            key = Headers(scope=scope).get("x-api-key")
+            if key is None:
+                await error_response(401, "Missing API key (X-API-Key header)")(
+                    scope, receive, send
+                )
+                return
+            if not API_KEY.match(key) or not self.store.has_key(key):
+                await error_response(401, "Invalid API key")(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+async def _request_error(_: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestError)  # noqa: S101  # registered for RequestError only
+    return error_response(exc.status, exc.message)
+
+
+async def _http_error(_: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)  # noqa: S101  # registered for HTTPException only
+    return error_response(exc.status_code, exc.detail)
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+    return error_response(500, f"internal error: {type(exc).__name__}: {exc}")
+
+
+def create_app(manager: SandboxManager, store: Store) -> Starlette:
+    """The control API over `manager` and `store`. The app's lifespan starts the manager
+    (adoption, evictor, sampler, warm pool) and stops it (sandboxes keep running).
+
+    The sandbox proxy is not part of it: mount or dispatch to it beside this app.
+    """
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        await manager.start()
+        try:
+            yield
+        finally:
+            await manager.stop()
+
+    app = Starlette(
+        routes=[*sandbox_routes.routes(manager, store), *template_routes.routes(manager, store)],
+        exception_handlers={
+            RequestError: _request_error,
+            HTTPException: _http_error,
+            Exception: _unexpected,
+        },
+        lifespan=lifespan,
+    )
+    app.add_middleware(ApiKeyMiddleware, store=store)
+    return app

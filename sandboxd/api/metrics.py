@@ -1,0 +1,87 @@
+"""Metric queries: sandbox samples and team gauges grouped into buckets whose width grows with
+the range asked for (the reference's ClickHouse queries: max per bucket, ascending)."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import TYPE_CHECKING, Any
+
+from sandboxd.sandboxes import rfc3339
+
+if TYPE_CHECKING:
+    from sandboxd.store import MetricSample, Store
+
+# (range shorter than, step), in seconds (infra: clickhouse/pkg/utils/step.go).
+STEPS = ((3600, 5), (6 * 3600, 30), (12 * 3600, 60), (24 * 3600, 120), (7 * 86400, 300))
+LONGEST_STEP = 900
+TEAM_DEFAULT_RANGE_S = 7 * 86400
+
+
+def step_for(range_s: int) -> int:
+    for shorter_than, step in STEPS:
+        if range_s < shorter_than:
+            return step
+    return LONGEST_STEP
+
+
+def _stamp(bucket: int) -> dict[str, Any]:
+    return {"timestamp": rfc3339(bucket * 1_000_000), "timestampUnix": bucket}
+
+
+def sandbox_metrics(
+    store: Store, sandbox_id: str, start: int | None, end: int | None
+) -> list[dict[str, Any]]:
+    """Samples in [start, end] (None: the first or last sample), max per bucket."""
+    samples = store.metrics(sandbox_id, start, end)
+    if not samples:
+        return []
+    first = samples[0].ts if start is None else start
+    last = samples[-1].ts if end is None else end
+    step = step_for(last - first)
+    buckets: dict[int, MetricSample] = {}
+    for s in samples:
+        bucket = s.ts // step * step
+        held = buckets.get(bucket)
+        buckets[bucket] = s if held is None else _max(held, s)
+    return [
+        {
+            **_stamp(bucket),
+            "cpuCount": s.cpu_count,
+            "cpuUsedPct": s.cpu_used_pct,
+            "memUsed": s.mem_used,
+            "memTotal": s.mem_total,
+            "memCache": s.mem_cache,
+            "diskUsed": s.disk_used,
+            "diskTotal": s.disk_total,
+        }
+        for bucket, s in sorted(buckets.items())
+    ]
+
+
+def _max(a: MetricSample, b: MetricSample) -> MetricSample:
+    pairs = zip(dataclasses.astuple(a), dataclasses.astuple(b), strict=True)
+    return type(a)(*(max(x, y) for x, y in pairs))
+
+
+def team_metrics(store: Store, start: int | None, end: int | None) -> list[dict[str, Any]]:
+    """Per bucket with data: the most sandboxes running at once, and starts per second."""
+    end = int(time.time()) if end is None else end
+    start = end - TEAM_DEFAULT_RANGE_S if start is None else start
+    step = step_for(end - start)
+    running: dict[int, int] = {}
+    for ts, count in store.team_samples(start, end):
+        bucket = ts // step * step
+        running[bucket] = max(running.get(bucket, 0), count)
+    starts: dict[int, int] = {}
+    for at_us in store.event_times("created", start * 1_000_000, end * 1_000_000 + 999_999):
+        bucket = at_us // 1_000_000 // step * step
+        starts[bucket] = starts.get(bucket, 0) + 1
+    return [
+        {
+            **_stamp(bucket),
+            "concurrentSandboxes": running.get(bucket, 0),
+            "sandboxStartRate": starts.get(bucket, 0) / step,
+        }
+        for bucket in sorted(running.keys() | starts.keys())
+    ]

@@ -1,0 +1,144 @@
+"""Request bodies of the control API, validated with pydantic: a bad body is a 400 naming the
+field (`validation error: timeout: ...`). Unknown fields are ignored, as the reference's Go JSON
+decoding ignores them."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from sandboxd.errors import RequestError
+
+Model = TypeVar("Model", bound=BaseModel)
+INT32_MAX = 2**31 - 1
+ANY_IPV4 = "0.0.0.0/0"
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+
+class AutoResume(_Body):
+    enabled: bool
+
+
+class VolumeMount(_Body):
+    name: str
+    path: str
+
+
+class Network(_Body):
+    allowPublicTraffic: bool | None = None  # camelCase: the wire's names
+    allowOut: list[str] | None = None
+    denyOut: list[str] | None = None
+    maskRequestHost: str | None = None
+    rules: dict[str, list[dict[str, Any]]] | None = None
+    egressProxy: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _check_egress(self) -> Network:
+        for entry in self.denyOut or []:
+            try:
+                ipaddress.ip_network(entry, strict=False)
+            except ValueError:
+                raise ValueError(f"denyOut: {entry!r} is not an IP address or CIDR") from None
+        has_domains = any(not _is_ip(entry) for entry in self.allowOut or [])
+        if has_domains and ANY_IPV4 not in (self.denyOut or []):
+            raise ValueError("allowOut: domains need 0.0.0.0/0 in denyOut")
+        return self
+
+
+def _is_ip(entry: str) -> bool:
+    try:
+        ipaddress.ip_network(entry, strict=False)
+    except ValueError:
+        return False
+    return True
+
+
+class NewSandbox(_Body):
+    templateID: str = Field(min_length=1)
+    timeout: int = Field(default=15, ge=0, le=INT32_MAX)
+    autoPause: bool = False
+    autoPauseMemory: bool | None = None
+    autoResume: AutoResume | None = None
+    secure: bool = False
+    allow_internet_access: bool | None = None
+    network: Network | None = None
+    metadata: dict[str, str] | None = None
+    envVars: dict[str, str] | None = None
+    mcp: dict[str, Any] | None = None
+    volumeMounts: list[VolumeMount] | None = None
+
+    @model_validator(mode="after")
+    def _check_combinations(self) -> NewSandbox:
+        if self.autoPauseMemory is False and not self.autoPause:
+            raise ValueError("autoPauseMemory: false needs autoPause")
+        if self.autoPauseMemory is False and self.autoResume and self.autoResume.enabled:
+            raise ValueError("autoPauseMemory: false cannot be combined with autoResume")
+        if self.network and self.network.allowPublicTraffic is False and not self.secure:
+            raise ValueError("network.allowPublicTraffic: false needs secure")
+        return self
+
+
+class Timeout(_Body):
+    timeout: int = Field(ge=0, le=INT32_MAX)
+
+
+class Resume(_Body):
+    timeout: int = Field(default=15, ge=0, le=INT32_MAX)
+    autoPause: bool | None = None
+
+
+class Pause(_Body):
+    memory: bool = True
+
+
+class NewTemplate(_Body):
+    alias: str = Field(min_length=1, max_length=128, pattern=r"^[a-z0-9][a-z0-9_-]*$")
+    teamID: str | None = None
+    cpuCount: int = Field(default=2, ge=1, le=32)
+    memoryMB: int = Field(default=1024, ge=128, le=INT32_MAX)
+
+    @model_validator(mode="after")
+    def _check_sizes(self) -> NewTemplate:
+        if self.cpuCount != 1 and self.cpuCount % 2:
+            raise ValueError("cpuCount: must be 1 or even")
+        if self.memoryMB % 2:
+            raise ValueError("memoryMB: must be even")
+        return self
+
+
+class TemplateUpdate(_Body):
+    public: bool | None = None
+
+
+def parse_body(model: type[Model], raw: bytes, *, optional: bool = False) -> Model:
+    """`raw` as `model`; an empty body is `{}` when `optional`.
+
+    Raises:
+        RequestError: 400 `validation error: FIELD: reason` (or: not JSON, not an object).
+    """
+    if not raw.strip() and optional:
+        raw = b"{}"
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        raise RequestError(400, "validation error: the body is not valid JSON") from None
+    if not isinstance(data, dict):
+        raise RequestError(400, "validation error: the body must be a JSON object")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise RequestError(400, f"validation error: {describe(exc)}") from None
+
+
+def describe(exc: ValidationError) -> str:
+    """The first error as `field.path: message` (pydantic's own text for the reason)."""
+    first = exc.errors(include_url=False)[0]
+    where = ".".join(str(part) for part in first["loc"])
+    message = first["msg"].removeprefix("Value error, ")
+    return f"{where}: {message}" if where else message

@@ -1,0 +1,143 @@
+"""The sandbox endpoints: create, get, list (v1 and v2), kill, connect, resume, pause,
+timeout, and sandbox and team metrics."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from sandboxd.api import listing, params, shapes
+from sandboxd.api.metrics import sandbox_metrics, team_metrics
+from sandboxd.api.models import NewSandbox, Pause, Resume, Timeout, parse_body
+from sandboxd.errors import RequestError
+from sandboxd.sandboxes import CreateSpec, not_found
+
+if TYPE_CHECKING:
+    from starlette.requests import Request
+
+    from sandboxd.sandboxes import SandboxManager
+    from sandboxd.store import Store
+
+UNIX_S_MAX = 2**62
+
+
+def _check_timeout(manager: SandboxManager, timeout_s: int) -> None:
+    if timeout_s > manager.max_timeout_s:
+        hours = manager.max_timeout_s / 3600
+        raise RequestError(400, f"Timeout cannot be greater than {hours:g} hours")
+
+
+def _spec(manager: SandboxManager, body: NewSandbox) -> CreateSpec:
+    if body.timeout <= 0:
+        raise RequestError(400, "Timeout must be greater than 0")
+    _check_timeout(manager, body.timeout)
+    unenforced = {"network", "allow_internet_access", "mcp", "volumeMounts", "autoResume",
+                  "autoPauseMemory"}  # fmt: skip
+    options: dict[str, Any] = body.model_dump(include=unenforced, exclude_none=True)
+    return CreateSpec(body.templateID, body.timeout, body.secure, body.autoPause,
+                      body.metadata or {}, body.envVars or {}, options)  # fmt: skip
+
+
+def routes(manager: SandboxManager, store: Store) -> list[Route]:
+    async def create(request: Request) -> Response:
+        spec = _spec(manager, parse_body(NewSandbox, await request.body()))
+        sandbox = await manager.create(spec)
+        return JSONResponse(shapes.sandbox(manager, sandbox), 201)
+
+    async def get(request: Request) -> Response:
+        sandbox_id = params.sandbox_id(request)
+        sandbox = manager.get(sandbox_id)
+        if sandbox is None:
+            raise not_found(sandbox_id)
+        return JSONResponse(shapes.detail(sandbox))
+
+    async def kill(request: Request) -> Response:
+        sandbox_id = params.sandbox_id(request)
+        if not await manager.kill(sandbox_id):
+            raise not_found(sandbox_id)
+        return Response(status_code=204)
+
+    async def connect(request: Request) -> Response:
+        sandbox_id = params.sandbox_id(request)
+        body = parse_body(Timeout, await request.body())
+        _check_timeout(manager, body.timeout)
+        sandbox, resumed = await manager.connect(sandbox_id, body.timeout)
+        return JSONResponse(shapes.sandbox(manager, sandbox), 201 if resumed else 200)
+
+    async def resume(request: Request) -> Response:
+        sandbox_id = params.sandbox_id(request)
+        body = parse_body(Resume, await request.body(), optional=True)
+        if body.timeout <= 0:
+            raise RequestError(400, "Timeout must be greater than 0")
+        _check_timeout(manager, body.timeout)
+        sandbox = await manager.resume(sandbox_id, body.timeout)
+        return JSONResponse(shapes.sandbox(manager, sandbox), 201)
+
+    async def pause(request: Request) -> Response:
+        sandbox_id = params.sandbox_id(request)
+        parse_body(Pause, await request.body(), optional=True)  # memory: false is not offered
+        await manager.pause(sandbox_id)
+        return Response(status_code=204)
+
+    async def set_timeout(request: Request) -> Response:
+        sandbox_id = params.sandbox_id(request)
+        body = parse_body(Timeout, await request.body())
+        manager.set_timeout(sandbox_id, body.timeout)
+        return Response(status_code=204)
+
+    async def list_v2(request: Request) -> Response:
+        query = listing.parse(request)
+        template_ids = None
+        if query.template is not None:
+            template = store.template(query.template)
+            template_ids = {template.template_id} if template else set()
+        found = [s for s in manager.all() if listing.matches(s, query, template_ids)]
+        items, token = listing.page(found, query)
+        headers = {}
+        if token is not None:
+            headers["X-Next-Token"] = token
+        if "running" in query.states:
+            headers["X-Total-Running"] = str(sum(s.running for s in found))
+        return JSONResponse([shapes.listed(s) for s in items], headers=headers)
+
+    async def list_v1(request: Request) -> Response:
+        wanted = params.metadata_filter(request)
+        found = [s for s in manager.all() if s.running
+                 and all(s.row.metadata.get(k) == v for k, v in wanted.items())]  # fmt: skip
+        found.sort(key=lambda s: (-s.row.started_at, s.row.sandbox_id))
+        return JSONResponse([shapes.listed(s) for s in found])
+
+    async def metrics(request: Request) -> Response:
+        sandbox_id = params.sandbox_id(request)
+        start, end = _range(request)
+        return JSONResponse(sandbox_metrics(store, sandbox_id, start, end))
+
+    async def team(request: Request) -> Response:
+        if request.path_params["team_id"] != shapes.TEAM_ID:
+            raise RequestError(403, f"You (team {shapes.TEAM_ID}) don't have access to this team")
+        start, end = _range(request)
+        return JSONResponse(team_metrics(store, start, end))
+
+    return [
+        Route("/sandboxes", create, methods=["POST"]),
+        Route("/sandboxes", list_v1, methods=["GET"]),
+        Route("/v2/sandboxes", list_v2, methods=["GET"]),
+        Route("/sandboxes/{sandbox_id}", get, methods=["GET"]),
+        Route("/sandboxes/{sandbox_id}", kill, methods=["DELETE"]),
+        Route("/sandboxes/{sandbox_id}/connect", connect, methods=["POST"]),
+        Route("/sandboxes/{sandbox_id}/resume", resume, methods=["POST"]),
+        Route("/sandboxes/{sandbox_id}/pause", pause, methods=["POST"]),
+        Route("/sandboxes/{sandbox_id}/timeout", set_timeout, methods=["POST"]),
+        Route("/sandboxes/{sandbox_id}/metrics", metrics, methods=["GET"]),
+        Route("/teams/{team_id}/metrics", team, methods=["GET"]),
+    ]
+
+
+def _range(request: Request) -> tuple[int | None, int | None]:
+    start = params.query_int(request, "start", 0, UNIX_S_MAX)
+    end = params.query_int(request, "end", 0, UNIX_S_MAX)
+    if start is not None and end is not None and start > end:
+        raise RequestError(400, "Invalid time range for metrics")
+    return start, end

@@ -1,0 +1,125 @@
+"""The JSON shapes the control API answers with (field names and presence as the reference's
+OpenAPI spec and the SDKs read them)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from sandboxd.sandboxes import rfc3339
+
+if TYPE_CHECKING:
+    from sandboxd.sandboxes import Sandbox, SandboxManager
+    from sandboxd.store import TemplateRow
+
+# The reference's constant for the deprecated clientID (infra: utils/split.go).
+CLIENT_ID = "6532622b"
+# sandboxd has one team; its id is fixed so `GET /teams/{teamID}/metrics` can be called.
+TEAM_ID = "00000000-0000-4000-8000-000000000001"
+
+
+def sandbox(manager: SandboxManager, s: Sandbox) -> dict[str, Any]:
+    """`Sandbox` (create, connect, resume)."""
+    row = s.row
+    out: dict[str, Any] = {
+        "templateID": row.template_id,
+        "sandboxID": row.sandbox_id,
+        "clientID": CLIENT_ID,
+        "envdVersion": row.envd_version,
+    }
+    if row.alias is not None:
+        out["alias"] = row.alias
+    if s.token is not None:
+        out["envdAccessToken"] = s.token
+    network = row.options.get("network") or {}
+    if network.get("allowPublicTraffic") is False:
+        out["trafficAccessToken"] = manager.traffic_token(row.sandbox_id)
+    out["domain"] = None
+    return out
+
+
+def listed(s: Sandbox) -> dict[str, Any]:
+    """`ListedSandbox` (lists)."""
+    row = s.row
+    out: dict[str, Any] = {
+        "templateID": row.template_id,
+        "sandboxID": row.sandbox_id,
+        "clientID": CLIENT_ID,
+        "startedAt": rfc3339(row.started_at),
+        "endAt": rfc3339(row.end_at),
+        "cpuCount": row.cpu_count,
+        "memoryMB": row.memory_mb,
+        "diskSizeMB": row.disk_size_mb,
+        "state": row.state,
+        "envdVersion": row.envd_version,
+        "metadata": row.metadata,
+    }
+    if row.alias is not None:
+        out["alias"] = row.alias
+    if "volumeMounts" in row.options:
+        out["volumeMounts"] = row.options["volumeMounts"]
+    return out
+
+
+def detail(s: Sandbox) -> dict[str, Any]:
+    """`SandboxDetail` (GET /sandboxes/{id})."""
+    options = s.row.options
+    out = listed(s)
+    if s.token is not None:
+        out["envdAccessToken"] = s.token
+    out["allowInternetAccess"] = options.get("allow_internet_access")
+    out["domain"] = None
+    if "network" in options:
+        network = dict(options["network"])
+        if isinstance(network.get("egressProxy"), dict):
+            network["egressProxy"] = {
+                k: v for k, v in network["egressProxy"].items() if k != "password"
+            }
+        out["network"] = network
+    auto_resume = options.get("autoResume") or {}
+    out["lifecycle"] = {
+        "autoResume": bool(auto_resume.get("enabled")),
+        "onTimeout": "pause" if s.row.auto_pause else "kill",
+    }
+    return out
+
+
+def template(t: TemplateRow) -> dict[str, Any]:
+    """`Template` (lists, POST /v2/templates)."""
+    aliases = [t.alias] if t.alias else []
+    return {
+        "templateID": t.template_id,
+        "buildID": t.build_id,
+        "cpuCount": t.cpu_count,
+        "memoryMB": t.memory_mb,
+        "diskSizeMB": t.disk_size_mb,
+        "public": t.public,
+        "aliases": aliases,
+        "names": aliases,
+        "createdAt": rfc3339(t.created_at),
+        "updatedAt": rfc3339(t.updated_at),
+        "createdBy": None,
+        "lastSpawnedAt": None if t.last_spawned_at is None else rfc3339(t.last_spawned_at),
+        "spawnCount": t.spawn_count,
+        "buildCount": t.build_count,
+        "envdVersion": t.envd_version,
+        "buildStatus": t.build_status,
+    }
+
+
+def template_detail(t: TemplateRow) -> dict[str, Any]:
+    """GET /templates/{id}: the template with its (one) build."""
+    whole = template(t)
+    build = {
+        "buildID": t.build_id,
+        "status": t.build_status,
+        "createdAt": whole["updatedAt"],
+        "updatedAt": whole["updatedAt"],
+        "finishedAt": whole["updatedAt"],
+        "cpuCount": t.cpu_count,
+        "memoryMB": t.memory_mb,
+        "diskSizeMB": t.disk_size_mb,
+        "envdVersion": t.envd_version,
+    }
+    keys = ("templateID", "public", "aliases", "names", "createdAt", "updatedAt",
+            "lastSpawnedAt", "spawnCount")  # fmt: skip
+    return {**{k: whole[k] for k in keys}, "builds": [build]}

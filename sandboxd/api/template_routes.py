@@ -1,0 +1,98 @@
+"""The template endpoints. A template is a root filesystem plus its record; until templates are
+built from steps, `POST /v2/templates` makes a new record over the base root filesystem with
+its own CPU and memory (a `ready` build at once)."""
+
+from __future__ import annotations
+
+import secrets
+from typing import TYPE_CHECKING
+
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from sandboxd.api import shapes
+from sandboxd.api.models import NewTemplate, TemplateUpdate, parse_body
+from sandboxd.errors import RequestError
+from sandboxd.sandboxes import ID_ALPHABET, now_us
+from sandboxd.store import TemplateRow
+
+if TYPE_CHECKING:
+    from starlette.requests import Request
+
+    from sandboxd.sandboxes import SandboxManager
+    from sandboxd.store import Store
+
+BASE = "base"
+
+
+def new_template_id() -> str:
+    return "".join(secrets.choice(ID_ALPHABET) for _ in range(20))
+
+
+def new_build_id() -> str:
+    hexed = secrets.token_hex(16)
+    return f"{hexed[:8]}-{hexed[8:12]}-4{hexed[13:16]}-8{hexed[17:20]}-{hexed[20:]}"
+
+
+def _existing(store: Store, template_id: str) -> TemplateRow:
+    template = store.template(template_id)
+    if template is None:
+        raise RequestError(404, f"template '{template_id}' not found")
+    return template
+
+
+def routes(manager: SandboxManager, store: Store) -> list[Route]:
+    async def list_templates(_: Request) -> Response:
+        return JSONResponse([shapes.template(t) for t in store.templates()])
+
+    async def get_template(request: Request) -> Response:
+        template = _existing(store, request.path_params["template_id"])
+        return JSONResponse(shapes.template_detail(template))
+
+    async def by_alias(request: Request) -> Response:
+        template = _existing(store, request.path_params["alias"])
+        return JSONResponse({"templateID": template.template_id, "public": template.public})
+
+    async def create_v2(request: Request) -> Response:
+        body = parse_body(NewTemplate, await request.body())
+        base = _existing(store, BASE)
+        now = now_us()
+        template = store.template(body.alias)
+        if template is None:  # an alias already ours gets a new build, as the reference does
+            template = TemplateRow(new_template_id(), body.alias, "", base.rootfs, 0, 0,
+                                   base.disk_size_mb, "ready", base.envd_version, now, now,
+                                   build_count=0)  # fmt: skip
+        template.build_id = new_build_id()
+        template.cpu_count, template.memory_mb = body.cpuCount, body.memoryMB
+        template.build_count += 1
+        template.updated_at = now
+        store.put_template(template)
+        return JSONResponse(shapes.template(template), 202)
+
+    async def update(request: Request) -> Response:
+        template = _existing(store, request.path_params["template_id"])
+        body = parse_body(TemplateUpdate, await request.body(), optional=True)
+        if body.public is not None:
+            template.public = body.public
+            template.updated_at = now_us()
+            store.put_template(template)
+        return JSONResponse(None)
+
+    async def delete(request: Request) -> Response:
+        template = _existing(store, request.path_params["template_id"])
+        if template.template_id == BASE:
+            raise RequestError(400, "the base template cannot be deleted")
+        if manager.uses_template(template.template_id):
+            raise RequestError(400, f"template '{template.template_id}' is used by sandboxes")
+        store.delete_template(template.template_id)
+        return Response(status_code=204)
+
+    # {…:path}: names such as team/name:tag arrive percent-encoded as one segment.
+    return [
+        Route("/templates", list_templates, methods=["GET"]),
+        Route("/v2/templates", create_v2, methods=["POST"]),
+        Route("/templates/aliases/{alias:path}", by_alias, methods=["GET"]),
+        Route("/templates/{template_id:path}", get_template, methods=["GET"]),
+        Route("/templates/{template_id:path}", update, methods=["PATCH"]),
+        Route("/templates/{template_id:path}", delete, methods=["DELETE"]),
+    ]

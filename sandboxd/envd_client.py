@@ -1,0 +1,150 @@
+"""HTTP to envd inside sandboxes, as the orchestrator talks to it (/init, /metrics): httpcore's
+connection pool over sockets made in each sandbox's network namespace. The URL's host is the
+sandbox id (`http://ID:49983/init`), so the pool keeps each sandbox's connections apart and the
+host routes nothing anywhere."""
+
+# httpcore's network interface takes `timeout` arguments; these classes implement it.
+# ruff: noqa: ASYNC109
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.abc
+import httpcore
+
+from sandboxd.health import ENVD_PORT
+
+if TYPE_CHECKING:
+    import ssl
+    from collections.abc import Callable, Iterable
+
+    from sandboxd.netns import NetNamespace
+
+
+class EnvdUnreachable(Exception):
+    """envd did not answer (connection refused or reset, timeout, sandbox gone)."""
+
+
+class _SocketStream(httpcore.AsyncNetworkStream):
+    def __init__(self, stream: anyio.abc.SocketStream) -> None:
+        self._stream = stream
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        try:
+            with anyio.fail_after(timeout):
+                return await self._stream.receive(max_bytes)
+        except anyio.EndOfStream:
+            return b""
+        except TimeoutError as exc:
+            raise httpcore.ReadTimeout(str(exc)) from exc
+        except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+            raise httpcore.ReadError(str(exc)) from exc
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        try:
+            with anyio.fail_after(timeout):
+                await self._stream.send(buffer)
+        except TimeoutError as exc:
+            raise httpcore.WriteTimeout(str(exc)) from exc
+        except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+            raise httpcore.WriteError(str(exc)) from exc
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+    async def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        raise httpcore.ConnectError("envd inside a sandbox speaks plain HTTP")
+
+    def get_extra_info(self, info: str) -> Any:
+        return None
+
+
+class _NetnsBackend(httpcore.AsyncNetworkBackend):
+    """connect_tcp(host=sandbox id) → a socket to 127.0.0.1:port in that sandbox."""
+
+    def __init__(self, resolve: Callable[[str], NetNamespace | None]) -> None:
+        self._resolve = resolve
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        netns = self._resolve(host)
+        if netns is None:
+            raise httpcore.ConnectError(f"sandbox {host} is not running")
+        try:
+            with anyio.fail_after(timeout):
+                sock = await netns.connect(port)
+        except TimeoutError as exc:
+            raise httpcore.ConnectTimeout(f"connecting to {host}:{port}") from exc
+        except OSError as exc:
+            raise httpcore.ConnectError(f"{host}:{port}: {exc}") from exc
+        return _SocketStream(await anyio.abc.SocketStream.from_socket(sock))
+
+    async def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
+    ) -> httpcore.AsyncNetworkStream:
+        raise httpcore.ConnectError("no unix sockets into sandboxes")
+
+    async def sleep(self, seconds: float) -> None:
+        await anyio.sleep(seconds)
+
+
+class EnvdClient:
+    """Requests to envd in the sandbox `resolve(sandbox_id)` finds."""
+
+    def __init__(self, resolve: Callable[[str], NetNamespace | None]) -> None:
+        self._pool = httpcore.AsyncConnectionPool(
+            max_connections=None,
+            max_keepalive_connections=256,
+            keepalive_expiry=30,
+            network_backend=_NetnsBackend(resolve),
+        )
+
+    async def aclose(self) -> None:
+        await self._pool.aclose()
+
+    async def request(
+        self,
+        sandbox_id: str,
+        method: str,
+        path: str,
+        *,
+        body: dict[str, Any] | None = None,
+        token: str | None = None,
+        timeout_s: float = 2,
+    ) -> tuple[int, bytes]:
+        """(status, body) of one request to envd.
+
+        Raises:
+            EnvdUnreachable: no answer within `timeout_s` (or no connection at all).
+        """
+        headers = [(b"Host", b"127.0.0.1")]
+        if token is not None:
+            headers.append((b"X-Access-Token", token.encode()))
+        content = b""
+        if body is not None:
+            content = json.dumps(body).encode()
+            headers.append((b"Content-Type", b"application/json"))
+        extensions = {"timeout": dict.fromkeys(("connect", "read", "write", "pool"), timeout_s)}
+        url = f"http://{sandbox_id}:{ENVD_PORT}{path}"
+        try:
+            response = await self._pool.request(
+                method, url, headers=headers, content=content, extensions=extensions
+            )
+        except httpcore.TimeoutException as exc:
+            raise EnvdUnreachable(f"envd in {sandbox_id}: no answer in {timeout_s:g} s") from exc
+        except httpcore.NetworkError as exc:
+            raise EnvdUnreachable(f"envd in {sandbox_id}: {exc}") from exc
+        return response.status, response.content

@@ -1,0 +1,71 @@
+"""The warm pool: sandboxes booted ahead of time per template root filesystem, envd up but not
+yet given its /init, so a create only needs the /init. Refilled in the background."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from sandboxd.errors import SandboxError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+
+    from sandboxd.cgroups import Limits
+    from sandboxd.runtime import Box, Runtime
+
+log = logging.getLogger("sandboxd.pool")
+RETRY_AFTER_FAILURE_S = 5
+
+
+class WarmPool:
+    """Up to `size` booted sandboxes per root filesystem."""
+
+    def __init__(self, runtime: Runtime, size: int, new_id: Callable[[], str]) -> None:
+        self.runtime = runtime
+        self.size = size
+        self._new_id = new_id
+        self._boxes: dict[Path, list[Box]] = {}
+        self._fillers: dict[Path, asyncio.Task[None]] = {}
+
+    def take(self, rootfs: Path, limits: Limits) -> Box | None:
+        """A booted sandbox of `rootfs` with `limits` applied, or None; starts a refill."""
+        boxes = self._boxes.get(rootfs, [])
+        box = boxes.pop() if boxes else None
+        if box is not None:
+            self.runtime.set_limits(box, limits)
+        self.fill(rootfs, limits)
+        return box
+
+    def fill(self, rootfs: Path, limits: Limits) -> None:
+        """Boot in the background until `rootfs` has `size` waiting sandboxes."""
+        if self.size <= 0:
+            return
+        filler = self._fillers.get(rootfs)
+        if filler is None or filler.done():
+            self._fillers[rootfs] = asyncio.create_task(self._fill(rootfs, limits))
+
+    async def _fill(self, rootfs: Path, limits: Limits) -> None:
+        boxes = self._boxes.setdefault(rootfs, [])
+        while len(boxes) < self.size:
+            try:
+                boxes.append(await self.runtime.boot(self._new_id(), rootfs, limits))
+            except SandboxError as exc:
+                log.warning("warm pool for %s: %s", rootfs, exc)
+                await asyncio.sleep(RETRY_AFTER_FAILURE_S)
+
+    async def close(self) -> None:
+        """Stop refilling and kill the waiting sandboxes (they have no record to survive a
+        restart with)."""
+        for filler in self._fillers.values():
+            filler.cancel()
+        await asyncio.gather(*self._fillers.values(), return_exceptions=True)
+        for boxes in self._boxes.values():
+            for box in boxes:
+                try:
+                    await self.runtime.kill(box)
+                except SandboxError as exc:
+                    log.warning("warm pool: killing %s: %s", box.id, exc)
+            boxes.clear()

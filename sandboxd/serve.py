@@ -1,0 +1,136 @@
+"""`sandboxd serve`: the state directory's store, secret and base template, the sandbox manager,
+and uvicorn serving the control API. SIGTERM stops serving and leaves the sandboxes running; the
+next start adopts them."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import secrets
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import uvicorn
+
+from envd.settings import ENVD_VERSION
+from sandboxd.api.app import create_app
+from sandboxd.errors import HostError, SandboxError
+from sandboxd.images import BUILD_FILE, build_base
+from sandboxd.overlay import require_rootfs
+from sandboxd.runtime import Runtime
+from sandboxd.sandboxes import SandboxManager, now_us
+from sandboxd.store import Store, TemplateRow
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+log = logging.getLogger("sandboxd.serve")
+
+SECRET_FILE = "secret"  # noqa: S105  # the file's name, not a secret
+API_KEY_ENV = "SANDBOXD_API_KEY"
+API_KEY_FORM = re.compile(r"^e2b_[0-9a-f]{40}$")
+BASE_CPUS = 2
+BASE_MEMORY_MB = 1024
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    state_dir: Path
+    bind: str
+    port: int
+    pool: int
+    max_timeout_s: int
+    base_rootfs: Path | None
+    cgroup_parent: str
+
+
+def base_rootfs(state_dir: Path) -> Path:
+    """Where the base template's root filesystem lives in a state directory."""
+    return state_dir / "templates" / "base" / "rootfs"
+
+
+def new_api_key() -> str:
+    """`e2b_` + 40 hex (160 random bits), the SDK's and the reference's form."""
+    return "e2b_" + secrets.token_hex(20)
+
+
+def server_secret(state_dir: Path) -> bytes:
+    """The key of the envd tokens' HMAC: made once, kept in the state directory (0600)."""
+    path = state_dir / SECRET_FILE
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        pass
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, secrets.token_bytes(32))
+    finally:
+        os.close(fd)
+    return path.read_bytes()
+
+
+def ensure_base(store: Store, state_dir: Path, given: Path | None) -> None:
+    """Register the base template; build its root filesystem first when it is missing.
+
+    Raises:
+        TemplateError: `given` is not a root filesystem, or the build failed.
+    """
+    if given is not None:
+        rootfs = given.absolute()
+        require_rootfs(rootfs)
+    else:
+        rootfs = base_rootfs(state_dir)
+        if not (rootfs / BUILD_FILE).is_file():
+            log.info("the base template is missing: building it (a few minutes the first time)")
+            build_base(rootfs, state_dir / "cache")
+    template = store.template("base")
+    now = now_us()
+    if template is None:
+        template = TemplateRow("base", "base", secrets.token_hex(16), str(rootfs), BASE_CPUS,
+                               BASE_MEMORY_MB, 0, "ready", ENVD_VERSION, now, now)  # fmt: skip
+    template.rootfs, template.envd_version = str(rootfs), ENVD_VERSION
+    store.put_template(template)
+
+
+def register_env_key(store: Store) -> None:
+    """Raises HostError when SANDBOXD_API_KEY is set but not of the SDK's form."""
+    key = os.environ.get(API_KEY_ENV)
+    if key is None:
+        return
+    if not API_KEY_FORM.match(key):
+        raise HostError(f"{API_KEY_ENV} must be e2b_ and 40 lower-case hex digits")
+    store.add_key(key, now_us())
+
+
+def serve(options: ServeOptions) -> None:
+    """Run until SIGTERM or SIGINT.
+
+    Raises:
+        SandboxError: not root, no usable base template, or a bad SANDBOXD_API_KEY.
+    """
+    if os.geteuid() != 0:
+        raise HostError("sandboxd serve needs root (it boots containers)")
+    state_dir = options.state_dir.absolute()
+    store = Store(state_dir)
+    try:
+        register_env_key(store)
+        ensure_base(store, state_dir, options.base_rootfs)
+        runtime = Runtime(state_dir / "sandboxes", cgroup_parent=options.cgroup_parent)
+        manager = SandboxManager(store, runtime, server_secret(state_dir),
+                                 options.max_timeout_s, options.pool)  # fmt: skip
+        config = uvicorn.Config(
+            create_app(manager, store),
+            host=options.bind,
+            port=options.port,
+            loop="uvloop",
+            http="httptools",
+            log_config=None,
+            access_log=False,
+            timeout_graceful_shutdown=5,
+        )
+        uvicorn.Server(config).run()
+    except OSError as exc:
+        raise SandboxError(f"cannot serve: {exc}") from exc
+    finally:
+        store.close()
