@@ -233,8 +233,11 @@ class SandboxManager:
         if template is None:
             raise RequestError(404, f"template '{spec.template}' not found")
         box = await self._boot(template)
+        # Times are set again once envd took /init; these keep the evictor off meanwhile.
+        started = now_us()
+        end = started + spec.timeout_s * 1_000_000
         row = SandboxRow(
-            box.id, template.template_id, template.alias, "running", 0, 0, spec.timeout_s,
+            box.id, template.template_id, template.alias, "running", started, end, spec.timeout_s,
             spec.secure, spec.auto_pause, template.cpu_count, template.memory_mb,
             template.disk_size_mb, template.envd_version, spec.metadata, spec.env_vars,
             spec.options,
@@ -244,7 +247,7 @@ class SandboxManager:
         try:
             await self._init(sandbox)
         except BaseException:
-            del self._sandboxes[box.id]
+            self._sandboxes.pop(box.id, None)
             await self._kill_quietly(box)
             raise
         row.started_at = now_us()

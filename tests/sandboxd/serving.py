@@ -1,0 +1,177 @@
+"""A real `sandboxd serve` for tests: a subprocess on a free loopback port with its own state
+directory and cgroup parent, the cached base template as its base, and a known API key. Stopping
+it kills every sandbox it left and checks that its log has no traceback."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from sandboxd import nspawn
+from sandboxd.cgroups import CgroupHost, SandboxCgroups
+from sandboxd.envd_client import EnvdClient
+from sandboxd.netns import NetNamespace
+from sandboxd.runtime import Runtime
+from tests.waiting import wait_until
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+API_KEY = "e2b_" + "5a" * 20
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class Sandboxd:
+    """One state directory served by (successive) `sandboxd serve` processes."""
+
+    def __init__(self, state_dir: Path, base_rootfs: Path, *flags: str) -> None:
+        self.state_dir = state_dir
+        self.base_rootfs = base_rootfs
+        self.flags = flags
+        self.cgroup_parent = f"sandboxd-test-{os.getpid()}-{state_dir.name}"
+        self.log = state_dir.parent / f"{state_dir.name}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.url = ""
+
+    def start(self) -> None:
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        argv = [sys.executable, "-m", "sandboxd", "serve", "--port", str(port),
+                "--state-dir", str(self.state_dir), "--base-rootfs", str(self.base_rootfs),
+                "--cgroup-parent", self.cgroup_parent, *self.flags]  # fmt: skip
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                argv, stdout=log, stderr=log, env={**os.environ, "SANDBOXD_API_KEY": API_KEY}
+            )
+        wait_until(self._ready, 60, "sandboxd to serve")
+
+    def _ready(self) -> bool:
+        assert self.proc is not None
+        assert self.proc.poll() is None, f"sandboxd exited: {self.log.read_text()[-2000:]}"
+        try:
+            return httpx.get(self.url + "/templates", headers=self.headers, timeout=1).is_success
+        except httpx.TransportError:
+            return False
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"X-API-Key": API_KEY}
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(base_url=self.url, headers=self.headers, timeout=60)
+
+    def stop(self) -> None:
+        """SIGTERM, as an operator stops it: sandboxes keep running."""
+        if self.proc is None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise
+        finally:
+            self.proc = None
+        assert "Traceback" not in self.log.read_text(), self.log.read_text()[-3000:]
+
+    async def _kill_all(self) -> None:
+        runtime = Runtime(self.state_dir / "sandboxes", cgroup_parent=self.cgroup_parent)
+        for box in runtime.adopt():
+            await runtime.kill(box)
+
+    def clean_up(self) -> None:
+        """Stop the server and remove every sandbox and cgroup it made."""
+        try:
+            self.stop()
+        finally:
+            asyncio.run(self._kill_all())
+            host = CgroupHost.detect()
+            for mount in {host.unified, *host.v1.values()}:
+                with contextlib.suppress(FileNotFoundError):
+                    (mount / self.cgroup_parent).rmdir()
+
+    def cgroups(self, sandbox_id: str) -> SandboxCgroups:
+        return SandboxCgroups(CgroupHost.detect(), self.cgroup_parent, sandbox_id)
+
+    def box_dir(self, sandbox_id: str) -> Path:
+        return self.state_dir / "sandboxes" / sandbox_id
+
+    def netns(self, sandbox_id: str) -> NetNamespace:
+        """The sandbox's network namespace, found as the server finds it (the proxy is not
+        part of these tests)."""
+        supervisor = nspawn.supervisor(self.cgroups(sandbox_id))
+        assert supervisor is not None, f"no nspawn for {sandbox_id}"
+        leader = nspawn.leader(supervisor)
+        assert leader is not None
+        return NetNamespace(leader)
+
+    def envd(
+        self,
+        sandbox_id: str,
+        method: str,
+        path: str,
+        token: str | None = None,
+        timeout_s: float = 2,
+    ) -> tuple[int, Any]:
+        """(status, body) of a request to envd inside the sandbox; (0, None) without answer."""
+
+        async def ask() -> tuple[int, Any]:
+            netns = self.netns(sandbox_id)
+            client = EnvdClient(lambda _: netns)
+            try:
+                return await client.request(
+                    sandbox_id, method, path, token=token, timeout_s=timeout_s
+                )
+            except Exception:  # noqa: BLE001  # unreachable, whatever the reason
+                return 0, None
+            finally:
+                await client.aclose()
+                netns.close()
+
+        return asyncio.run(ask())
+
+    def traces(self, sandbox_id: str) -> list[str]:
+        """What of the sandbox is still on the host."""
+        left = []
+        if self.box_dir(sandbox_id).exists():
+            left.append(f"directory {self.box_dir(sandbox_id)}")
+        cgroups = self.cgroups(sandbox_id)
+        left += [f"cgroup {d}" for d in cgroups.dirs if d.exists()]
+        mounts = Path("/proc/self/mountinfo").read_text()
+        if str(self.box_dir(sandbox_id)) in mounts:
+            left.append("a mount")
+        return left
+
+
+@contextlib.contextmanager
+def running_sandboxd(state_dir: Path, base_rootfs: Path, *flags: str) -> Iterator[Sandboxd]:
+    server = Sandboxd(state_dir, base_rootfs, *flags)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.clean_up()
+
+
+def wait_gone(client: httpx.Client, sandbox_id: str, timeout_s: float) -> None:
+    wait_until(
+        lambda: client.get(f"/sandboxes/{sandbox_id}").status_code == 404,
+        timeout_s,
+        f"sandbox {sandbox_id} to be gone",
+    )

@@ -1,0 +1,370 @@
+"""sandboxd's control API over the wire: a real `sandboxd serve` booting real sandboxes, asked
+with plain HTTP (the proxy is not part of these tests: envd is reached through the sandbox's
+network namespace)."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+import httpx
+import pytest
+
+from tests.sandboxd.serving import API_KEY, Sandboxd, running_sandboxd, wait_gone
+from tests.waiting import wait_until
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+pytestmark = pytest.mark.root
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, base_template: Path) -> Iterator[Sandboxd]:
+    with running_sandboxd(tmp_path_factory.mktemp("api") / "state", base_template) as s:
+        yield s
+
+
+@pytest.fixture
+def api(server: Sandboxd) -> Iterator[httpx.Client]:
+    with server.client() as client:
+        yield client
+
+
+def create(api: httpx.Client, **body: object) -> dict[str, object]:
+    response = api.post("/sandboxes", json={"templateID": "base", "timeout": 120, **body})
+    assert response.status_code == 201, response.text
+    created: dict[str, object] = response.json()
+    return created
+
+
+def kill(api: httpx.Client, sandbox_id: object) -> None:
+    assert api.delete(f"/sandboxes/{sandbox_id}").status_code == 204
+
+
+def test_create_get_list_kill(server: Sandboxd, api: httpx.Client) -> None:
+    created = create(api, secure=True, metadata={"who": "test"}, envVars={"A": "1"})
+    sandbox_id = str(created["sandboxID"])
+    assert sandbox_id.startswith("i")
+    assert len(sandbox_id) == 21
+    assert created["templateID"] == "base"
+    assert created["clientID"] == "6532622b"
+    assert len(str(created["envdAccessToken"])) == 64
+    detail = api.get(f"/sandboxes/{sandbox_id}").json()
+    assert detail["state"] == "running"
+    assert detail["metadata"] == {"who": "test"}
+    assert detail["envdAccessToken"] == created["envdAccessToken"]
+    started = datetime.fromisoformat(detail["startedAt"])
+    assert datetime.fromisoformat(detail["endAt"]) - started == timedelta(seconds=120)
+    listed = api.get("/v2/sandboxes", params={"metadata": "who=test"})
+    assert [s["sandboxID"] for s in listed.json()] == [sandbox_id]
+    assert listed.headers["X-Total-Running"] == "1"
+    assert [s["sandboxID"] for s in api.get("/sandboxes").json()] == [sandbox_id]
+    kill(api, sandbox_id)
+    assert server.traces(sandbox_id) == []
+    assert api.get(f"/sandboxes/{sandbox_id}").status_code == 404
+    assert api.delete(f"/sandboxes/{sandbox_id}").json() == {
+        "code": 404,
+        "message": f"Sandbox \"{sandbox_id}\" doesn't exist or you don't have access to it",
+    }
+    assert api.get("/v2/sandboxes", params={"metadata": "who=test"}).json() == []
+
+
+def test_init_gave_envd_the_env_vars_token_and_user(server: Sandboxd, api: httpx.Client) -> None:
+    created = create(api, secure=True, envVars={"FROM_CREATE": "yes"})
+    sandbox_id, token = str(created["sandboxID"]), str(created["envdAccessToken"])
+    status, body = server.envd(sandbox_id, "GET", "/envs", token=token)
+    assert status == 200
+    assert b'"FROM_CREATE":"yes"' in body.replace(b" ", b"")
+    assert server.envd(sandbox_id, "GET", "/envs")[0] == 401  # the token is installed
+    kill(api, sandbox_id)
+
+
+def test_an_insecure_sandbox_has_no_token(server: Sandboxd, api: httpx.Client) -> None:
+    created = create(api, secure=False)
+    assert "envdAccessToken" not in created
+    assert server.envd(str(created["sandboxID"]), "GET", "/envs")[0] == 200
+    kill(api, created["sandboxID"])
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{}, {"X-API-Key": "e2b_" + "0" * 40}, {"X-API-Key": "not-a-key"}],
+    ids=["missing", "unknown", "malformed"],
+)
+def test_a_request_without_a_valid_key_is_401(server: Sandboxd, headers: dict[str, str]) -> None:
+    for method, path in (("GET", "/v2/sandboxes"), ("POST", "/sandboxes"), ("GET", "/templates")):
+        response = httpx.request(method, server.url + path, headers=headers)
+        assert response.status_code == 401
+        assert response.json()["code"] == 401
+        assert response.json()["message"]
+
+
+def test_the_key_header_is_case_insensitive(server: Sandboxd) -> None:
+    response = httpx.get(server.url + "/templates", headers={"x-api-key": API_KEY})
+    assert response.status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"timeout": 10}, "templateID"),
+        ({"templateID": "base", "timeout": "10"}, "timeout"),
+        ({"templateID": "base", "timeout": -1}, "timeout"),
+        ({"templateID": "base", "metadata": {"a": 1}}, "metadata.a"),
+        ({"templateID": "base", "envVars": ["A"]}, "envVars"),
+        ({"templateID": "base", "secure": "yes"}, "secure"),
+        ({"templateID": "base", "network": {"denyOut": ["nowhere"]}}, "denyOut"),
+        ({"templateID": "base", "volumeMounts": [{"name": "v"}]}, "volumeMounts.0.path"),
+    ],
+)
+def test_a_bad_create_body_is_400_naming_the_field(
+    api: httpx.Client, body: dict[str, object], field: str
+) -> None:
+    response = api.post("/sandboxes", json=body)
+    assert response.status_code == 400
+    assert response.json()["code"] == 400
+    assert response.json()["message"].startswith("validation error: ")
+    assert field in response.json()["message"]
+
+
+def test_create_timeout_rules(api: httpx.Client) -> None:
+    zero = api.post("/sandboxes", json={"templateID": "base", "timeout": 0})
+    assert zero.json() == {"code": 400, "message": "Timeout must be greater than 0"}
+    huge = api.post("/sandboxes", json={"templateID": "base", "timeout": 10**9})
+    assert huge.json() == {"code": 400, "message": "Timeout cannot be greater than 24 hours"}
+    not_json = api.post("/sandboxes", content=b"{")
+    assert not_json.status_code == 400
+
+
+@pytest.mark.parametrize(
+    ("path", "name"),
+    [
+        ("/v2/sandboxes?limit=0", "limit"),
+        ("/v2/sandboxes?limit=101", "limit"),
+        ("/v2/sandboxes?limit=x", "limit"),
+        ("/v2/sandboxes?state=frozen", "state"),
+        ("/v2/sandboxes?order=up", "order"),
+        ("/v2/sandboxes?startedAfter=yesterday", "startedAfter"),
+        ("/v2/sandboxes?metadata=a%3Db%3Dc", "metadata"),
+        ("/v2/sandboxes?template=base%3Av1", "template"),
+        ("/sandboxes/abc/metrics?start=-1", "start"),
+        ("/sandboxes/abc/metrics?end=soon", "end"),
+    ],
+)
+def test_a_bad_query_is_400_naming_the_parameter(api: httpx.Client, path: str, name: str) -> None:
+    response = api.get(path)
+    assert response.status_code == 400
+    assert name in response.json()["message"]
+
+
+def test_bad_ids_tokens_and_ranges_are_400(api: httpx.Client) -> None:
+    assert api.get("/v2/sandboxes?nextToken=garbage").json() == {
+        "code": 400,
+        "message": "Invalid next token",
+    }
+    assert api.get("/sandboxes/a-b-c").json() == {"code": 400, "message": "Invalid sandbox ID"}
+    assert api.get("/sandboxes/Upper").status_code == 400
+    ranged = api.get("/sandboxes/abc/metrics?start=10&end=5")
+    assert ranged.json() == {"code": 400, "message": "Invalid time range for metrics"}
+    no_timeout = api.post("/sandboxes/abc/connect", json={})
+    assert no_timeout.status_code == 400
+    assert "timeout" in no_timeout.json()["message"]
+
+
+def test_unknown_sandboxes_and_templates_are_404(api: httpx.Client) -> None:
+    for method, path, body in (
+        ("GET", "/sandboxes/nonexistingsandbox", None),
+        ("DELETE", "/sandboxes/nonexistingsandbox", None),
+        ("POST", "/sandboxes/nonexistingsandbox/connect", {"timeout": 10}),
+        ("POST", "/sandboxes/nonexistingsandbox/pause", None),
+        ("POST", "/sandboxes/nonexistingsandbox/resume", None),
+        ("POST", "/sandboxes/nonexistingsandbox/timeout", {"timeout": 10}),
+        ("POST", "/sandboxes", {"templateID": "nosuchtemplate"}),
+        ("GET", "/templates/nosuchtemplate", None),
+        ("GET", "/templates/aliases/nosuchtemplate", None),
+        ("DELETE", "/templates/nosuchtemplate", None),
+        ("PATCH", "/templates/nosuchtemplate", {"public": True}),
+    ):
+        response = api.request(method, path, json=body)
+        assert response.status_code == 404, (method, path)
+        assert response.json()["code"] == 404
+    # The legacy id-clientid form names the same (unknown) sandbox.
+    assert api.get("/sandboxes/nonexistingsandbox-6532622b").status_code == 404
+    # Metrics of an unknown sandbox are an empty history, not an error.
+    assert api.get("/sandboxes/nonexistingsandbox/metrics").json() == []
+
+
+def test_list_filters_order_and_pages(api: httpx.Client) -> None:
+    tag = {"metadata": {"suite": "paging"}}
+    ids = [str(create(api, **tag)["sandboxID"]) for _ in range(3)]
+    query = {"metadata": "suite=paging"}
+    newest_first = [s["sandboxID"] for s in api.get("/v2/sandboxes", params=query).json()]
+    assert newest_first == ids[::-1]
+    first = api.get("/v2/sandboxes", params={**query, "limit": 2})
+    assert [s["sandboxID"] for s in first.json()] == ids[:0:-1]
+    second = api.get("/v2/sandboxes", params={**query, "limit": 2,
+                                               "nextToken": first.headers["X-Next-Token"]})  # fmt: skip
+    assert [s["sandboxID"] for s in second.json()] == ids[:1]
+    assert "X-Next-Token" not in second.headers
+    oldest_first = api.get("/v2/sandboxes", params={**query, "order": "asc"}).json()
+    assert [s["sandboxID"] for s in oldest_first] == ids
+    bad_order = api.get("/v2/sandboxes", params={**query, "order": "asc",
+                                                  "nextToken": first.headers["X-Next-Token"]})  # fmt: skip
+    assert bad_order.status_code == 400
+    started = api.get(f"/sandboxes/{ids[1]}").json()["startedAt"]
+    after = api.get("/v2/sandboxes", params={**query, "startedAfter": started}).json()
+    assert [s["sandboxID"] for s in after] == ids[:0:-1]  # inclusive
+    assert api.get("/v2/sandboxes", params={**query, "template": "base"}).json()
+    assert api.get("/v2/sandboxes", params={**query, "template": "unknown-template"}).json() == []
+    assert api.post(f"/sandboxes/{ids[0]}/pause").status_code == 204
+    paused = api.get("/v2/sandboxes", params={**query, "state": "paused"})
+    assert [s["sandboxID"] for s in paused.json()] == ids[:1]
+    assert "X-Total-Running" not in paused.headers
+    running = api.get("/v2/sandboxes", params={**query, "state": "running"})
+    assert running.headers["X-Total-Running"] == "2"
+    assert ids[0] not in [s["sandboxID"] for s in api.get("/sandboxes").json()]  # v1: running
+    for sandbox_id in ids:
+        kill(api, sandbox_id)
+
+
+def test_set_timeout_expires_the_sandbox_and_leaves_nothing(
+    server: Sandboxd, api: httpx.Client
+) -> None:
+    sandbox_id = str(create(api)["sandboxID"])
+    assert api.post(f"/sandboxes/{sandbox_id}/timeout", json={"timeout": 1}).status_code == 204
+    end_at = datetime.fromisoformat(api.get(f"/sandboxes/{sandbox_id}").json()["endAt"])
+    assert end_at - datetime.now(UTC) < timedelta(seconds=1.5)
+    wait_gone(api, sandbox_id, 10)
+    wait_until(lambda: server.traces(sandbox_id) == [], 10, "the sandbox's traces to go")
+
+
+def test_pause_then_connect_resumes_with_the_same_token(
+    server: Sandboxd, api: httpx.Client
+) -> None:
+    created = create(api, secure=True, envVars={"KEPT": "1"})
+    sandbox_id, token = str(created["sandboxID"]), created["envdAccessToken"]
+    assert api.post(f"/sandboxes/{sandbox_id}/pause", json={"memory": True}).status_code == 204
+    detail = api.get(f"/sandboxes/{sandbox_id}").json()
+    assert detail["state"] == "paused"
+    assert server.envd(sandbox_id, "GET", "/health", timeout_s=0.5)[0] == 0  # frozen: silent
+    again = api.post(f"/sandboxes/{sandbox_id}/pause")
+    assert again.status_code == 409
+    assert api.post(f"/sandboxes/{sandbox_id}/timeout", json={"timeout": 5}).status_code == 404
+    resumed = api.post(f"/sandboxes/{sandbox_id}/connect", json={"timeout": 60})
+    assert resumed.status_code == 201
+    assert resumed.json()["envdAccessToken"] == token
+    assert server.envd(sandbox_id, "GET", "/health")[0] == 204
+    status, body = server.envd(sandbox_id, "GET", "/envs", token=str(token))
+    assert status == 200
+    assert b"KEPT" in body
+    # Connect to a running sandbox only extends it.
+    end_at = api.get(f"/sandboxes/{sandbox_id}").json()["endAt"]
+    assert api.post(f"/sandboxes/{sandbox_id}/connect", json={"timeout": 5}).status_code == 200
+    assert api.get(f"/sandboxes/{sandbox_id}").json()["endAt"] == end_at
+    assert api.post(f"/sandboxes/{sandbox_id}/resume").status_code == 409
+    assert api.post(f"/sandboxes/{sandbox_id}/pause").status_code == 204
+    assert api.post(f"/sandboxes/{sandbox_id}/resume", json={"timeout": 30}).status_code == 201
+    kill(api, sandbox_id)
+
+
+def test_auto_pause_at_the_end(api: httpx.Client) -> None:
+    sandbox_id = str(create(api, timeout=1, autoPause=True)["sandboxID"])
+    wait_until(
+        lambda: api.get(f"/sandboxes/{sandbox_id}").json()["state"] == "paused",
+        10,
+        "the sandbox to pause itself",
+    )
+    kill(api, sandbox_id)
+
+
+def test_metrics_are_sampled(api: httpx.Client) -> None:
+    sandbox_id = str(create(api)["sandboxID"])
+    created_at = int(time.time())
+    wait_until(lambda: api.get(f"/sandboxes/{sandbox_id}/metrics").json(), 10, "a first sample")
+    # Samples every 5 s land in 5-s buckets (max per bucket): a second point within 11 s.
+    points = wait_until(
+        lambda: (p := api.get(f"/sandboxes/{sandbox_id}/metrics").json()) and len(p) >= 2 and p,
+        11,
+        "a second point",
+    )
+    first = points[0]
+    assert set(first) == {"timestamp", "timestampUnix", "cpuCount", "cpuUsedPct", "memUsed",
+                          "memTotal", "memCache", "diskUsed", "diskTotal"}  # fmt: skip
+    assert abs(first["timestampUnix"] - created_at) <= 10
+    assert first["memTotal"] > 0
+    old = api.get(f"/sandboxes/{sandbox_id}/metrics",
+                  params={"start": created_at - 7200, "end": created_at - 1800})  # fmt: skip
+    assert old.json() == []
+    kill(api, sandbox_id)
+    assert api.get(f"/sandboxes/{sandbox_id}/metrics").json()  # history outlives the sandbox
+    team = api.get("/teams/00000000-0000-4000-8000-000000000001/metrics").json()
+    assert any(p["concurrentSandboxes"] >= 1 for p in team)
+    assert api.get("/teams/someone-else/metrics").status_code == 403
+
+
+def test_templates(api: httpx.Client) -> None:
+    assert api.get("/templates/aliases/base").json() == {"templateID": "base", "public": False}
+    made = api.post("/v2/templates", json={"alias": "small", "cpuCount": 1, "memoryMB": 256})
+    assert made.status_code == 202
+    template_id = made.json()["templateID"]
+    assert made.json()["aliases"] == ["small"]
+    assert api.get(f"/templates/{template_id}").json()["builds"][0]["memoryMB"] == 256
+    assert template_id in [t["templateID"] for t in api.get("/templates").json()]
+    patched = api.patch(f"/templates/{template_id}", json={"public": True})
+    assert patched.status_code == 200
+    assert patched.json() is None
+    sandbox = create(api, templateID="small")
+    assert sandbox["templateID"] == template_id
+    detail = api.get(f"/sandboxes/{sandbox['sandboxID']}").json()
+    assert (detail["cpuCount"], detail["memoryMB"]) == (1, 256)
+    assert api.delete(f"/templates/{template_id}").status_code == 400  # in use
+    kill(api, sandbox["sandboxID"])
+    assert api.delete(f"/templates/{template_id}").status_code == 204
+    assert api.delete(f"/templates/{template_id}").status_code == 404
+    bad = api.post("/v2/templates", json={"alias": "odd", "cpuCount": 3})
+    assert bad.status_code == 400
+    assert "cpuCount" in bad.json()["message"]
+
+
+def test_a_create_that_cannot_boot_leaves_nothing(server: Sandboxd, api: httpx.Client) -> None:
+    missing = server.state_dir / "no-such-rootfs"
+    with sqlite3.connect(server.state_dir / "sandboxd.db") as db:
+        db.execute(
+            "INSERT INTO templates (template_id, alias, build_id, rootfs, cpu_count, memory_mb, "
+            "disk_size_mb, build_status, envd_version, created_at, updated_at) "
+            "VALUES ('broken', 'broken', 'b', ?, 1, 256, 0, 'ready', '0.6.4', 0, 0)",
+            (str(missing),),
+        )
+    response = api.post("/sandboxes", json={"templateID": "broken", "timeout": 30})
+    assert response.status_code == 500
+    assert "no template root filesystem" in response.json()["message"]
+    assert list((server.state_dir / "sandboxes").iterdir()) == []
+    assert api.get("/v2/sandboxes", params={"template": "broken"}).json() == []
+
+
+def test_api_key_create_prints_a_key_that_works(server: Sandboxd) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sandboxd",
+            "api-key",
+            "create",
+            "--state-dir",
+            str(server.state_dir),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    key = done.stdout.strip()
+    assert key.startswith("e2b_")
+    assert len(key) == 44
+    assert key not in (server.state_dir / "sandboxd.db").read_bytes().decode(errors="replace")
+    assert httpx.get(server.url + "/templates", headers={"X-API-Key": key}).status_code == 200
