@@ -116,9 +116,9 @@ class Sandboxd:
         """The sandbox's network namespace, found as the server finds it (the proxy is not
         part of these tests)."""
         supervisor = nspawn.supervisor(self.cgroups(sandbox_id))
-        assert supervisor is not None, f"no nspawn for {sandbox_id}"
-        leader = nspawn.leader(supervisor)
-        assert leader is not None
+        leader = nspawn.leader(supervisor) if supervisor else None
+        if leader is None:
+            raise LookupError(f"sandbox {sandbox_id} has no container (yet)")
         return NetNamespace(leader)
 
     def envd(
@@ -132,7 +132,10 @@ class Sandboxd:
         """(status, body) of a request to envd inside the sandbox; (0, None) without answer."""
 
         async def ask() -> tuple[int, Any]:
-            netns = self.netns(sandbox_id)
+            try:
+                netns = self.netns(sandbox_id)
+            except LookupError:
+                return 0, None
             client = EnvdClient(lambda _: netns)
             try:
                 return await client.request(

@@ -1,0 +1,66 @@
+"""sandboxd restarted mid-life (SIGTERM, then serve again on the same state), and the warm
+pool: each test has a server of its own."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import pytest
+
+from tests.sandboxd.serving import running_sandboxd, wait_gone
+from tests.waiting import wait_until
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+pytestmark = pytest.mark.root
+
+
+def test_a_restart_keeps_running_and_paused_sandboxes_and_their_ttls(
+    tmp_path: Path, base_template: Path
+) -> None:
+    with running_sandboxd(tmp_path / "state", base_template) as server:
+        with server.client() as api:
+            body = {"templateID": "base", "secure": True}
+            running = api.post("/sandboxes", json={**body, "timeout": 300}).json()
+            paused = api.post("/sandboxes", json={**body, "timeout": 300}).json()
+            short = api.post("/sandboxes", json={**body, "timeout": 8}).json()
+            assert api.post(f"/sandboxes/{paused['sandboxID']}/pause").status_code == 204
+            before = api.get(f"/sandboxes/{running['sandboxID']}").json()
+        server.stop()
+        # Nothing serves now; the sandboxes go on.
+        assert server.envd(running["sandboxID"], "GET", "/health")[0] == 204
+        server.start()
+        with server.client() as api:
+            after = api.get(f"/sandboxes/{running['sandboxID']}").json()
+            assert after == before
+            assert api.get(f"/sandboxes/{paused['sandboxID']}").json()["state"] == "paused"
+            assert server.envd(paused["sandboxID"], "GET", "/health", timeout_s=0.5)[0] == 0
+            token = running["envdAccessToken"]
+            assert server.envd(running["sandboxID"], "GET", "/envs", token=token)[0] == 200
+            resumed = api.post(f"/sandboxes/{paused['sandboxID']}/connect", json={"timeout": 60})
+            assert resumed.status_code == 201
+            assert resumed.json()["envdAccessToken"] == paused["envdAccessToken"]
+            wait_gone(api, short["sandboxID"], 20)  # its TTL fired after the restart
+            wait_until(lambda: server.traces(short["sandboxID"]) == [], 10, "its traces to go")
+
+
+def test_a_create_takes_a_warm_sandbox(tmp_path: Path, base_template: Path) -> None:
+    with running_sandboxd(tmp_path / "state", base_template, "--pool", "1") as server:
+        boxes = server.state_dir / "sandboxes"
+        wait_until(lambda: boxes.is_dir() and len(list(boxes.iterdir())) == 1, 30, "a warm box")
+        warm = next(boxes.iterdir()).name
+        # The pool holds a box once its envd answers (the runtime polls every 10 ms).
+        wait_until(lambda: server.envd(warm, "GET", "/health")[0] == 204, 30, "the warm envd")
+        time.sleep(0.2)
+        with server.client() as api:
+            created = api.post("/sandboxes", json={"templateID": "base", "envVars": {"W": "1"}})
+            assert created.status_code == 201
+            assert created.json()["sandboxID"] == warm
+            status, body = server.envd(warm, "GET", "/envs")
+            assert status == 200
+            assert b'"W"' in body
+            # The pool refills in the background.
+            wait_until(lambda: len(list(boxes.iterdir())) == 2, 30, "the pool to refill")
+            assert [s["sandboxID"] for s in api.get("/v2/sandboxes").json()] == [warm]
