@@ -145,6 +145,8 @@ class EnvdClient:
             )
         except httpcore.TimeoutException as exc:
             raise EnvdUnreachable(f"envd in {sandbox_id}: no answer in {timeout_s:g} s") from exc
-        except httpcore.NetworkError as exc:
+        except (httpcore.NetworkError, httpcore.ProtocolError) as exc:
+            # A pooled connection whose sandbox was killed or restarted envd ends as a
+            # RemoteProtocolError ("disconnected without sending a response").
             raise EnvdUnreachable(f"envd in {sandbox_id}: {exc}") from exc
         return response.status, response.content
