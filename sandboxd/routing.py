@@ -20,7 +20,7 @@ from urllib.parse import parse_qsl
 from sandboxd.health import ENVD_PORT
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping
+    from collections.abc import Iterable, Mapping
 
     from sandboxd.runtime import Box
 
@@ -50,11 +50,6 @@ class SandboxLookup(Protocol):
     ) -> str | None:
         """The running secure sandbox whose envd token makes `signature` for these /files
         values (the raw query values, as envd signs them)."""
-        ...
-
-    def on_gone(self, callback: Callable[[str], None]) -> None:
-        """Call `callback(sandbox_id)` whenever a sandbox stops serving: killed, expired or
-        paused (the proxy cuts its connections). Called on the event loop; must not block."""
         ...
 
 

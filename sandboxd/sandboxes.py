@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envd.auth import file_signature
+from envd.http.signing import file_signature
 from sandboxd.cgroups import Limits
 from sandboxd.envd_client import EnvdClient, EnvdUnreachable
 from sandboxd.errors import BootError, RequestError, SandboxError, TemplateError

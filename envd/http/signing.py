@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 
 def file_signature(
-    path: str, operation: str, username: str, token: str, expiration: int | None
+    path: str, operation: str, username: str, token: str, expiration: int | str | None
 ) -> str:
     """The reference envd's v1 signature of a /files URL."""
     text = f"{path}:{operation}:{username}:{token}"
