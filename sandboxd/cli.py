@@ -69,6 +69,11 @@ def _serve_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser])
         default="sandboxd",
         help="the cgroup the sandboxes' cgroups go under (default sandboxd)",
     )
+    p.add_argument(
+        "--domain",
+        default="localhost",
+        help="sandbox hosts are {port}-{sandboxID}.DOMAIN (default localhost)",
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -126,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.pool < 0 or args.max_timeout < 1:
                 raise SandboxError("--pool must be 0 or more and --max-timeout 1 or more")
             serve(ServeOptions(state_dir, args.bind, args.port, args.pool, args.max_timeout,
-                               args.base_rootfs, args.cgroup_parent))  # fmt: skip
+                               args.base_rootfs, args.cgroup_parent, args.domain))  # fmt: skip
         elif args.command == "api-key":
             _create_key(state_dir)
         else:
