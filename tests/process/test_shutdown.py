@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
     from pathlib import Path
 
+    from anyio.abc import TaskGroup
+
     from tests.envd_process import EnvdProcess
 
 pytestmark = pytest.mark.anyio
@@ -38,23 +40,33 @@ async def _read_all(stream: AsyncIterator[object], run: Run) -> None:
         run.add(response.event)  # type: ignore[attr-defined]
 
 
+# Two long commands, the second deaf to SIGTERM (shutdown must SIGKILL it).
+STUBBORN_PAIR = ("sleep 300", "trap '' TERM; exec sleep 300")
+
+
+@contextlib.asynccontextmanager
+async def _streaming(client: ProcessClient) -> AsyncIterator[tuple[TaskGroup, list[Run]]]:
+    """STUBBORN_PAIR started, each past its start event and read to its end in a task group."""
+    runs = [Run(), Run()]
+    streams = [client.start(shell(script)) for script in STUBBORN_PAIR]
+    for stream, run in zip(streams, runs, strict=True):
+        run.add((await anext(stream)).event)
+    async with anyio.create_task_group() as tg:
+        for stream, run in zip(streams, runs, strict=True):
+            tg.start_soon(_read_all, stream, run)
+        yield tg, runs
+
+
 async def test_sigterm_ends_streams_and_stops_children(
     envd_factory: Callable[..., EnvdProcess],
 ) -> None:
     daemon = envd_factory()
-    runs = [Run(), Run()]
-    scripts = ["sleep 300", "trap '' TERM; exec sleep 300"]  # the second ignores SIGTERM
     async with ProcessClient(daemon.url, codec=proto_json_codec(), send_compression=None) as client:
         # Ended at once, but its background sleep lives on in its group, holding the pipe.
         ended = Run()
         await _read_all(client.start(shell("sleep 300 & echo bg")), ended)
         assert ended.end is not None
-        streams = [client.start(shell(script)) for script in scripts]
-        for stream, run in zip(streams, runs, strict=True):
-            run.add((await anext(stream)).event)
-        async with anyio.create_task_group() as tg:
-            for stream, run in zip(streams, runs, strict=True):
-                tg.start_soon(_read_all, stream, run)
+        async with _streaming(client) as (_, runs):
             exit_code = await anyio.to_thread.run_sync(daemon.stop, SHUTDOWN_BOUND_S)
     assert exit_code in STOPPED_ON_ITS_OWN
     for run in runs:
@@ -105,24 +117,19 @@ async def test_sigterm_with_slow_transfers_and_streams_exits_in_time(
     big = workdir / "big.bin"
     with big.open("wb") as f:
         f.truncate(64 * 1024**3)  # sparse: far more than could be read in the test's time
-    runs = [Run(), Run()]
-    scripts = ["sleep 300", "trap '' TERM; exec sleep 300"]
-    async with ProcessClient(daemon.url, codec=proto_json_codec(), send_compression=None) as client:
-        streams = [client.start(shell(script)) for script in scripts]
-        for stream, run in zip(streams, runs, strict=True):
-            run.add((await anext(stream)).event)
-        async with anyio.create_task_group() as tg:
-            for stream, run in zip(streams, runs, strict=True):
-                tg.start_soon(_read_all, stream, run)
-            tg.start_soon(_slow_download, daemon, big)
-            tg.start_soon(_slow_upload, daemon, workdir / "upload.bin")
-            await wait_until_async(
-                lambda: _has_open(daemon, big) and _has_open(daemon, workdir / "upload.bin"),
-                10,
-                "both transfers to be under way",
-            )
-            exit_code = await anyio.to_thread.run_sync(daemon.stop, SHUTDOWN_BOUND_S)
-            tg.cancel_scope.cancel()
+    async with (
+        ProcessClient(daemon.url, codec=proto_json_codec(), send_compression=None) as client,
+        _streaming(client) as (tg, runs),
+    ):
+        tg.start_soon(_slow_download, daemon, big)
+        tg.start_soon(_slow_upload, daemon, workdir / "upload.bin")
+        await wait_until_async(
+            lambda: _has_open(daemon, big) and _has_open(daemon, workdir / "upload.bin"),
+            10,
+            "both transfers to be under way",
+        )
+        exit_code = await anyio.to_thread.run_sync(daemon.stop, SHUTDOWN_BOUND_S)
+        tg.cancel_scope.cancel()
     assert exit_code in STOPPED_ON_ITS_OWN
     for run in runs:
         assert run.order == ["start"]
