@@ -40,10 +40,29 @@ def processes_seen_from(box: Box) -> dict[int, str]:
     return seen
 
 
-def net_namespaces_in_use() -> set[int]:
-    """Inodes of every network namespace some process on the host is in or holds an fd of."""
-    inodes = set()
+def _this_process_tree() -> set[str]:
+    """This test process and every process descended from it (sandboxd servers, nspawn)."""
+    parents = {}
     for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError, IndexError), open(f"/proc/{pid}/stat") as f:
+            parents[pid] = f.read().rsplit(")", 1)[1].split()[1]
+    tree = {str(os.getpid())}
+    grew = True
+    while grew:
+        grown = tree | {pid for pid, parent in parents.items() if parent in tree}
+        grew, tree = grown != tree, grown
+    return tree
+
+
+def net_namespaces_held(extra_pids: set[int]) -> set[int]:
+    """Inodes of the network namespaces that this test's own process tree, or one of
+    `extra_pids`, is in or holds an fd of.
+
+    Only our own processes count: the kernel reuses a freed namespace's inode number, so on a
+    machine where others make namespaces too, a host-wide look would see strangers."""
+    own_net = os.stat("/proc/self/ns/net").st_dev
+    inodes = set()
+    for pid in _this_process_tree() | {str(p) for p in extra_pids}:
         paths = [f"/proc/{pid}/ns/net"]
         with contextlib.suppress(OSError):
             paths += [f"/proc/{pid}/fd/{fd}" for fd in os.listdir(f"/proc/{pid}/fd")]
@@ -52,7 +71,7 @@ def net_namespaces_in_use() -> set[int]:
                 st = os.stat(path)
             except OSError:
                 continue
-            if st.st_dev == os.stat("/proc/self/ns/net").st_dev:
+            if st.st_dev == own_net:
                 inodes.add(st.st_ino)
     return inodes
 
@@ -92,8 +111,9 @@ class Traces:
         """Everything of the sandbox still on the host (empty when it is all gone)."""
         left = [f"mount {m}" for m in mounts_under(self.dir)]
         left += [f"cgroup {d}" for d in self.cgroup_dirs if d.exists()]
-        left += [f"process {pid}" for pid, t in self.processes if t and start_time(pid) == t]
-        if self.netns_inode in net_namespaces_in_use():
+        alive = {pid for pid, t in self.processes if t and start_time(pid) == t}
+        left += [f"process {pid}" for pid in sorted(alive)]
+        if self.netns_inode in net_namespaces_held(alive):
             left.append(f"network namespace {self.netns_inode}")
         if self.dir.exists():
             left.append(f"directory {self.dir}")
