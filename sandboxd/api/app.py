@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 from starlette.applications import Starlette
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
-from starlette.responses import Response
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route
 
 from sandboxd.api import sandbox_routes, template_routes
 from sandboxd.errors import RequestError
@@ -29,6 +30,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("sandboxd.api")
 
 API_KEY = re.compile(r"^e2b_[0-9a-f]+$")
+# Answered without an API key, as E2B's API does: load balancers and scripts probe it.
+HEALTH_PATH = "/health"
 
 
 def error_response(status: int, message: str) -> Response:
@@ -37,14 +40,15 @@ def error_response(status: int, message: str) -> Response:
 
 
 class ApiKeyMiddleware:
-    """401 unless `X-API-Key` (any case) is a stored key of the SDK's form `e2b_` + hex."""
+    """401 unless `X-API-Key` (any case) is a stored key of the SDK's form `e2b_` + hex
+    (`GET /health` excepted)."""
 
     def __init__(self, app: ASGIApp, store: Store) -> None:
         self.app = app
         self.store = store
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
+        if scope["type"] == "http" and scope["path"] != HEALTH_PATH:
             key = Headers(scope=scope).get("x-api-key")
             if key is None:
                 await error_response(401, "Missing API key (X-API-Key header)")(
@@ -55,6 +59,10 @@ class ApiKeyMiddleware:
                 await error_response(401, "Invalid API key")(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+
+async def _health(_: Request) -> Response:
+    return PlainTextResponse("Health check successful")
 
 
 async def _request_error(_: Request, exc: Exception) -> Response:
@@ -88,7 +96,11 @@ def create_app(manager: SandboxManager, store: Store) -> Starlette:
             await manager.stop()
 
     app = Starlette(
-        routes=[*sandbox_routes.routes(manager, store), *template_routes.routes(manager, store)],
+        routes=[
+            Route(HEALTH_PATH, _health, methods=["GET"]),
+            *sandbox_routes.routes(manager, store),
+            *template_routes.routes(manager, store),
+        ],
         exception_handlers={
             RequestError: _request_error,
             HTTPException: _http_error,

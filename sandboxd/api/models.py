@@ -84,8 +84,27 @@ class NewSandbox(_Body):
         return self
 
 
+class NewSandboxV2(NewSandbox):
+    """`POST /v2/sandboxes`: every sandbox is secure (a `secure` field is ignored) and the
+    timeout defaults to 300 s."""
+
+    timeout: int = Field(default=300, ge=0, le=INT32_MAX)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _always_secure(cls, data: Any) -> Any:  # pydantic hands over the raw body
+        return {**data, "secure": True} if isinstance(data, dict) else data
+
+
 class Timeout(_Body):
     timeout: int = Field(ge=0, le=INT32_MAX)
+
+
+class ConnectV2(_Body):
+    """`POST /v2/sandboxes/{id}/connect`: `memory: false` asks for a cold boot from disk."""
+
+    timeout: int = Field(default=300, ge=0, le=INT32_MAX)
+    memory: bool = True
 
 
 class Resume(_Body):

@@ -68,7 +68,9 @@ def query_time_us(request: Request, name: str) -> int | None:
 
 
 def metadata_filter(request: Request) -> dict[str, str]:
-    """`metadata=k1=v1&k2=v2` (keys and values percent-encoded inside the value).
+    """`metadata=k1=v1&k2=v2`. The SDKs percent-encode each key and value, join the pairs as a
+    query string (which encodes them again) and send that as one query value: so, as the
+    reference does, the value is unescaped whole, split, and each part unescaped once more.
 
     Raises:
         RequestError: 400 when a pair is not `key=value`.
@@ -77,7 +79,7 @@ def metadata_filter(request: Request) -> dict[str, str]:
     if not raw:
         return {}
     pairs: dict[str, str] = {}
-    for pair in raw.split("&"):
+    for pair in unquote(raw).split("&"):
         parts = pair.split("=")
         if len(parts) != 2:
             raise RequestError(400, f"validation error: metadata: {pair!r} is not key=value")

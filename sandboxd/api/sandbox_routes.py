@@ -1,5 +1,5 @@
-"""The sandbox endpoints: create, get, list (v1 and v2), kill, connect, resume, pause,
-timeout, and sandbox and team metrics."""
+"""The sandbox endpoints: create and connect (v1 and v2), get, list (v1 and v2), kill, resume,
+pause, timeout, and sandbox and team metrics."""
 
 from __future__ import annotations
 
@@ -10,7 +10,15 @@ from starlette.routing import Route
 
 from sandboxd.api import listing, params, shapes
 from sandboxd.api.metrics import sandbox_metrics, team_metrics
-from sandboxd.api.models import NewSandbox, Pause, Resume, Timeout, parse_body
+from sandboxd.api.models import (
+    ConnectV2,
+    NewSandbox,
+    NewSandboxV2,
+    Pause,
+    Resume,
+    Timeout,
+    parse_body,
+)
 from sandboxd.errors import RequestError
 from sandboxd.sandboxes import CreateSpec, not_found
 
@@ -41,10 +49,16 @@ def _spec(manager: SandboxManager, body: NewSandbox) -> CreateSpec:
 
 
 def routes(manager: SandboxManager, store: Store) -> list[Route]:
-    async def create(request: Request) -> Response:
-        spec = _spec(manager, parse_body(NewSandbox, await request.body()))
+    async def _create(request: Request, model: type[NewSandbox]) -> Response:
+        spec = _spec(manager, parse_body(model, await request.body()))
         sandbox = await manager.create(spec)
         return JSONResponse(shapes.sandbox(manager, sandbox), 201)
+
+    async def create(request: Request) -> Response:
+        return await _create(request, NewSandbox)
+
+    async def create_v2(request: Request) -> Response:
+        return await _create(request, NewSandboxV2)
 
     async def get(request: Request) -> Response:
         sandbox_id = params.sandbox_id(request)
@@ -59,12 +73,22 @@ def routes(manager: SandboxManager, store: Store) -> list[Route]:
             raise not_found(sandbox_id)
         return Response(status_code=204)
 
+    async def _connect(sandbox_id: str, timeout_s: int) -> Response:
+        _check_timeout(manager, timeout_s)
+        sandbox, resumed = await manager.connect(sandbox_id, timeout_s)
+        return JSONResponse(shapes.sandbox(manager, sandbox), 201 if resumed else 200)
+
     async def connect(request: Request) -> Response:
         sandbox_id = params.sandbox_id(request)
-        body = parse_body(Timeout, await request.body())
-        _check_timeout(manager, body.timeout)
-        sandbox, resumed = await manager.connect(sandbox_id, body.timeout)
-        return JSONResponse(shapes.sandbox(manager, sandbox), 201 if resumed else 200)
+        return await _connect(sandbox_id, parse_body(Timeout, await request.body()).timeout)
+
+    async def connect_v2(request: Request) -> Response:
+        sandbox_id = params.sandbox_id(request)
+        body = parse_body(ConnectV2, await request.body(), optional=True)
+        if not body.memory:
+            # A frozen container keeps its memory: it cannot boot again from its disk alone.
+            raise RequestError(400, "validation error: memory: false (a cold boot) is not offered")
+        return await _connect(sandbox_id, body.timeout)
 
     async def resume(request: Request) -> Response:
         sandbox_id = params.sandbox_id(request)
@@ -123,10 +147,12 @@ def routes(manager: SandboxManager, store: Store) -> list[Route]:
     return [
         Route("/sandboxes", create, methods=["POST"]),
         Route("/sandboxes", list_v1, methods=["GET"]),
+        Route("/v2/sandboxes", create_v2, methods=["POST"]),
         Route("/v2/sandboxes", list_v2, methods=["GET"]),
         Route("/sandboxes/{sandbox_id}", get, methods=["GET"]),
         Route("/sandboxes/{sandbox_id}", kill, methods=["DELETE"]),
         Route("/sandboxes/{sandbox_id}/connect", connect, methods=["POST"]),
+        Route("/v2/sandboxes/{sandbox_id}/connect", connect_v2, methods=["POST"]),
         Route("/sandboxes/{sandbox_id}/resume", resume, methods=["POST"]),
         Route("/sandboxes/{sandbox_id}/pause", pause, methods=["POST"]),
         Route("/sandboxes/{sandbox_id}/timeout", set_timeout, methods=["POST"]),

@@ -10,6 +10,7 @@ import sys
 import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
+from urllib.parse import quote, urlencode
 
 import httpx
 import pytest
@@ -103,6 +104,11 @@ def test_a_request_without_a_valid_key_is_401(server: Sandboxd, headers: dict[st
         assert response.status_code == 401
         assert response.json()["code"] == 401
         assert response.json()["message"]
+
+
+def test_health_answers_without_a_key(server: Sandboxd) -> None:
+    response = httpx.get(server.url + "/health")
+    assert response.status_code == 200
 
 
 def test_the_key_header_is_case_insensitive(server: Sandboxd) -> None:
@@ -270,6 +276,41 @@ def test_pause_then_connect_resumes_with_the_same_token(
     assert api.post(f"/sandboxes/{sandbox_id}/resume").status_code == 409
     assert api.post(f"/sandboxes/{sandbox_id}/pause").status_code == 204
     assert api.post(f"/sandboxes/{sandbox_id}/resume", json={"timeout": 30}).status_code == 201
+    kill(api, sandbox_id)
+
+
+def test_v2_create_and_connect_as_the_sdks_call_them(api: httpx.Client) -> None:
+    # The SDKs omit the timeout (300 s) and send no `secure`: every v2 sandbox has a token.
+    created = api.post("/v2/sandboxes", json={"templateID": "base", "secure": False})
+    assert created.status_code == 201, created.text
+    sandbox_id, token = created.json()["sandboxID"], created.json()["envdAccessToken"]
+    assert len(token) == 64
+    detail = api.get(f"/sandboxes/{sandbox_id}").json()
+    started = datetime.fromisoformat(detail["startedAt"])
+    assert datetime.fromisoformat(detail["endAt"]) - started == timedelta(seconds=300)
+    # Connect with an empty body (timeout 300) extends a running sandbox only.
+    connected = api.post(f"/v2/sandboxes/{sandbox_id}/connect", json={})
+    assert (connected.status_code, connected.json()["envdAccessToken"]) == (200, token)
+    refused = api.post(f"/v2/sandboxes/{sandbox_id}/connect", json={"memory": False})
+    assert refused.status_code == 400
+    assert "memory" in refused.json()["message"]
+    assert api.post(f"/sandboxes/{sandbox_id}/pause").status_code == 204
+    resumed = api.post(f"/v2/sandboxes/{sandbox_id}/connect", json={"timeout": 60})
+    assert (resumed.status_code, resumed.json()["envdAccessToken"]) == (201, token)
+    kill(api, sandbox_id)
+    gone = api.post(f"/v2/sandboxes/{sandbox_id}/connect", json={})
+    assert gone.status_code == 404
+    assert gone.json()["code"] == 404
+
+
+def test_list_metadata_encoded_twice_as_the_sdks_send_it(api: httpx.Client) -> None:
+    metadata = {"odd key": "a/b&c=d%e"}
+    sandbox_id = create(api, metadata=metadata)["sandboxID"]
+    # What both SDKs send: each key and value percent-encoded, then joined as a query string.
+    query = urlencode({quote(k): quote(v) for k, v in metadata.items()})
+    listed = api.get("/v2/sandboxes", params={"metadata": query})
+    assert [s["sandboxID"] for s in listed.json()] == [sandbox_id]
+    assert listed.json()[0]["metadata"] == metadata
     kill(api, sandbox_id)
 
 
