@@ -136,7 +136,7 @@ def main() -> None:
     parser.add_argument("--template", type=Path, help="a base template root filesystem")
     args = parser.parse_args()
     if args.template is None:
-        from tests.sandboxd.conftest import ensure_base_template
+        from tests.sandboxd.template_cache import ensure_base_template
 
         args.template = ensure_base_template()
     with tempfile.TemporaryDirectory(prefix="bench-proxy-") as work:
