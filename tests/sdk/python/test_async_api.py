@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import io
-import os
 
 import pytest
 from e2b import (
@@ -63,7 +62,7 @@ async def test_files_round_trip(async_sandbox: AsyncSandbox, workdir: str) -> No
 async def test_watch_dir_stream(async_sandbox: AsyncSandbox, workdir: str) -> None:
     flat: list[FilesystemEvent] = []
     deep: list[FilesystemEvent] = []
-    os.mkdir(f"{workdir}/sub")
+    await async_sandbox.commands.run(f"mkdir {workdir}/sub")
     flat_handle = await async_sandbox.files.watch_dir(workdir, on_event=flat.append)
     deep_handle = await async_sandbox.files.watch_dir(
         workdir, on_event=deep.append, recursive=True, include_entry=True
@@ -82,7 +81,7 @@ async def test_watch_dir_stream(async_sandbox: AsyncSandbox, workdir: str) -> No
         assert created.entry.path == f"{workdir}/w.txt"
 
         flat.clear()
-        os.chmod(f"{workdir}/w.txt", 0o600)
+        await async_sandbox.commands.run(f"chmod 600 {workdir}/w.txt", user="root")
         await async_sandbox.files.rename(f"{workdir}/w.txt", f"{workdir}/r.txt")
         await async_sandbox.files.remove(f"{workdir}/r.txt")
         await wait_until_async(lambda: len(flat) >= 4, 15, "four events on the flat watch")

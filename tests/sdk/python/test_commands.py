@@ -16,6 +16,8 @@ from e2b import (
 )
 from e2b.sandbox.commands.command_handle import PtySize
 
+from tests.sdk.python.mode import DEFAULT_HOME, DEFAULT_USER
+
 if TYPE_CHECKING:
     from e2b.sandbox_sync.commands.command_handle import CommandHandle
 
@@ -125,7 +127,7 @@ def test_env_vars_cwd_and_user(sandbox: Sandbox, workdir: str) -> None:
     result = sandbox.commands.run(
         'echo "$GREETING|$(pwd)|$(whoami)|$HOME"', envs={"GREETING": "hi there"}, cwd=workdir
     )
-    assert result.stdout == f"hi there|{workdir}|root|/root\n"
+    assert result.stdout == f"hi there|{workdir}|{DEFAULT_USER}|{DEFAULT_HOME}\n"
     as_user = sandbox.commands.run("echo $(whoami):$HOME:$(pwd)", user="user")
     assert as_user.stdout == "user:/home/user:/home/user\n"
     as_root = sandbox.commands.run("id -u", user="root")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import time
@@ -10,6 +11,9 @@ from typing import TYPE_CHECKING
 import pytest
 from e2b import FileType, InvalidArgumentException, NotFoundException, Sandbox
 from e2b.sandbox.filesystem.watch_handle import FilesystemEventType
+
+from tests.sdk.python.mode import DEFAULT_USER
+from tests.sdk.python.shell import sh
 
 if TYPE_CHECKING:
     from e2b.sandbox_sync.filesystem.watch_handle import WatchHandle
@@ -51,8 +55,8 @@ def test_large_file_streams_both_ways(sandbox: Sandbox, workdir: str) -> None:
         for chunk in stream:
             size += len(chunk)
     assert size == 24 << 20
-    with open(f"{workdir}/big.bin", "rb") as f:
-        assert f.read(1 << 20) == block
+    first_mib = sh(sandbox, f"head -c {1 << 20} {workdir}/big.bin | sha256sum").split()[0]
+    assert first_mib == hashlib.sha256(block).hexdigest()
 
 
 def test_write_several_files_at_once_creates_parents(sandbox: Sandbox, workdir: str) -> None:
@@ -71,7 +75,7 @@ def test_gzip_upload_and_gzip_download(sandbox: Sandbox, workdir: str) -> None:
     path = f"{workdir}/zipped.txt"
     text = "compress me " * 5000
     sandbox.files.write(path, text, gzip=True)
-    assert os.path.getsize(path) == len(text)  # stored decompressed
+    assert sh(sandbox, f"stat -c %s {path}") == f"{len(text)}\n"  # stored decompressed
     assert sandbox.files.read(path, gzip=True) == text
     assert sandbox.files.read(path, format="bytes", gzip=True) == text.encode()
 
@@ -100,7 +104,7 @@ def test_get_info_of_file_and_directory(sandbox: Sandbox, workdir: str) -> None:
     dir_info = sandbox.files.get_info(f"{workdir}/d")
     assert dir_info.type == FileType.DIR
     assert dir_info.permissions == "drwxr-xr-x"
-    assert dir_info.owner == "root"
+    assert dir_info.owner == DEFAULT_USER
 
 
 def test_list_with_depth(sandbox: Sandbox, workdir: str) -> None:
@@ -126,7 +130,7 @@ def test_list_with_depth(sandbox: Sandbox, workdir: str) -> None:
 
 def test_make_dir(sandbox: Sandbox, workdir: str) -> None:
     assert sandbox.files.make_dir(f"{workdir}/a/b/c") is True
-    assert os.path.isdir(f"{workdir}/a/b/c")
+    sh(sandbox, f"test -d {workdir}/a/b/c")
     assert sandbox.files.make_dir(f"{workdir}/a/b/c") is False  # already exists
 
 
@@ -143,7 +147,7 @@ def test_remove_file_and_directory_tree(sandbox: Sandbox, workdir: str) -> None:
     sandbox.files.write(f"{workdir}/tree/sub/f.txt", "x")
     sandbox.files.remove(f"{workdir}/gone.txt")
     sandbox.files.remove(f"{workdir}/tree")
-    assert os.listdir(workdir) == []
+    assert sh(sandbox, f"ls -A {workdir}") == ""
     sandbox.files.remove(f"{workdir}/never-existed")  # a missing path is not an error
 
 
@@ -210,7 +214,7 @@ def test_watch_dir_reports_create_write_chmod_rename_remove(sandbox: Sandbox, wo
             (FilesystemEventType.WRITE, "w.txt"),
         }
 
-        os.chmod(f"{workdir}/w.txt", 0o600)
+        sh(sandbox, f"chmod 600 {workdir}/w.txt")
         assert poll_events(handle, 1) == [(FilesystemEventType.CHMOD, "w.txt")]
 
         sandbox.files.rename(f"{workdir}/w.txt", f"{workdir}/r.txt")
@@ -226,7 +230,7 @@ def test_watch_dir_reports_create_write_chmod_rename_remove(sandbox: Sandbox, wo
 
 
 def test_watch_dir_recursion(sandbox: Sandbox, workdir: str) -> None:
-    os.mkdir(f"{workdir}/nested")
+    sh(sandbox, f"mkdir {workdir}/nested")
     flat = sandbox.files.watch_dir(workdir)
     deep = sandbox.files.watch_dir(workdir, recursive=True)
     try:

@@ -15,8 +15,12 @@ import pytest
 from e2b import AuthenticationException, ConnectionConfig, Sandbox, SandboxException
 from packaging.version import Version
 
+from tests.sdk.python.mode import debug_only
+
 if TYPE_CHECKING:
     from tests.sdk.python.daemon import Daemon
+
+pytestmark = debug_only
 
 
 # Access tokens the tests set and present.

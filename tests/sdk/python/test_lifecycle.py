@@ -1,0 +1,225 @@
+"""The control API as the SDK uses it (normal mode only): create, connect, kill, list, info,
+timeouts, pause and resume, metrics, a sandbox killed while a command runs, and the quickstart
+a README gives a newcomer. Each test makes its own sandboxes and kills them."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+import httpx
+import pytest
+from e2b import (
+    AsyncSandbox,
+    Sandbox,
+    SandboxNotFoundException,
+    SandboxQuery,
+    SandboxState,
+    TimeoutException,
+)
+
+from tests.sdk.python.mode import normal_only
+from tests.waiting import wait_until
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+pytestmark = normal_only
+
+
+@pytest.fixture
+def made() -> Iterator[list[Sandbox]]:
+    """Sandboxes a test creates (appended by it), killed afterwards whatever happened."""
+    sandboxes: list[Sandbox] = []
+    yield sandboxes
+    for sandbox in sandboxes:
+        Sandbox.kill(sandbox.sandbox_id)
+
+
+def create(made: list[Sandbox], **options: object) -> Sandbox:
+    sandbox = Sandbox.create(**options)
+    made.append(sandbox)
+    return sandbox
+
+
+def listed_ids(query: SandboxQuery, **options: object) -> list[str]:
+    return [s.sandbox_id for s in Sandbox.list(query=query, **options).next_items()]
+
+
+def test_quickstart() -> None:
+    """What a README quickstart does, line for line."""
+    sandbox = Sandbox.create()
+    try:
+        result = sandbox.commands.run("echo hello from $(whoami)")
+        assert result.stdout == "hello from user\n"
+        sandbox.files.write("hello.txt", "Hello, sandbox!")
+        assert sandbox.files.read("hello.txt") == "Hello, sandbox!"
+
+        assert sandbox.pause() is True
+        assert not sandbox.is_running()
+        resumed = Sandbox.connect(sandbox.sandbox_id)
+        assert resumed.files.read("/home/user/hello.txt") == "Hello, sandbox!"
+    finally:
+        assert sandbox.kill() is True
+    assert not sandbox.is_running()
+
+
+def test_create_with_metadata_envs_and_a_token(made: list[Sandbox]) -> None:
+    tag = uuid.uuid4().hex
+    metadata = {"suite": "lifecycle", "tag": tag, "odd key": "a/b&c=d"}
+    sandbox = create(made, metadata=metadata, envs={"GREETING": "hi", "EMPTY": ""}, timeout=120)
+    assert sandbox.commands.run('echo "$GREETING|${EMPTY-unset}"').stdout == "hi|\n"
+
+    info = sandbox.get_info()
+    assert (info.sandbox_id, info.template_id, info.state) == (
+        sandbox.sandbox_id,
+        "base",
+        SandboxState.RUNNING,
+    )
+    assert info.metadata == metadata
+    assert info.end_at - info.started_at == timedelta(seconds=120)
+    assert abs((info.started_at - datetime.now(UTC)).total_seconds()) < 60
+    assert listed_ids(SandboxQuery(metadata=metadata)) == [sandbox.sandbox_id]
+
+    # Secure: envd refuses a request without the sandbox's token, through the same proxy.
+    url = os.environ["E2B_SANDBOX_URL"]
+    headers = {"E2b-Sandbox-Id": sandbox.sandbox_id, "E2b-Sandbox-Port": "49983"}
+    for token in ({}, {"X-Access-Token": "0" * 64}):
+        refused = httpx.get(
+            f"{url}/files", params={"path": "/etc/hostname"}, headers=headers | token
+        )
+        assert refused.status_code == 401
+    assert sandbox.files.read("/etc/hostname")  # the SDK sends the token it was given
+
+
+def test_connect_extends_only_and_kill_ends_it(made: list[Sandbox]) -> None:
+    sandbox = create(made, timeout=300)
+    end_at = sandbox.get_info().end_at
+
+    again = Sandbox.connect(sandbox.sandbox_id, timeout=10)
+    assert again.commands.run("echo connected").stdout == "connected\n"
+    assert again.get_info().end_at == end_at  # never shortened
+    Sandbox.connect(sandbox.sandbox_id, timeout=600)
+    assert sandbox.get_info().end_at > end_at
+
+    assert Sandbox.kill(sandbox.sandbox_id) is True
+    assert Sandbox.kill(sandbox.sandbox_id) is False
+    assert not sandbox.is_running()
+    with pytest.raises(SandboxNotFoundException):
+        Sandbox.connect(sandbox.sandbox_id)
+    with pytest.raises(SandboxNotFoundException):
+        sandbox.get_info()
+
+
+def test_list_filters_and_pages(made: list[Sandbox]) -> None:
+    tag = {"tag": uuid.uuid4().hex}
+    first = create(made, metadata=tag)
+    second = create(made, metadata=tag)
+    by_tag = SandboxQuery(metadata=tag)
+    assert listed_ids(by_tag) == [second.sandbox_id, first.sandbox_id]  # newest first
+    assert listed_ids(by_tag, order="asc") == [first.sandbox_id, second.sandbox_id]
+
+    pages = Sandbox.list(query=by_tag, limit=1)
+    assert [s.sandbox_id for s in pages.next_items()] == [second.sandbox_id]
+    assert pages.has_next
+    assert [s.sandbox_id for s in pages.next_items()] == [first.sandbox_id]
+    assert not pages.has_next
+
+    started = second.get_info().started_at
+    assert listed_ids(SandboxQuery(metadata=tag, started_after=started)) == [second.sandbox_id]
+    later = started + timedelta(seconds=1)
+    assert listed_ids(SandboxQuery(metadata=tag, started_after=later)) == []
+    assert listed_ids(SandboxQuery(metadata=tag, template="base")) != []
+    assert listed_ids(SandboxQuery(metadata=tag, template="unknown-template")) == []
+
+    assert first.pause() is True
+    paused = SandboxQuery(metadata=tag, state=[SandboxState.PAUSED])
+    running = SandboxQuery(metadata=tag, state=[SandboxState.RUNNING])
+    assert listed_ids(paused) == [first.sandbox_id]
+    assert listed_ids(running) == [second.sandbox_id]
+    [listed] = Sandbox.list(query=paused).next_items()
+    assert (listed.state, listed.metadata) == (SandboxState.PAUSED, tag)
+
+
+def test_set_timeout_expires_the_sandbox(made: list[Sandbox]) -> None:
+    sandbox = create(made)
+    sandbox.set_timeout(3)
+    end_at = sandbox.get_info().end_at
+    assert end_at - datetime.now(UTC) < timedelta(seconds=4)
+    wait_until(lambda: not sandbox.is_running(), 20, "the sandbox to expire")
+    assert datetime.now(UTC) >= end_at
+    with pytest.raises(SandboxNotFoundException):
+        sandbox.get_info()
+    assert Sandbox.kill(sandbox.sandbox_id) is False
+
+
+def test_pause_resume_and_connect_resumes(made: list[Sandbox]) -> None:
+    sandbox = create(made, envs={"KEPT": "yes"})
+    sandbox.files.write("note.txt", "before the pause")
+    sleeper = sandbox.commands.run("sleep 600", background=True)
+
+    assert sandbox.pause() is True
+    assert sandbox.pause() is False  # already paused
+    assert not sandbox.is_running()
+    assert sandbox.get_info().state == SandboxState.PAUSED
+
+    # Connecting resumes it: same id, token, files, processes and env vars.
+    resumed = sandbox.connect()
+    assert resumed.is_running()
+    assert resumed.get_info().state == SandboxState.RUNNING
+    assert resumed.files.read("note.txt") == "before the pause"
+    assert sleeper.pid in [p.pid for p in resumed.commands.list()]
+    assert resumed.commands.run("echo $KEPT").stdout == "yes\n"
+
+    assert sandbox.pause() is True
+    again = Sandbox.connect(sandbox.sandbox_id)
+    assert again.commands.run("cat note.txt").stdout == "before the pause"
+
+
+def test_metrics(made: list[Sandbox]) -> None:
+    sandbox = create(made)
+    created = datetime.now(UTC)
+    wait_until(lambda: sandbox.get_metrics() != [], 30, "a first metrics sample")
+    [first, *_] = sandbox.get_metrics()
+    assert first.cpu_count == 2
+    assert 0 <= first.cpu_used_pct <= 100 * first.cpu_count
+    assert 0 < first.mem_used < first.mem_total
+    assert 0 < first.disk_used < first.disk_total
+    assert abs((first.timestamp - created).total_seconds()) < 30
+    start, end = created - timedelta(minutes=1), datetime.now(UTC) + timedelta(minutes=1)
+    assert sandbox.get_metrics(start=start, end=end) != []
+    long_ago = created - timedelta(minutes=40)
+    assert sandbox.get_metrics(start=long_ago, end=long_ago + timedelta(minutes=10)) == []
+
+
+def test_killed_while_a_command_streams(made: list[Sandbox]) -> None:
+    sandbox = create(made)
+    ticks: list[str] = []
+
+    def kill_on_third_tick(out: str) -> None:
+        ticks.append(out)
+        if len(ticks) == 3:
+            threading.Thread(target=Sandbox.kill, args=(sandbox.sandbox_id,)).start()
+
+    handle = sandbox.commands.run("while true; do echo tick; sleep 0.1; done", background=True)
+    started = time.monotonic()
+    with pytest.raises(TimeoutException, match="killed or reached its end of life"):
+        handle.wait(on_stdout=kill_on_third_tick)
+    assert time.monotonic() - started < 20
+    assert not sandbox.is_running()
+
+
+@pytest.mark.anyio
+async def test_async_create_run_and_kill() -> None:
+    sandbox = await AsyncSandbox.create(metadata={"api": "async"})
+    try:
+        assert (await sandbox.commands.run("echo async")).stdout == "async\n"
+        assert (await sandbox.get_info()).metadata == {"api": "async"}
+        assert await sandbox.is_running()
+    finally:
+        assert await sandbox.kill() is True
+    assert not await sandbox.is_running()
