@@ -4,7 +4,7 @@ import { test } from 'node:test'
 
 import { CommandExitError, InvalidArgumentError, NotFoundError, TimeoutError } from 'e2b'
 
-import { sandbox, waitUntil, workdir } from './helpers.mjs'
+import { defaultUser, sandbox, waitUntil, workdir } from './helpers.mjs'
 
 // Commands killed early run as `user`: a SIGKILL landing in root's login profile (pyenv rehash
 // on this kind of machine) leaves a lock that stalls every later root shell.
@@ -91,13 +91,13 @@ test('send stdin and close it', async () => {
 })
 
 test('env vars, cwd and users', async (t) => {
-  const dir = workdir(t)
   const sbx = await sandbox()
+  const dir = await workdir(t, sbx)
   const result = await sbx.commands.run('echo "$GREETING|$(pwd)|$(whoami)"', {
     envs: { GREETING: 'hi there' },
     cwd: dir,
   })
-  assert.equal(result.stdout, `hi there|${dir}|root\n`)
+  assert.equal(result.stdout, `hi there|${dir}|${defaultUser}\n`)
   assert.equal((await sbx.commands.run('echo $(whoami):$HOME:$(pwd)', { user: 'user' })).stdout, 'user:/home/user:/home/user\n')
   assert.equal((await sbx.commands.run('id -u', { user: 'root' })).stdout, '0\n')
   await assert.rejects(sbx.commands.run('pwd', { cwd: `${dir}/absent` }), InvalidArgumentError)

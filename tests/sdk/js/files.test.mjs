@@ -1,11 +1,10 @@
 // Sandbox.files through the real JS SDK: uploads, downloads, filesystem RPCs and watchers.
 import assert from 'node:assert/strict'
-import { chmodSync, mkdirSync, readdirSync, statSync } from 'node:fs'
 import { test } from 'node:test'
 
 import { FileNotFoundError, FileType, FilesystemEventType, InvalidArgumentError, NotFoundError } from 'e2b'
 
-import { sandbox, waitUntil, workdir } from './helpers.mjs'
+import { sandbox, sh, waitUntil, workdir } from './helpers.mjs'
 
 const BINARY = new Uint8Array(256 * 64 + 3).map((_, i) => i % 256)
 
@@ -16,16 +15,16 @@ async function streamBytes(stream) {
 }
 
 test('write and read text', async (t) => {
-  const dir = workdir(t)
   const sbx = await sandbox()
+  const dir = await workdir(t, sbx)
   const info = await sbx.files.write(`${dir}/hello.txt`, 'héllo wörld\n')
   assert.deepEqual([info.name, info.path, info.type], ['hello.txt', `${dir}/hello.txt`, FileType.FILE])
   assert.equal(await sbx.files.read(`${dir}/hello.txt`), 'héllo wörld\n')
 })
 
 test('write and read bytes, blob and stream', async (t) => {
-  const dir = workdir(t)
   const sbx = await sandbox()
+  const dir = await workdir(t, sbx)
   await sbx.files.write(`${dir}/a.bin`, BINARY.buffer)
   await sbx.files.write(`${dir}/b.bin`, new Blob([BINARY]))
   await sbx.files.write(`${dir}/c.bin`, new Blob([BINARY, BINARY]).stream())
@@ -38,19 +37,19 @@ test('write and read bytes, blob and stream', async (t) => {
 })
 
 test('large file streams both ways', async (t) => {
-  const dir = workdir(t)
   const sbx = await sandbox()
+  const dir = await workdir(t, sbx)
   const block = new Uint8Array(1 << 20).map((_, i) => (i * 7) % 251)
   await sbx.files.write(`${dir}/big.bin`, new Blob(Array(24).fill(block)).stream())
   let size = 0
   for await (const chunk of await sbx.files.read(`${dir}/big.bin`, { format: 'stream' })) size += chunk.length
   assert.equal(size, 24 << 20)
-  assert.equal(statSync(`${dir}/big.bin`).size, 24 << 20)
+  assert.equal(await sh(sbx, `stat -c %s ${dir}/big.bin`), `${24 << 20}\n`)
 })
 
 test('write several files at once, creating parents', async (t) => {
-  const dir = workdir(t)
   const sbx = await sandbox()
+  const dir = await workdir(t, sbx)
   const infos = await sbx.files.write([
     { path: `${dir}/one.txt`, data: 'first' },
     { path: `${dir}/deep/er/two.txt`, data: 'second' },
@@ -66,17 +65,17 @@ test('write several files at once, creating parents', async (t) => {
 })
 
 test('gzip upload and gzip download', async (t) => {
-  const dir = workdir(t)
   const sbx = await sandbox()
+  const dir = await workdir(t, sbx)
   const text = 'compress me '.repeat(5000)
   await sbx.files.write(`${dir}/z.txt`, text, { gzip: true })
-  assert.equal(statSync(`${dir}/z.txt`).size, text.length) // stored decompressed
+  assert.equal(await sh(sbx, `stat -c %s ${dir}/z.txt`), `${text.length}\n`) // stored decompressed
   assert.equal(await sbx.files.read(`${dir}/z.txt`, { gzip: true }), text)
 })
 
 test('exists, getInfo, makeDir', async (t) => {
-  const dir = workdir(t)
   const sbx = await sandbox()
+  const dir = await workdir(t, sbx)
   await sbx.files.write(`${dir}/f.txt`, '12345', { user: 'user' })
   assert.equal(await sbx.files.exists(`${dir}/f.txt`), true)
   assert.equal(await sbx.files.exists(`${dir}/missing`), false)
@@ -95,8 +94,8 @@ test('exists, getInfo, makeDir', async (t) => {
 })
 
 test('list with depth', async (t) => {
-  const dir = workdir(t)
   const sbx = await sandbox()
+  const dir = await workdir(t, sbx)
   for (const rel of ['file1.txt', 'subdir1/subdir1_1/a.txt', 'subdir1/subdir1_2/b.txt', 'subdir2/c.txt']) {
     await sbx.files.write(`${dir}/${rel}`, rel)
   }
@@ -110,28 +109,28 @@ test('list with depth', async (t) => {
 })
 
 test('rename and remove', async (t) => {
-  const dir = workdir(t)
   const sbx = await sandbox()
+  const dir = await workdir(t, sbx)
   await sbx.files.write(`${dir}/old.txt`, 'content')
   const moved = await sbx.files.rename(`${dir}/old.txt`, `${dir}/moved/new.txt`)
   assert.deepEqual([moved.name, moved.path], ['new.txt', `${dir}/moved/new.txt`])
   assert.equal(await sbx.files.read(`${dir}/moved/new.txt`), 'content')
   await sbx.files.remove(`${dir}/moved`)
   await sbx.files.remove(`${dir}/never-existed`) // a missing path is not an error
-  assert.deepEqual(readdirSync(dir), [])
+  assert.equal(await sh(sbx, `ls -A ${dir}`), '')
 })
 
 test('metadata round trip', async (t) => {
-  const dir = workdir(t)
   const sbx = await sandbox()
+  const dir = await workdir(t, sbx)
   const info = await sbx.files.write(`${dir}/m.txt`, 'x', { metadata: { owner: 'alice' } })
   assert.deepEqual(info.metadata, { owner: 'alice' })
   assert.deepEqual((await sbx.files.getInfo(`${dir}/m.txt`)).metadata, { owner: 'alice' })
 })
 
 test('missing paths raise NotFoundError', async (t) => {
-  const dir = workdir(t)
   const sbx = await sandbox()
+  const dir = await workdir(t, sbx)
   await assert.rejects(sbx.files.read(`${dir}/nope`), FileNotFoundError)
   await assert.rejects(sbx.files.getInfo(`${dir}/nope`), NotFoundError)
   await assert.rejects(sbx.files.list(`${dir}/nope`), NotFoundError)
@@ -140,8 +139,8 @@ test('missing paths raise NotFoundError', async (t) => {
 })
 
 test('directory calls on a file are InvalidArgumentError', async (t) => {
-  const dir = workdir(t)
   const sbx = await sandbox()
+  const dir = await workdir(t, sbx)
   await sbx.files.write(`${dir}/plain.txt`, 'x')
   await assert.rejects(sbx.files.list(`${dir}/plain.txt`), InvalidArgumentError)
   await assert.rejects(sbx.files.watchDir(`${dir}/plain.txt`, () => {}), InvalidArgumentError)
@@ -149,8 +148,8 @@ test('directory calls on a file are InvalidArgumentError', async (t) => {
 })
 
 test('watchDir reports create, write, chmod, rename and remove', async (t) => {
-  const dir = workdir(t)
   const sbx = await sandbox()
+  const dir = await workdir(t, sbx)
   const events = []
   const handle = await sbx.files.watchDir(dir, (e) => events.push([e.type, e.name]))
   try {
@@ -160,7 +159,7 @@ test('watchDir reports create, write, chmod, rename and remove', async (t) => {
     assert.deepEqual(new Set(events.map((e) => e[0])), new Set(['create', 'chmod', 'write']))
 
     events.length = 0
-    chmodSync(`${dir}/w.txt`, 0o600)
+    await sh(sbx, `chmod 600 ${dir}/w.txt`)
     await sbx.files.rename(`${dir}/w.txt`, `${dir}/r.txt`)
     await sbx.files.remove(`${dir}/r.txt`)
     await waitUntil(() => events.length >= 4)
@@ -176,9 +175,9 @@ test('watchDir reports create, write, chmod, rename and remove', async (t) => {
 })
 
 test('watchDir with and without recursion', async (t) => {
-  const dir = workdir(t)
-  mkdirSync(`${dir}/nested`)
   const sbx = await sandbox()
+  const dir = await workdir(t, sbx)
+  await sh(sbx, `mkdir ${dir}/nested`)
   const flat = []
   const deep = []
   const flatHandle = await sbx.files.watchDir(dir, (e) => flat.push(e))

@@ -1,35 +1,64 @@
-// Shared helpers for the JS SDK suite.
+// Shared helpers for the JS SDK suite, in either mode.
 //
-// In debug mode (E2B_DEBUG=true) Sandbox.create() skips the E2B API and talks straight to envd on
-// localhost:49983, assuming envd version 99.99.99; scripts/test-sdk starts that shared daemon.
-// Tests that change a daemon's state (access token, /init env vars) or restart it get a private
-// daemon on a free port, reached through the SDK's `sandboxUrl` option.
+// Debug mode (scripts/test-sdk): E2B_DEBUG=true, no control API; Sandbox.create() talks straight
+// to envd on localhost:49983, assumed version 99.99.99, and commands run on this host. Tests that
+// change a daemon's state (access token, /init env vars) or restart it get a private daemon on a
+// free port, reached through the SDK's `sandboxUrl` option.
+// Normal mode (scripts/test-sandboxd-sdk, chosen by setting E2B_API_URL): the SDK calls the
+// control API and reaches real sandboxes through E2B_SANDBOX_URL. Each test file (one flow:
+// files, commands) gets a sandbox of its own, killed when the file is done.
 import { spawn } from 'node:child_process'
-import { chmodSync, mkdtempSync, openSync, readFileSync, closeSync, rmSync } from 'node:fs'
+import { mkdtempSync, openSync, readFileSync, closeSync, rmSync } from 'node:fs'
 import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { dirname, join, resolve } from 'node:path'
+import { after } from 'node:test'
 import { fileURLToPath } from 'node:url'
 import { setTimeout as sleep } from 'node:timers/promises'
 
 import { Sandbox } from 'e2b'
 
-process.env.E2B_DEBUG = 'true'
+export const normalMode = Boolean(process.env.E2B_API_URL)
+if (!normalMode) process.env.E2B_DEBUG = 'true'
+
+// Who runs commands and owns new files by default: envd's own default (root) in debug mode, the
+// `user` the control plane's /init names in a real sandbox.
+export const defaultUser = normalMode ? 'user' : 'root'
+export const debugOnly = {
+  skip: normalMode && 'drives private envd daemons directly (debug mode: scripts/test-sdk)',
+}
+export const normalOnly = {
+  skip: !normalMode && 'needs the control API and real sandboxes (normal mode: scripts/test-sandboxd-sdk)',
+}
 
 const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..', '..')
 const envdPython = process.env.ENVD_PYTHON ?? join(repoRoot, '.venv', 'bin', 'python')
 
 export { sleep }
 
+// Node runs each test file in a process of its own: this file's sandbox in normal mode.
+let fileSandbox = null
+after(async () => {
+  if (fileSandbox !== null) await (await fileSandbox).kill()
+})
+
 export function sandbox() {
-  return Sandbox.create()
+  if (!normalMode) return Sandbox.create()
+  fileSandbox ??= Sandbox.create()
+  return fileSandbox
 }
 
-// A fresh directory every user may write to, removed when the test ends.
-export function workdir(t) {
-  const dir = mkdtempSync(join(tmpdir(), 'sdk-e2e-js-'))
-  chmodSync(dir, 0o777)
-  t.after(() => rmSync(dir, { recursive: true, force: true }))
+// stdout of `command` run by bash as root where the sandbox's files are: to check what the files
+// API did, or change files behind its back, another way than the files API itself.
+export async function sh(sbx, command) {
+  return (await sbx.commands.run(command, { user: 'root' })).stdout
+}
+
+// A fresh directory every user may write to (in the sandbox: on this host in debug mode),
+// removed when the test ends.
+export async function workdir(t, sbx) {
+  const dir = (await sh(sbx, 'd=$(mktemp -d /tmp/sdk-e2e-js-XXXXXX) && chmod 777 $d && echo $d')).trim()
+  t.after(() => sh(sbx, `rm -rf -- '${dir}'`))
   return dir
 }
 

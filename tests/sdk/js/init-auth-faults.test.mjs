@@ -6,15 +6,15 @@ import { test } from 'node:test'
 
 import { AuthenticationError, Sandbox, SandboxError } from 'e2b'
 
-import { Daemon, waitUntil, workdir } from './helpers.mjs'
+import { Daemon, debugOnly, sandbox, waitUntil, workdir } from './helpers.mjs'
 
-test('create({envs}) in debug mode does not call /init', async (t) => {
+test('create({envs}) in debug mode does not call /init', debugOnly, async (t) => {
   const daemon = await Daemon.start(t)
   const sbx = await Sandbox.create({ sandboxUrl: daemon.url, envs: { FROM_CREATE: 'x' } })
   assert.equal((await sbx.commands.run('echo ${FROM_CREATE:-unset}')).stdout, 'unset\n')
 })
 
-test('/init env vars reach commands; per-command envs win', async (t) => {
+test('/init env vars reach commands; per-command envs win', debugOnly, async (t) => {
   const daemon = await Daemon.start(t)
   assert.equal((await daemon.init({ envVars: { SANDBOX_WIDE: 'yes', OVERRIDDEN: 'init' } })).status, 204)
   const sbx = await daemon.sandbox()
@@ -24,8 +24,8 @@ test('/init env vars reach commands; per-command envs win', async (t) => {
   assert.equal((await sbx.commands.run('echo "${SANDBOX_WIDE:-gone} $ONLY"')).stdout, 'gone this\n')
 })
 
-test('/init defaultUser and defaultWorkdir', async (t) => {
-  const dir = workdir(t)
+test('/init defaultUser and defaultWorkdir', debugOnly, async (t) => {
+  const dir = await workdir(t, await sandbox())
   const daemon = await Daemon.start(t)
   assert.equal((await daemon.init({ defaultUser: 'user', defaultWorkdir: dir })).status, 204)
   const sbx = await daemon.sandbox()
@@ -34,8 +34,8 @@ test('/init defaultUser and defaultWorkdir', async (t) => {
   assert.equal((await sbx.files.getInfo(`${dir}/f.txt`)).owner, 'user')
 })
 
-test('access token: right one works, wrong one is AuthenticationError', async (t) => {
-  const dir = workdir(t)
+test('access token: right one works, wrong one is AuthenticationError', debugOnly, async (t) => {
+  const dir = await workdir(t, await sandbox())
   const daemon = await Daemon.start(t)
   assert.equal((await daemon.init({ accessToken: 'js-s3cret' })).status, 204)
 
@@ -54,8 +54,8 @@ test('access token: right one works, wrong one is AuthenticationError', async (t
   assert.equal(await good.files.read(`${dir}/t.txt`), 'ok')
 })
 
-test('envd restarted between two calls', async (t) => {
-  const dir = workdir(t)
+test('envd restarted between two calls', debugOnly, async (t) => {
+  const dir = await workdir(t, await sandbox())
   const daemon = await Daemon.start(t)
   const sbx = await daemon.sandbox()
   assert.equal((await sbx.commands.run('echo before')).stdout, 'before\n')
@@ -72,7 +72,7 @@ test('envd restarted between two calls', async (t) => {
   assert.equal(await sbx.files.read(`${dir}/after.txt`), 'x')
 })
 
-test('envd stopped while a command streams output', async (t) => {
+test('envd stopped while a command streams output', debugOnly, async (t) => {
   const daemon = await Daemon.start(t)
   const sbx = await daemon.sandbox()
   const chunks = []
@@ -91,8 +91,8 @@ test('envd stopped while a command streams output', async (t) => {
   assert.equal((await sbx.commands.run('echo back')).stdout, 'back\n')
 })
 
-test('signed file URLs replace the header when a token is set', async (t) => {
-  const dir = workdir(t)
+test('signed file URLs replace the header when a token is set', debugOnly, async (t) => {
+  const dir = await workdir(t, await sandbox())
   const daemon = await Daemon.start(t)
   assert.equal((await daemon.init({ accessToken: 'js-s3cret' })).status, 204)
   const sbx = daemon.sandbox('js-s3cret')
