@@ -20,6 +20,7 @@ from sandboxd import nspawn
 from sandboxd.cgroups import CgroupHost, SandboxCgroups
 from sandboxd.envd_client import EnvdClient
 from sandboxd.netns import NetNamespace
+from sandboxd.removal import remove_tree
 from sandboxd.runtime import Runtime
 from tests.waiting import wait_until
 
@@ -27,6 +28,22 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
 API_KEY = "e2b_" + "5a" * 20
+
+
+def kill_sandboxes(state_dir: Path, cgroup_parent: str) -> None:
+    """Kill every sandbox a stopped sandboxd left in `state_dir` (SIGTERM leaves them running)
+    and remove its cgroup parent."""
+
+    async def kill_all() -> None:
+        runtime = Runtime(state_dir / "sandboxes", cgroup_parent=cgroup_parent)
+        for box in runtime.adopt():
+            await runtime.kill(box)
+
+    asyncio.run(kill_all())
+    host = CgroupHost.detect()
+    for mount in {host.unified, *host.v1.values()}:
+        with contextlib.suppress(FileNotFoundError):
+            (mount / cgroup_parent).rmdir()
 
 
 def free_port() -> int:
@@ -90,21 +107,12 @@ class Sandboxd:
             self.proc = None
         assert "Traceback" not in self.log.read_text(), self.log.read_text()[-3000:]
 
-    async def _kill_all(self) -> None:
-        runtime = Runtime(self.state_dir / "sandboxes", cgroup_parent=self.cgroup_parent)
-        for box in runtime.adopt():
-            await runtime.kill(box)
-
     def clean_up(self) -> None:
         """Stop the server and remove every sandbox and cgroup it made."""
         try:
             self.stop()
         finally:
-            asyncio.run(self._kill_all())
-            host = CgroupHost.detect()
-            for mount in {host.unified, *host.v1.values()}:
-                with contextlib.suppress(FileNotFoundError):
-                    (mount / self.cgroup_parent).rmdir()
+            kill_sandboxes(self.state_dir, self.cgroup_parent)
 
     def cgroups(self, sandbox_id: str) -> SandboxCgroups:
         return SandboxCgroups(CgroupHost.detect(), self.cgroup_parent, sandbox_id)
@@ -178,3 +186,20 @@ def wait_gone(client: httpx.Client, sandbox_id: str, timeout_s: float) -> None:
         timeout_s,
         f"sandbox {sandbox_id} to be gone",
     )
+
+
+def main(argv: list[str]) -> None:
+    """For scripts: `free-port` prints a free loopback port; `clean-up STATE_DIR CGROUP_PARENT`
+    kills what a stopped sandboxd left and removes the state directory."""
+    if argv[:1] == ["free-port"]:
+        print(free_port())  # noqa: T201  # the script reads it from stdout
+    elif argv[:1] == ["clean-up"] and len(argv) == 3:
+        state_dir = Path(argv[1])
+        kill_sandboxes(state_dir, argv[2])
+        remove_tree(state_dir)
+    else:
+        sys.exit("usage: python -m tests.sandboxd.serving free-port | clean-up STATE_DIR CGROUP")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
