@@ -29,6 +29,7 @@ export const debugOnly = {
 }
 export const normalOnly = {
   skip: !normalMode && 'needs the control API and real sandboxes (normal mode: scripts/test-sandboxd-sdk)',
+  timeout: 60_000,
 }
 
 const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..', '..')
