@@ -86,6 +86,11 @@ class Sandboxd:
             return False
 
     @property
+    def pid(self) -> int:
+        assert self.proc is not None, "not serving"
+        return self.proc.pid
+
+    @property
     def headers(self) -> dict[str, str]:
         return {"X-API-Key": API_KEY}
 
