@@ -115,6 +115,15 @@ class EnvdClient:
     async def aclose(self) -> None:
         await self._pool.aclose()
 
+    async def forget(self, sandbox_id: str) -> None:
+        """Close the pooled connections to a sandbox that is going away: each is a socket in
+        its network namespace, and a socket keeps its namespace alive after the sandbox died
+        (the pool would only drop it at its next request after the keep-alive expiry)."""
+        origin = httpcore.Origin(b"http", sandbox_id.encode(), ENVD_PORT)
+        for connection in self._pool.connections:
+            if connection.can_handle_request(origin):
+                await connection.aclose()
+
     async def request(
         self,
         sandbox_id: str,

@@ -309,9 +309,18 @@ class SandboxManager:
 
     async def _kill_quietly(self, box: Box) -> None:
         try:
-            await self.runtime.kill(box)
+            await self._end(box)
         except SandboxError:
             log.exception("sandbox %s: cleaning up after a failed create", box.id)
+
+    async def _end(self, box: Box) -> None:
+        """Remove the sandbox from the host, and sandboxd's own connections into it.
+
+        Raises:
+            SandboxError: the host could not remove everything (a retry continues).
+        """
+        await self.envd.forget(box.id)
+        await self.runtime.kill(box)
 
     # Kill, pause, resume, connect, timeout
 
@@ -335,7 +344,7 @@ class SandboxManager:
             self.store.delete_sandbox(sandbox_id)
             self.store.add_event(now_us(), sandbox_id, reason)
             try:
-                await self.runtime.kill(sandbox.box)
+                await self._end(sandbox.box)
             except SandboxError as exc:
                 raise RequestError(500, f"killing {sandbox_id}: {exc}") from exc
         return True
