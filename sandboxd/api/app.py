@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from starlette.applications import Starlette
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
-from starlette.responses import PlainTextResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from sandboxd.api import sandbox_routes, template_routes
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("sandboxd.api")
 
 API_KEY = re.compile(r"^e2b_[0-9a-f]+$")
-# Answered without an API key, as E2B's API does: load balancers and scripts probe it.
+# E2B's spec asks no key for it: load balancers and probes call it.
 HEALTH_PATH = "/health"
 
 
@@ -41,7 +41,7 @@ def error_response(status: int, message: str) -> Response:
 
 class ApiKeyMiddleware:
     """401 unless `X-API-Key` (any case) is a stored key of the SDK's form `e2b_` + hex
-    (`GET /health` excepted)."""
+    (`GET /health` aside)."""
 
     def __init__(self, app: ASGIApp, store: Store) -> None:
         self.app = app
@@ -61,10 +61,6 @@ class ApiKeyMiddleware:
         await self.app(scope, receive, send)
 
 
-async def _health(_: Request) -> Response:
-    return PlainTextResponse("Health check successful")
-
-
 async def _request_error(_: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestError)  # noqa: S101  # registered for RequestError only
     return error_response(exc.status, exc.message)
@@ -78,6 +74,11 @@ async def _http_error(_: Request, exc: Exception) -> Response:
 async def _unexpected(request: Request, exc: Exception) -> Response:
     log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
     return error_response(500, f"internal error: {type(exc).__name__}: {exc}")
+
+
+async def _health(_: Request) -> Response:
+    """204 while sandboxd serves."""
+    return Response(status_code=204)
 
 
 def create_app(manager: SandboxManager, store: Store) -> Starlette:

@@ -106,9 +106,11 @@ def test_a_request_without_a_valid_key_is_401(server: Sandboxd, headers: dict[st
         assert response.json()["message"]
 
 
-def test_health_answers_without_a_key(server: Sandboxd) -> None:
+def test_health_answers_204_without_a_key(server: Sandboxd) -> None:
+    """E2B's `GET /health`: no security in its spec (load balancers and probes ask it)."""
     response = httpx.get(server.url + "/health")
-    assert response.status_code == 200
+    assert (response.status_code, response.content) == (204, b"")
+    assert httpx.post(server.url + "/health").status_code == 405
 
 
 def test_the_key_header_is_case_insensitive(server: Sandboxd) -> None:
