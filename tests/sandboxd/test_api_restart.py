@@ -58,6 +58,9 @@ def test_a_create_takes_a_warm_sandbox(tmp_path: Path, base_template: Path) -> N
             created = api.post("/sandboxes", json={"templateID": "base", "envVars": {"W": "1"}})
             assert created.status_code == 201
             assert created.json()["sandboxID"] == warm
+            # The refill waits a moment: its boot does not compete with this create's first
+            # requests for the CPU.
+            assert len(list(boxes.iterdir())) == 1
             status, body = server.envd(warm, "GET", "/envs")
             assert status == 200
             assert b'"W"' in body
