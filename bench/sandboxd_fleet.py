@@ -1,0 +1,156 @@
+"""Many sandboxes at once on one `sandboxd serve`: memory per idle sandbox (its memory cgroup's
+charge, and what it consists of: anonymous memory, page cache, kernel memory, and the PSS of
+each of its processes; target <= 80 MiB) and sandboxd's `GET /health` p99 while they are created
+and while they idle (target < 20 ms), against the same server with no sandbox (baseline).
+
+/health is asked by a thread of its own with a blocking client, 50 times a second; the creates
+go --at-once at a time (the machine has two cores: more in flight only spreads the wait).
+Run as root: .venv/bin/python -m bench.sandboxd_fleet [--count 20] [--at-once 4] [--template DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from bench.sandboxd_lifecycle import create_sandbox, parse_args, percentile, run_true, scratch
+from sandboxd.cgroups import CgroupHost
+from tests.sandboxd.serving import Sandboxd
+
+MIB = 1 << 20
+HEALTH_EVERY_S = 0.02
+SETTLE_S = 10
+IDLE_PROBE_S = 10
+
+
+@dataclass
+class HealthProbe:
+    """GET /health in a loop on its own thread; latencies go to the current phase."""
+
+    url: str
+    phases: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    phase: str = "baseline"
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self) -> None:
+        with httpx.Client(timeout=10) as client:
+            while not self._stop.is_set():
+                begin = time.monotonic()
+                status = client.get(self.url + "/health").status_code
+                self.phases[self.phase].append(time.monotonic() - begin)
+                assert status == 204, status
+                time.sleep(HEALTH_EVERY_S)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def _stat(path: Path) -> dict[str, int]:
+    return {k: int(v) for k, v in (line.split() for line in path.read_text().splitlines())}
+
+
+def memory_of(server: Sandboxd, sandbox_id: str) -> dict[str, int]:
+    """The sandbox's memory cgroup: its charge and the charge's parts, in bytes."""
+    host = CgroupHost.detect()
+    if host.pure_v2:
+        cgroup = host.unified / server.cgroup_parent / sandbox_id
+        stat = _stat(cgroup / "memory.stat")
+        charged = int((cgroup / "memory.current").read_text())
+        return {"charged": charged, "anon": stat["anon"], "file": stat["file"],
+                "kernel": stat["kernel"], "shmem": stat["shmem"]}  # fmt: skip
+    cgroup = host.v1["memory"] / server.cgroup_parent / sandbox_id
+    stat = _stat(cgroup / "memory.stat")
+    charged = int((cgroup / "memory.usage_in_bytes").read_text())
+    anon, cache = stat["total_rss"], stat["total_cache"]
+    # v1 charges kernel memory (page tables, slab, sockets) to usage_in_bytes too.
+    return {"charged": charged, "anon": anon, "file": cache, "kernel": charged - anon - cache,
+            "shmem": stat["total_shmem"]}  # fmt: skip
+
+
+def pss_by_process(server: Sandboxd, sandbox_id: str) -> dict[str, int]:
+    """Proportional set size of each process of the sandbox by name, in bytes."""
+    found: dict[str, int] = defaultdict(int)
+    for pid in server.cgroups(sandbox_id).pids():
+        try:
+            comm = Path(f"/proc/{pid}/comm").read_text().strip()
+            rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
+        except OSError:
+            continue
+        pss = next(line.split()[1] for line in rollup.splitlines() if line.startswith("Pss:"))
+        found[comm] += int(pss) * 1024
+    return found
+
+
+async def create_fleet(server: Sandboxd, count: int, at_once: int) -> list[str]:
+    limit = asyncio.Semaphore(at_once)
+    async with httpx.AsyncClient(base_url=server.url, headers=server.headers, timeout=120) as api:
+
+        async def one() -> str:
+            async with limit:
+                sandbox = await create_sandbox(api)
+                await run_true(api, sandbox)
+                return sandbox.sandbox_id
+
+        return list(await asyncio.gather(*(one() for _ in range(count))))
+
+
+def mean_mib(values: list[int]) -> str:
+    return f"{statistics.mean(values) / MIB:.1f}"
+
+
+def report(probe: HealthProbe, memory: list[dict[str, int]], pss: list[dict[str, int]]) -> None:
+    print(f"load average (1 min) at the end: {os.getloadavg()[0]:.1f}")
+    for phase, samples in probe.phases.items():
+        ms = [s * 1000 for s in samples]
+        print(f"GET /health {phase:9}: p50 {statistics.median(ms):6.2f} ms, "
+              f"p99 {percentile(ms, 0.99):6.2f} ms, max {max(ms):7.2f} ms (n={len(ms)})")  # fmt: skip
+    print(f"memory per idle sandbox, mean of {len(memory)} (MiB):")
+    for part in memory[0]:
+        values = [m[part] for m in memory]
+        print(f"  {part:8} {mean_mib(values):>6}  (min {min(values) / MIB:.1f}, "
+              f"max {max(values) / MIB:.1f})")  # fmt: skip
+    names = sorted({name for p in pss for name in p}, key=lambda n: -sum(p[n] for p in pss))
+    print("PSS per process, mean per sandbox (MiB): " + ", ".join(
+        f"{name} {sum(p.get(name, 0) for p in pss) / len(pss) / MIB:.1f}" for name in names
+    ))  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--count", type=int, default=20)
+    parser.add_argument("--at-once", type=int, default=4)
+    args, template = parse_args(parser)
+    with scratch("sandboxd-fleet-") as work:
+        server = Sandboxd(work / "state", template)
+        try:
+            server.start()
+            probe = HealthProbe(server.url)
+            thread = threading.Thread(target=probe.run, daemon=True)
+            thread.start()
+            time.sleep(IDLE_PROBE_S)
+            probe.phase = "creating"
+            ids = asyncio.run(create_fleet(server, args.count, args.at_once))
+            probe.phase = "settling"
+            time.sleep(SETTLE_S)
+            probe.phase = f"{args.count} idle"
+            time.sleep(IDLE_PROBE_S)
+            probe.stop()
+            thread.join()
+            memory = [memory_of(server, i) for i in ids]
+            pss = [pss_by_process(server, i) for i in ids]
+        finally:
+            server.clean_up()
+    report(probe, memory, pss)
+
+
+if __name__ == "__main__":
+    main()
