@@ -126,7 +126,7 @@ def traces_left(server: Sandboxd, seen: list[Seen]) -> list[str]:
     return left
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(1200)
 def test_create_kill_cycles_through_the_api_leave_nothing(
     tmp_path: Path, base_template: Path
 ) -> None:
