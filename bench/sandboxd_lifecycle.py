@@ -203,7 +203,7 @@ def parse_args(parser: argparse.ArgumentParser) -> tuple[argparse.Namespace, Pat
     args = parser.parse_args()
     if args.template is not None:
         return args, args.template
-    from tests.sandboxd.conftest import ensure_base_template
+    from tests.sandboxd.template_cache import ensure_base_template
 
     return args, ensure_base_template()
 
