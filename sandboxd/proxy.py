@@ -125,6 +125,7 @@ class _Relay:
         self.proxy, self.box, self.target = proxy, box, target
         self.scope, self.receive, self.send = scope, receive, send
         self.client_gone = False
+        self.body_sent = False  # the whole request body is with the sandbox
         self.headers, self.framing = _request_headers(scope, target)
 
     async def run(self) -> None:
@@ -195,6 +196,7 @@ class _Relay:
                     await connection.write(b"0\r\n\r\n")
             except UpstreamClosed:
                 return  # the response (or its failure) tells the rest
+        self.body_sent = True
         while (await self.receive())["type"] != "http.disconnect":
             pass
         self._client_left(connection)
@@ -213,7 +215,7 @@ class _Relay:
                 await self.send({"type": "http.response.body", "body": chunk, "more_body": True})
         except UpstreamClosed:
             return False
-        if self.framing != "none" and not pump.done():
+        if not self.body_sent:
             return True  # an early answer; run() drops the connection
         # Stop watching for the client before the response completes: uvicorn answers a
         # pending receive() with a disconnect once it has, and that must not abort a

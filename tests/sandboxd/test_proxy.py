@@ -89,6 +89,20 @@ async def test_health_through_the_routing_headers(served: tuple[ServedProxy, Box
     assert established_to_envd(box) == 1
 
 
+async def test_requests_with_a_body_reuse_the_kept_alive_connection(
+    served: tuple[ServedProxy, Box],
+) -> None:
+    proxy, box = served
+    stat = {**routed(box), **AS_USER, "content-type": "application/json"}
+    async with httpx.AsyncClient(base_url=proxy.url) as client:
+        for _ in range(3):
+            r = await client.post("/filesystem.Filesystem/Stat", headers=stat,
+                                  content=b'{"path": "/etc/hostname"}')  # fmt: skip
+            assert r.status_code == 200, r.text
+            # One connection to envd, kept for the next request (not aborted and made again).
+            assert established_to_envd(box) == 1
+
+
 async def test_upload_and_download_of_64_mib_stream_through(
     served: tuple[ServedProxy, Box],
 ) -> None:
@@ -206,7 +220,8 @@ async def test_envd_control_paths_are_refused_after_cleaning(
     async with httpx.AsyncClient(base_url=proxy.url) as client:
         for path in ("/init", "//init", "/init/", "/files/../init", "/%69nit", "/freeze",
                      "/upgrade", "/fsthaw"):  # fmt: skip
-            r = await client.post(path, headers=routed(box), content=b"{}")
+            # The whole URL: httpx would merge "//init" with a base URL into "/".
+            r = await client.post(proxy.url + path, headers=routed(box), content=b"{}")
             assert r.status_code == 404, path
     assert established_to_envd(box) == 0  # not one of them reached envd
 
