@@ -1,6 +1,8 @@
 """The sandbox proxy against direct envd in the same run: Stat p50 (wrk, one keep-alive
 connection), B2 download of a 256 MiB hot file (curl) and B4 stdout of `head -c 256M
 /dev/zero` through Process/Start (curl, proto). Targets: Stat p50 +<= 1 ms; B2 and B4 >= 0.8x.
+Also the proxy's CPU time per MiB relayed in B2 and B4 (this process's, user and system): on a
+busy machine a steadier figure than the throughput.
 
 "Direct" runs the same client inside the sandbox's network namespace (nsenter -n) against
 127.0.0.1:49983; "proxied" runs it on the host against the proxy (uvicorn, uvloop, httptools,
@@ -18,6 +20,7 @@ import re
 import statistics
 import struct
 import tempfile
+import time
 import uuid
 from pathlib import Path
 
@@ -70,6 +73,15 @@ async def curl_mib_s(box: Box | None, url: str, headers: dict[str, str], *extra:
     return SIZE / MIB / float(seconds)
 
 
+async def proxied_mib_s(cpu: list[float], url: str, headers: dict[str, str], *extra: str,
+                        stdin: bytes | None = None) -> float:  # fmt: skip
+    """curl_mib_s through the proxy; appends the proxy's CPU ms per MiB to `cpu`."""
+    start = time.process_time()
+    mib_s = await curl_mib_s(None, url, headers, *extra, stdin=stdin)
+    cpu.append((time.process_time() - start) * 1000 / (SIZE / MIB))
+    return mib_s
+
+
 def stdout_request() -> bytes:
     body = StartRequest(process=ProcessConfig(cmd="head", args=["-c", str(SIZE), "/dev/zero"]))
     payload = body.to_binary()
@@ -82,22 +94,27 @@ async def one_round(box: Box, proxy_url: str, lua: Path) -> dict[str, tuple[floa
     download = f"/files?path={PAYLOAD}&username=root"
     start = "/process.Process/Start"
     proto = {"Content-Type": "application/connect+proto"}
-    return {
+    b2_cpu: list[float] = []
+    b4_cpu: list[float] = []
+    rows = {
         "Stat p50 (ms)": (
             await stat_p50_ms(box, ENVD + stat, {}, lua),
             await stat_p50_ms(None, proxy_url + stat, routed, lua),
         ),
         "B2 download (MiB/s)": (
             await curl_mib_s(box, ENVD + download, {}),
-            await curl_mib_s(None, proxy_url + download, routed),
+            await proxied_mib_s(b2_cpu, proxy_url + download, routed),
         ),
         "B4 stdout, proto (MiB/s)": (
             await curl_mib_s(box, ENVD + start, proto, "--data-binary", "@-",
                              stdin=stdout_request()),
-            await curl_mib_s(None, proxy_url + start, {**proto, **routed}, "--data-binary", "@-",
-                             stdin=stdout_request()),
+            await proxied_mib_s(b4_cpu, proxy_url + start, {**proto, **routed},
+                                "--data-binary", "@-", stdin=stdout_request()),
         ),
     }  # fmt: skip
+    rows["proxy CPU, B2 (ms/MiB)"] = (0.0, b2_cpu[0])
+    rows["proxy CPU, B4 (ms/MiB)"] = (0.0, b4_cpu[0])
+    return rows
 
 
 async def bench(template: Path, runs: int, work: Path) -> None:
@@ -123,11 +140,17 @@ async def bench(template: Path, runs: int, work: Path) -> None:
     for name in rounds[0]:
         direct = statistics.median(r[name][0] for r in rounds)
         proxied = statistics.median(r[name][1] for r in rounds)
+        if name.startswith("proxy CPU"):
+            print(f"{name:28} {'':>9} {proxied:9.2f}")
+            continue
         if name.startswith("Stat"):
             ratio = f"+{proxied - direct:.2f}ms"
         else:
             ratio = f"{statistics.median(r[name][1] / r[name][0] for r in rounds):.2f}"
         print(f"{name:28} {direct:9.2f} {proxied:9.2f} {ratio:>7}")
+    for name in rounds[0]:
+        print(f"  {name}, per round: " + "; ".join(f"{r[name][0]:.2f} / {r[name][1]:.2f}"
+                                                  for r in rounds))  # fmt: skip
 
 
 def main() -> None:

@@ -1,4 +1,6 @@
-"""sandboxd's one listener: requests for a sandbox go to the proxy, the rest to the control API.
+"""sandboxd's one listener, put together: uvicorn serves the control API app, with
+sandboxd/listener.py as its HTTP protocol so that requests for a sandbox go to the proxy
+below ASGI (control-api.md §1.4).
 
 The control API app owns the lifespan (it starts and stops the sandbox manager); the proxy's
 open connections are cut whenever the manager says a sandbox stopped serving, and all of them
@@ -10,36 +12,22 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING
 
-from sandboxd.proxy import SandboxProxy, is_sandbox_request
+from sandboxd.listener import Listener
+from sandboxd.proxy import SandboxProxy
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
     from starlette.applications import Starlette
-    from starlette.types import Receive, Scope, Send
 
     from sandboxd.runtime import Runtime
     from sandboxd.sandboxes import SandboxManager
 
 
-class Dispatch:
-    """ASGI app: `proxy` for sandbox traffic (control-api.md §1.4), `api` for everything else."""
-
-    def __init__(self, api: Starlette, proxy: SandboxProxy, manager: SandboxManager) -> None:
-        self.api = api
-        self.proxy = proxy
-        self.manager = manager
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if is_sandbox_request(scope, self.proxy.domain, self.manager):
-            await self.proxy(scope, receive, send)
-        else:
-            await self.api(scope, receive, send)
-
-
-def create_dispatch(
+def create_listener(
     api: Starlette, manager: SandboxManager, runtime: Runtime, domain: str
-) -> Dispatch:
+) -> type[Listener]:
+    """The protocol class for uvicorn's `http`, serving `api` and the sandboxes' proxy."""
     proxy = SandboxProxy(manager, runtime, domain)
     manager.on_gone(proxy.cut)
     inner = api.router.lifespan_context
@@ -53,4 +41,4 @@ def create_dispatch(
                 proxy.close()
 
     api.router.lifespan_context = lifespan
-    return Dispatch(api, proxy, manager)
+    return Listener.serving(proxy)

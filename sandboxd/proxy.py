@@ -1,91 +1,125 @@
 """The sandbox proxy: HTTP requests for a port inside a sandbox, streamed there and back
 (control-api.md §1.4).
 
-It is a small HTTP/1.1 relay of its own (sandboxd/upstream.py) rather than httpx or httpcore:
-those would add h11, httpcore and certifi to the one pyproject that also installs envd into
-every sandbox, parse every body byte again in pure Python (h11), and hide the transports that
-`cut` must abort. httptools is already envd's parser.
+It works below ASGI, on the bytes of sandboxd's listener (sandboxd/listener.py): an ASGI
+message and an await per body chunk cost more than the copy itself, and made the proxy half as
+fast as envd. The request's head is rewritten (hop-by-hop headers and the API key left out)
+and its body streamed up; the response goes back byte for byte as the sandbox sent it, head and
+framing included, with httptools only following where it ends (sandboxd/upstream.py). Nothing
+but bytes and transport writes per chunk; flow control by pausing the side that reads.
 
-What the relay does per request: the routing rules of sandboxd/routing.py; envd's
-orchestrator-only paths refused; a kept-alive connection to the port taken or made; hop-by-hop
-headers and the API key left out; the request body streamed up while the response streams
-back, chunk by chunk as it arrives; the client leaving aborts the upstream connection, so the
-sandbox's server sees it leave too.
+It is a small HTTP/1.1 relay of its own rather than httpx or httpcore: those would add h11,
+httpcore and certifi to the one pyproject that also installs envd into every sandbox, parse
+every body byte again, and hide the transports that `cut` must abort.
+
+Per request: the routing rules of sandboxd/routing.py; envd's orchestrator-only paths
+refused; a kept-alive connection to the port taken or made; the client leaving aborts the
+upstream connection, so the sandbox's server sees it leave too.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol
 
 from sandboxd.routing import (
+    RequestHead,
     RouteError,
     SandboxLookup,
     Target,
-    headers_of,
-    honours_headers,
     is_envd_control_path,
-    is_sandbox_host,
+    is_sandbox_request,
     resolve,
-    signed_files_query,
-    target_by_signature,
 )
-from sandboxd.upstream import UpstreamClosed, UpstreamConnection, UpstreamPool
+from sandboxd.upstream import UpstreamConnection, UpstreamPool
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Mapping, MutableMapping
-
     from sandboxd.runtime import Box, Runtime
-    from sandboxd.upstream import Exchange
-
-    Scope = MutableMapping[str, Any]
-    Message = MutableMapping[str, Any]
-    Receive = Callable[[], Awaitable[Message]]
-    Send = Callable[[Message], Awaitable[None]]
 
 log = logging.getLogger("sandboxd.proxy")
 
-# RFC 9110 §7.6.1 (plus the obsolete Proxy-Connection and Keep-Alive); the framing headers are
-# set again for each side. `expect` is answered here: uvicorn sends the 100 Continue itself.
+# RFC 9110 §7.6.1 (plus the obsolete Proxy-Connection and Keep-Alive); the request's framing is
+# set again for the sandbox. `expect` goes through: the sandbox's server answers 100 Continue.
 HOP_BY_HOP = frozenset(
     (b"connection", b"proxy-connection", b"keep-alive", b"te", b"trailer",
-     b"transfer-encoding", b"upgrade", b"proxy-authorization", b"proxy-authenticate",
-     b"expect")
+     b"transfer-encoding", b"upgrade", b"proxy-authorization", b"proxy-authenticate")
 )  # fmt: skip
 NEVER_FORWARDED = frozenset((b"x-api-key",))  # the control API's key stays with sandboxd
 
 
-def is_sandbox_request(scope: Mapping[str, Any], domain: str, lookup: SandboxLookup) -> bool:
-    """Whether sandboxd's top-level app hands this request to the proxy rather than the
-    control API: routing headers on a host that honours them, a `{port}-{id}.{domain}` host, or
-    a header-less signed `/files` URL that one sandbox's token signed."""
-    if scope.get("type") != "http":
-        return False
-    headers = headers_of(scope)
-    host = headers.get(b"host", b"").decode("latin-1")
-    if is_sandbox_host(host, domain):
-        return True
-    if not honours_headers(host, domain):
-        return False
-    if b"e2b-sandbox-id" in headers or b"e2b-sandbox-port" in headers:
-        return True
-    return signed_files_query(scope) is not None and (
-        target_by_signature(scope, lookup) is not None
-    )
+class Client(Protocol):
+    """The client's connection, as an exchange sees it (sandboxd/listener.py)."""
+
+    def write(self, data: bytes) -> None: ...
+
+    def answered(self, keep_alive: bool) -> None:
+        """The response is complete; the connection may carry the next one if `keep_alive`."""
+
+    def abort(self) -> None:
+        """Drop the connection: the response cannot be whole."""
+
+    def hold_reading(self, reason: str, hold: bool) -> None:
+        """Stop (or resume) reading the request for `reason`; reading resumes with no reason
+        left."""
+
+
+class Exchange(Protocol):
+    """One request on a client's connection and its answer."""
+
+    def start(self) -> None:
+        """Its turn to answer (the connection's earlier responses are complete)."""
+
+    def body(self, data: bytes) -> None: ...
+
+    def end(self) -> None:
+        """The whole request was received."""
+
+    def flush(self) -> None:
+        """The bytes of the request that came in one read have all been given."""
+
+    def client_writable(self, writable: bool) -> None:
+        """The client's side is full (False) or has room again (True)."""
+
+    def client_lost(self) -> None: ...
+
+
+class Request:
+    """What the proxy needs of a request besides its routing head."""
+
+    def __init__(self, head: RequestHead, raw_headers: list[tuple[bytes, bytes]],
+                 version: str, keep_alive: bool) -> None:  # fmt: skip
+        self.head, self.raw_headers = head, raw_headers
+        self.version, self.keep_alive = version, keep_alive
 
 
 class SandboxProxy:
-    """ASGI app: every request it gets goes to a port inside a sandbox, or is answered with
-    E2B's proxy errors. `runtime` is the Runtime whose boxes `lookup` hands out."""
+    """Turns requests for sandboxes into exchanges; holds the connections into sandboxes.
+    `runtime` is the Runtime whose boxes `lookup` hands out."""
 
     def __init__(self, lookup: SandboxLookup, runtime: Runtime, domain: str = "localhost") -> None:
         self.lookup = lookup
         self.runtime = runtime
         self.domain = domain
         self.pool = UpstreamPool()
+
+    def exchange(self, request: Request, client: Client) -> Exchange | None:
+        """The exchange that answers a request for a sandbox; None when the request is for
+        the control API."""
+        head = request.head
+        if not is_sandbox_request(head, self.domain, self.lookup):
+            return None
+        try:
+            target = resolve(head, self.domain, self.lookup)
+        except RouteError as exc:
+            return Answer(client, request, *_plain(400, str(exc)))
+        if is_envd_control_path(target, head.path):
+            return Answer(client, request, *_plain(404, "404 page not found"))
+        box = self.lookup.running_box(target.sandbox_id)
+        if box is None:
+            return Answer(client, request, *_sandbox_not_found(target))
+        return Relay(self, client, request, box, target)
 
     def cut(self, sandbox_id: str) -> None:
         """End every open proxied connection of the sandbox at transport level (on kill and
@@ -97,183 +131,192 @@ class SandboxProxy:
     def close(self) -> None:
         self.pool.close()
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            return  # lifespan and websockets are the top-level app's
+
+class Answer:
+    """An answer of the proxy's own (E2B's 400, 404 and 502); the request body is dropped."""
+
+    def __init__(self, client: Client, request: Request, status: bytes, body: bytes,
+                 media: bytes) -> None:  # fmt: skip
+        self.client, self.keep_alive = client, request.keep_alive
+        self.response = b"HTTP/1.1 %s\r\ncontent-type: %s\r\ncontent-length: %d\r\n\r\n%s" % (
+            status,
+            media,
+            len(body),
+            body,
+        )
+
+    def start(self) -> None:
+        self.client.write(self.response)
+        self.client.answered(self.keep_alive)
+
+    def body(self, data: bytes) -> None:
+        pass
+
+    def end(self) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+    def client_writable(self, writable: bool) -> None:
+        pass
+
+    def client_lost(self) -> None:
+        pass
+
+
+class Relay:
+    """One request relayed to a port inside a sandbox, and its response back."""
+
+    def __init__(self, proxy: SandboxProxy, client: Client, request: Request, box: Box,
+                 target: Target) -> None:  # fmt: skip
+        self.proxy, self.client, self.request = proxy, client, request
+        self.box, self.target = box, target
+        self.upstream: UpstreamConnection | None = None
+        self.head, self.chunked = _request_head(request, target)
+        # Bytes not yet written: the head and body, until the connection is made or the end of
+        # the read they came in (one write, one wakeup of the sandbox's server for both).
+        self.pending: list[bytes] = [self.head]
+        self.request_ended = False
+        self.response_begun = False
+        self.finished = False  # answered, failed or abandoned: nothing more to do
+        self._connecting: asyncio.Task[None] | None = None
+
+    # Exchange
+
+    def start(self) -> None:
+        upstream = self.proxy.pool.take_idle(self.box.id, self.target.port)
+        if upstream is not None:
+            self._send(upstream)
+            return
+        self.client.hold_reading("connecting", True)
+        self._connecting = asyncio.ensure_future(self._connect())
+
+    def body(self, data: bytes) -> None:
+        if self.chunked:
+            data = b"%x\r\n%s\r\n" % (len(data), data)
+        if self.pending:
+            self.pending.append(data)
+        elif self.upstream is not None:
+            self.upstream.write(data)
+
+    def end(self) -> None:
+        self.request_ended = True
+        if self.chunked:
+            self.body(b"")  # the last chunk: "0\r\n\r\n"
+        self.flush()
+
+    def flush(self) -> None:
+        if self.upstream is not None and self.pending:
+            pending, self.pending = self.pending, []
+            self.upstream.write(pending[0] if len(pending) == 1 else b"".join(pending))
+
+    def client_writable(self, writable: bool) -> None:
+        if self.upstream is not None:
+            self.upstream.reading(writable)
+
+    def client_lost(self) -> None:
+        self.finished = True
+        self.pending = []
+        if self._connecting is not None:
+            self._connecting.cancel()
+        if self.upstream is not None:
+            self.proxy.pool.drop(self.upstream)  # the sandbox's server sees the client go
+
+    # ResponseSink (the upstream connection's callbacks)
+
+    def response_bytes(self, data: bytes) -> None:
+        self.response_begun = True
+        self.client.write(data)
+
+    def response_complete(self, keep_alive: bool) -> None:
+        upstream, self.upstream = self.upstream, None
+        self.finished = True
+        self.pending = []
+        assert upstream is not None  # noqa: S101  # only a started upstream answers
+        if self.request_ended:
+            self.proxy.pool.release(upstream)
+        else:
+            self.proxy.pool.drop(upstream)  # an early answer: the rest of the body is dropped
+        # The head went to the client as the sandbox sent it: a "close" there is the client's.
+        self.client.answered(keep_alive and self.request.keep_alive)
+
+    def response_failed(self, reason: str) -> None:
+        upstream, self.upstream = self.upstream, None
+        self.pending = []
+        if upstream is not None:
+            self.proxy.pool.drop(upstream)
+        if self.finished:
+            return
+        self.finished = True
+        if self.response_begun:
+            log.debug("sandbox %s: response cut: %s", self.target.sandbox_id, reason)
+            self.client.abort()
+        else:
+            self._answer_502("The sandbox closed the connection without answering")
+
+    def upstream_writable(self, writable: bool) -> None:
+        self.client.hold_reading("upstream", not writable)
+
+    # internals
+
+    async def _connect(self) -> None:
         try:
-            target = resolve(scope, self.domain, self.lookup)
-        except RouteError as exc:
-            await _plain(send, 400, str(exc))
-            return
-        if is_envd_control_path(target, scope["path"]):
-            await _plain(send, 404, "404 page not found")
-            return
-        box = self.lookup.running_box(target.sandbox_id)
-        if box is None:
-            await _sandbox_not_found(send, target)
-            return
-        await _Relay(self, box, target, scope, receive, send).run()
-
-
-class _Relay:
-    """One proxied request and its response."""
-
-    def __init__(
-        self, proxy: SandboxProxy, box: Box, target: Target, scope: Scope,
-        receive: Receive, send: Send,
-    ) -> None:  # fmt: skip
-        self.proxy, self.box, self.target = proxy, box, target
-        self.scope, self.receive, self.send = scope, receive, send
-        self.client_gone = False
-        self.body_sent = False  # the whole request body is with the sandbox
-        self.headers, self.framing = _request_headers(scope, target)
-
-    async def run(self) -> None:
-        connection = await self._connection()
-        if connection is None:
-            return
-        pump: asyncio.Task[None] | None = None
-        try:
-            exchange = connection.start(self._head(), self.scope["method"] == "HEAD")
-            pump = asyncio.ensure_future(self._pump_body(connection))
-            try:
-                status, headers = await exchange.head
-            except UpstreamClosed:
-                await self._upstream_failed(connection)
-                return
-            await self.send(
-                {"type": "http.response.start", "status": status,
-                 "headers": _response_headers(headers)}
-            )  # fmt: skip
-            if await self._stream_response(connection, exchange, pump):
-                await self.send({"type": "http.response.body", "body": b""})
-        finally:
-            if pump is not None and not pump.done():
-                pump.cancel()  # the response ended before the request body: do not reuse
-                connection.abort()
-            self.proxy.pool.release(connection)
-
-    async def _connection(self) -> UpstreamConnection | None:
-        pool = self.proxy.pool
-        reused = pool.take_idle(self.box.id, self.target.port)
-        if reused is not None:
-            return reused
-        try:
-            return await pool.connect(self.box, self.target.port)
+            upstream = await self.proxy.pool.connect(self.box, self.target.port)
         except OSError:
-            if self.proxy.lookup.running_box(self.target.sandbox_id) is None:
-                await _sandbox_not_found(self.send, self.target)
-            else:
-                await _port_not_open(self.send, self.target)
-            return None
-
-    def _head(self) -> bytes:
-        scope = self.scope
-        path = scope.get("raw_path") or scope["path"].encode()
-        if scope.get("query_string"):
-            path += b"?" + scope["query_string"]
-        lines = [b"%s %s HTTP/1.1" % (scope["method"].encode(), path)]
-        lines += [b"%s: %s" % pair for pair in self.headers]
-        return b"\r\n".join(lines) + b"\r\n\r\n"
-
-    async def _pump_body(self, connection: UpstreamConnection) -> None:
-        """Request body up to the sandbox as the client sends it; then watch for the client
-        leaving, which aborts the upstream connection so the sandbox sees it leave."""
-        chunked = self.framing == "chunked"
-        more = self.framing != "none"
-        while more:
-            message = await self.receive()
-            if message["type"] == "http.disconnect":
-                self._client_left(connection)
-                return
-            body, more = message.get("body", b""), message.get("more_body", False)
-            try:
-                if chunked and body:
-                    await connection.write(b"%x\r\n%s\r\n" % (len(body), body))
-                elif body:
-                    await connection.write(body)
-                if chunked and not more:
-                    await connection.write(b"0\r\n\r\n")
-            except UpstreamClosed:
-                return  # the response (or its failure) tells the rest
-        self.body_sent = True
-        while (await self.receive())["type"] != "http.disconnect":
-            pass
-        self._client_left(connection)
-
-    def _client_left(self, connection: UpstreamConnection) -> None:
-        self.client_gone = True
-        connection.abort()
-
-    async def _stream_response(
-        self, connection: UpstreamConnection, exchange: Exchange, pump: asyncio.Task[None]
-    ) -> bool:
-        """The response body to the client as it arrives; False when it could not be whole
-        (the sandbox cut off, or the client left), so the client's connection must drop."""
-        try:
-            async for chunk in exchange.body(connection):
-                await self.send({"type": "http.response.body", "body": chunk, "more_body": True})
-        except UpstreamClosed:
-            return False
-        if not self.body_sent:
-            return True  # an early answer; run() drops the connection
-        # Stop watching for the client before the response completes: uvicorn answers a
-        # pending receive() with a disconnect once it has, and that must not abort a
-        # connection that goes back to the pool.
-        pump.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await pump
-        return not self.client_gone
-
-    async def _upstream_failed(self, connection: UpstreamConnection) -> None:
-        """The connection ended before a response head: the sandbox went, or the server
-        inside dropped the request."""
-        if self.client_gone:
+            self.finished = True
+            self._answer_502("The sandbox is running but port is not open")
             return
-        if self.proxy.lookup.running_box(self.target.sandbox_id) is None:
-            await _sandbox_not_found(self.send, self.target)
+        finally:
+            self.client.hold_reading("connecting", False)
+        if self.finished:  # the client left meanwhile
+            self.proxy.pool.drop(upstream)
             return
-        await _json(
-            self.send,
-            {"sandboxId": self.target.sandbox_id, "port": self.target.port,
-             "message": "The sandbox closed the connection without answering", "code": 502},
-        )  # fmt: skip
+        self._send(upstream)
+        self.flush()
+
+    def _send(self, upstream: UpstreamConnection) -> None:
+        """Use `upstream`; what is pending goes at the end of the read (or at once, after a
+        connect)."""
+        self.upstream = upstream
+        upstream.start(self, self.request.head.method == "HEAD")
+
+    def _answer_502(self, message: str) -> None:
+        """E2B's 502: the sandbox is gone (killed or paused meanwhile), or `message` about
+        its port."""
+        target = self.target
+        if self.proxy.lookup.running_box(target.sandbox_id) is None:
+            answer = _sandbox_not_found(target)
+        else:
+            answer = _json({"sandboxId": target.sandbox_id, "port": target.port,
+                            "message": message, "code": 502})  # fmt: skip
+        Answer(self.client, self.request, *answer).start()
 
 
-def _request_headers(scope: Scope, target: Target) -> tuple[list[tuple[bytes, bytes]], str]:
-    """Headers for the sandbox, and how the body is framed: "length", "chunked" or "none"."""
-    raw: list[tuple[bytes, bytes]] = scope["headers"]
+def _request_head(request: Request, target: Target) -> tuple[bytes, bool]:
+    """The request's head for the sandbox, and whether its body goes chunked."""
+    raw = request.raw_headers
     connection_named = _connection_tokens(raw)
-    headers: list[tuple[bytes, bytes]] = []
-    framing = "none"
-    has_host = False
+    lines = [b"%s %s HTTP/%s" % (request.head.method.encode(), request.head.url,
+                                 request.version.encode())]  # fmt: skip
+    chunked = has_host = has_length = False
     for name, value in raw:
         lower = name.lower()
         if lower == b"transfer-encoding":
-            framing = "chunked"
+            chunked = True
         if lower in HOP_BY_HOP or lower in NEVER_FORWARDED or lower in connection_named:
             continue
         if lower == b"content-length":
-            framing = "length"
+            has_length = True
         has_host = has_host or lower == b"host"
-        headers.append((name, value))
-    if framing == "chunked":
-        headers = [(n, v) for n, v in headers if n.lower() != b"content-length"]
-        headers.append((b"transfer-encoding", b"chunked"))
+        lines.append(b"%s: %s" % (name, value))
+    if chunked:
+        if has_length:  # RFC 9112 §6.3: chunked wins; the length must not go on
+            lines = [line for line in lines if not line.lower().startswith(b"content-length:")]
+        lines.append(b"transfer-encoding: chunked")
     if not has_host:  # HTTP/1.0 clients may send none; HTTP/1.1 requires one
-        headers.append((b"host", b"127.0.0.1:%d" % target.port))
-    return headers, framing
-
-
-def _response_headers(raw: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-    """The sandbox's response headers minus hop-by-hop ones (uvicorn frames the body again:
-    Content-Length kept, chunked otherwise)."""
-    connection_named = _connection_tokens(raw)
-    return [
-        (name, value)
-        for name, value in raw
-        if name.lower() not in HOP_BY_HOP and name.lower() not in connection_named
-    ]
+        lines.append(b"host: 127.0.0.1:%d" % target.port)
+    return b"\r\n".join(lines) + b"\r\n\r\n", chunked
 
 
 def _connection_tokens(raw: list[tuple[bytes, bytes]]) -> set[bytes]:
@@ -285,30 +328,18 @@ def _connection_tokens(raw: list[tuple[bytes, bytes]]) -> set[bytes]:
     return tokens
 
 
-async def _sandbox_not_found(send: Send, target: Target) -> None:
-    await _json(
-        send,
-        {"sandboxId": target.sandbox_id, "message": "The sandbox was not found", "code": 502},
+def _sandbox_not_found(target: Target) -> tuple[bytes, bytes, bytes]:
+    return _json(
+        {"sandboxId": target.sandbox_id, "message": "The sandbox was not found", "code": 502}
     )
 
 
-async def _port_not_open(send: Send, target: Target) -> None:
-    await _json(
-        send,
-        {"sandboxId": target.sandbox_id, "message": "The sandbox is running but port is not open",
-         "port": target.port, "code": 502},
-    )  # fmt: skip
+def _json(
+    body: dict[str, object], status: bytes = b"502 Bad Gateway"
+) -> tuple[bytes, bytes, bytes]:
+    return status, json.dumps(body).encode(), b"application/json"
 
 
-async def _json(send: Send, body: dict[str, object], status: int = 502) -> None:
-    await _answer(send, status, b"application/json", json.dumps(body).encode())
-
-
-async def _plain(send: Send, status: int, text: str) -> None:
-    await _answer(send, status, b"text/plain; charset=utf-8", text.encode() + b"\n")
-
-
-async def _answer(send: Send, status: int, media: bytes, body: bytes) -> None:
-    headers = [(b"content-type", media), (b"content-length", b"%d" % len(body))]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+def _plain(status: int, text: str) -> tuple[bytes, bytes, bytes]:
+    reason = {400: b"Bad Request", 404: b"Not Found"}[status]
+    return b"%d %s" % (status, reason), text.encode() + b"\n", b"text/plain; charset=utf-8"

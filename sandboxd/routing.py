@@ -10,17 +10,20 @@ Three ways in, as the SDKs and browsers use them:
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import posixpath
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, unquote
+
+import httptools
 
 from sandboxd.health import ENVD_PORT
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Mapping
 
     from sandboxd.runtime import Box
 
@@ -63,10 +66,32 @@ class Target:
     port: int
 
 
-def headers_of(scope: Mapping[str, object]) -> dict[bytes, bytes]:
-    """The request's headers by lower-case name (the last one wins, as envd reads them)."""
-    raw: Iterable[tuple[bytes, bytes]] = scope["headers"]  # type: ignore[assignment]
-    return {name.lower(): value for name, value in raw}
+@dataclass(frozen=True)
+class RequestHead:
+    """What routing reads of a request: its method, target and headers."""
+
+    method: str
+    url: bytes  # the request target as sent
+    path: str  # percent-decoded, as an ASGI server gives it
+    query: bytes
+    headers: dict[bytes, bytes]  # by lower-case name, the last one wins (as envd reads them)
+
+    @classmethod
+    def parse(cls, method: bytes, url: bytes, raw: list[tuple[bytes, bytes]]) -> RequestHead:
+        """Raises httptools.HttpParserInvalidURLError for a target that is not a URL."""
+        parsed = httptools.parse_url(url)
+        path = (parsed.path or b"/").decode("latin-1")
+        return cls(
+            method.decode("latin-1"),
+            url,
+            unquote(path) if "%" in path else path,
+            parsed.query or b"",
+            {name.lower(): value for name, value in raw},
+        )
+
+    @property
+    def host(self) -> str:
+        return self.headers.get(b"host", b"").decode("latin-1")
 
 
 def hostname(host: str) -> str:
@@ -85,12 +110,16 @@ def _is_ip(name: str) -> bool:
     return True
 
 
+# A client sends the same Host on every request: the answers below are worth keeping (the
+# ipaddress parse alone costs microseconds per request).
+@functools.lru_cache(maxsize=256)
 def honours_headers(host: str, domain: str) -> bool:
     """The reference reads the routing headers only on these hosts."""
     name = hostname(host)
     return name == "localhost" or _is_ip(name) or name == f"sandbox.{hostname(domain)}"
 
 
+@functools.lru_cache(maxsize=256)
 def is_sandbox_host(host: str, domain: str) -> bool:
     """`{something}.{domain}` other than the control API's `api.{domain}`."""
     name, base = hostname(host), hostname(domain)
@@ -139,23 +168,22 @@ def target_from_host(host: str) -> Target:
     return Target(_sandbox_id(sandbox_id), _port(port))
 
 
-def signed_files_query(scope: Mapping[str, object]) -> dict[str, str] | None:
+def signed_files_query(head: RequestHead) -> dict[str, str] | None:
     """The query of a `GET`/`POST /files` that carries a `signature`; None for anything else."""
-    if scope.get("path") != "/files" or scope.get("method") not in SIGNED_FILE_OPERATIONS:
+    if head.path != "/files" or head.method not in SIGNED_FILE_OPERATIONS:
         return None
-    raw: bytes = scope.get("query_string", b"")  # type: ignore[assignment]
-    query = dict(parse_qsl(raw.decode("latin-1"), keep_blank_values=True))
+    query = dict(parse_qsl(head.query.decode("latin-1"), keep_blank_values=True))
     return query if "signature" in query else None
 
 
-def target_by_signature(scope: Mapping[str, object], lookup: SandboxLookup) -> Target | None:
+def target_by_signature(head: RequestHead, lookup: SandboxLookup) -> Target | None:
     """envd's port of the sandbox a signed `/files` URL was made for, if any."""
-    query = signed_files_query(scope)
+    query = signed_files_query(head)
     if query is None:
         return None
     sandbox_id = lookup.sandbox_for_signature(
         query.get("path", ""),
-        SIGNED_FILE_OPERATIONS[str(scope["method"])],
+        SIGNED_FILE_OPERATIONS[head.method],
         query.get("username", ""),
         query["signature"],
         query.get("signature_expiration"),
@@ -163,19 +191,32 @@ def target_by_signature(scope: Mapping[str, object], lookup: SandboxLookup) -> T
     return None if sandbox_id is None else Target(sandbox_id, ENVD_PORT)
 
 
-def resolve(scope: Mapping[str, object], domain: str, lookup: SandboxLookup) -> Target:
+def is_sandbox_request(head: RequestHead, domain: str, lookup: SandboxLookup) -> bool:
+    """Whether the request is for the proxy rather than the control API: routing headers on a
+    host that honours them, a `{port}-{id}.{domain}` host, or a header-less signed `/files`
+    URL that one sandbox's token signed."""
+    host = head.host
+    if is_sandbox_host(host, domain):
+        return True
+    if not honours_headers(host, domain):
+        return False
+    if ID_HEADER in head.headers or PORT_HEADER in head.headers:
+        return True
+    return signed_files_query(head) is not None and (target_by_signature(head, lookup) is not None)
+
+
+def resolve(head: RequestHead, domain: str, lookup: SandboxLookup) -> Target:
     """The sandbox and port a request dispatched to the proxy is for.
 
     Raises:
         RouteError: the request names no valid target (answered 400).
     """
-    headers = headers_of(scope)
-    host = headers.get(b"host", b"").decode("latin-1")
+    host = head.host
     if honours_headers(host, domain):
-        target = target_from_headers(headers)
+        target = target_from_headers(head.headers)
         if target is not None:
             return target
-        by_signature = target_by_signature(scope, lookup)
+        by_signature = target_by_signature(head, lookup)
         if by_signature is not None:
             return by_signature
         raise RouteError("missing header E2b-Sandbox-Id")

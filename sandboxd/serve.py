@@ -15,7 +15,7 @@ import uvicorn
 
 from envd.settings import ENVD_VERSION
 from sandboxd.api.app import create_app
-from sandboxd.dispatch import create_dispatch
+from sandboxd.dispatch import create_listener
 from sandboxd.errors import HostError, SandboxError
 from sandboxd.images import BUILD_FILE, build_base
 from sandboxd.overlay import require_rootfs
@@ -121,18 +121,16 @@ def serve(options: ServeOptions) -> None:
         runtime = Runtime(state_dir / "sandboxes", cgroup_parent=options.cgroup_parent)
         manager = SandboxManager(store, runtime, server_secret(state_dir),
                                  options.max_timeout_s, options.pool)  # fmt: skip
-        app = create_dispatch(create_app(manager, store), manager, runtime, options.domain)
+        app = create_app(manager, store)
         config = uvicorn.Config(
             app,
             host=options.bind,
             port=options.port,
             loop="uvloop",
-            http="httptools",
+            http=create_listener(app, manager, runtime, options.domain),
             log_config=None,
             access_log=False,
             timeout_graceful_shutdown=5,
-            # Proxied responses carry envd's own Date; uvicorn would add a second one.
-            date_header=False,
             server_header=False,
         )
         uvicorn.Server(config).run()

@@ -1,88 +1,42 @@
 """HTTP/1.1 connections to ports inside sandboxes, kept alive and reused per (sandbox, port).
 
-A connection is an asyncio Protocol over a socket made in the sandbox's network namespace, with
-httptools parsing the responses: one parser call per read, body bytes handed on as they arrive
-(a Connect server stream's chunks are not held back), and reading paused while the client side
-has not taken 1 MiB yet. Each connection carries one exchange at a time.
+A connection is an asyncio Protocol over a socket made in the sandbox's network namespace.
+The response's bytes go to the client's transport as they arrive, unchanged (head and framing
+included): httptools only follows where the response ends, with no Python object per body
+chunk. When the client's transport has too much to send, reading from the sandbox pauses
+(TCP flow control does the rest). Each connection carries one exchange at a time.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 import httptools
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
-
     from sandboxd.runtime import Box
 
-PAUSE_READING_AT = 1 << 20
-RESUME_READING_AT = 256 << 10
 IDLE_TIMEOUT_S = 60.0
 MAX_IDLE_PER_PORT = 16
+FRAMING_HEADERS = (b"content-length", b"transfer-encoding")
 
 
-class UpstreamClosed(ConnectionError):
-    """The connection ended (reset, cut, closed) before its response did."""
+class ResponseSink(Protocol):
+    """Where a connection's response goes: the relay of the request it answers."""
 
+    def response_bytes(self, data: bytes) -> None:
+        """Response bytes (head or body) to forward, in order."""
 
-class Exchange:
-    """One request's response as it arrives: its head, then its body in chunks."""
+    def response_complete(self, keep_alive: bool) -> None:
+        """The response ended; `keep_alive` when its head did not ask to close."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.head: asyncio.Future[tuple[int, list[tuple[bytes, bytes]]]] = loop.create_future()
-        self.keep_alive = False
-        self.complete = False
-        self.received_any = False
-        self._chunks: collections.deque[bytes] = collections.deque()
-        self._buffered = 0
-        self._error: BaseException | None = None
-        self._wakeup = asyncio.Event()
+    def response_failed(self, reason: str) -> None:
+        """The connection ended (reset, cut, bad HTTP) before the response did."""
 
-    def push(self, chunk: bytes) -> int:
-        """Add body bytes; returns how many are waiting for the consumer."""
-        self._chunks.append(chunk)
-        self._buffered += len(chunk)
-        self._wakeup.set()
-        return self._buffered
-
-    def finish(self) -> None:
-        self.complete = True
-        self._wakeup.set()
-
-    def fail(self, error: BaseException) -> None:
-        if self.complete or self._error is not None:
-            return
-        self._error = error
-        if not self.head.done():
-            self.head.set_exception(error)
-            self.head.exception()  # retrieved: a failure with no one waiting is not an error
-        self._wakeup.set()
-
-    async def body(self, connection: UpstreamConnection) -> AsyncIterator[bytes]:
-        """The body as it arrives; what queued up meanwhile comes joined (fewer writes).
-
-        Raises:
-            UpstreamClosed: the connection ended before the body did.
-        """
-        while True:
-            if self._chunks:
-                chunk = b"".join(self._chunks)
-                self._chunks.clear()
-                self._buffered = 0
-                connection.resume_reading()
-                yield chunk
-                continue
-            if self._error is not None:
-                raise self._error
-            if self.complete:
-                return
-            self._wakeup.clear()
-            await self._wakeup.wait()
+    def upstream_writable(self, writable: bool) -> None:
+        """The sandbox stopped (False) or resumed (True) taking request bytes."""
 
 
 class UpstreamConnection(asyncio.Protocol):
@@ -91,16 +45,15 @@ class UpstreamConnection(asyncio.Protocol):
     def __init__(self, sandbox_id: str, port: int) -> None:
         self.key = (sandbox_id, port)
         self.closed = False
-        self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
         self._parser = httptools.HttpResponseParser(self)
-        self._headers: list[tuple[bytes, bytes]] = []
-        self._exchange: Exchange | None = None
-        self._no_body = False
-        self._framed = False
-        self._reading_paused = False
-        self._can_write = asyncio.Event()
-        self._can_write.set()
+        self._sink: ResponseSink | None = None
+        self._head_only = False  # the request was HEAD: the head is the whole response
+        self._head_seen = False
+        self._framed = False  # Content-Length or chunked: not delimited by the connection's end
+        self._final_head = False  # the head being parsed is not an interim (1xx) one
+        self._complete = False
+        self._keep_alive = False
         self._idle_timer: asyncio.TimerHandle | None = None
 
     # asyncio.Protocol
@@ -110,119 +63,110 @@ class UpstreamConnection(asyncio.Protocol):
         self._transport = cast("asyncio.Transport", transport)
 
     def data_received(self, data: bytes) -> None:
-        exchange = self._exchange
-        if exchange is None or exchange.complete:
-            self.abort()  # nothing was asked: the connection is out of step, drop it
+        sink = self._sink
+        if sink is None:  # nothing was asked, or answered already: out of step, drop it
+            self.abort()
             return
-        exchange.received_any = True
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
-            exchange.fail(UpstreamClosed(f"bad HTTP from the sandbox: {exc}"))
+            self._fail(f"bad HTTP from the sandbox: {exc}")
             self.abort()
+            return
+        sink.response_bytes(data)
+        if self._complete:
+            self._sink = None
+            sink.response_complete(self._keep_alive)
 
     def eof_received(self) -> bool:
-        exchange = self._exchange
-        if exchange is not None and exchange.head.done() and not self._framed:
-            exchange.finish()  # a body delimited by the connection's end
+        sink = self._sink
+        if sink is not None and self._head_seen and not self._framed and not self._complete:
+            self._complete = True  # a body delimited by the connection's end
+            self._sink = None
+            sink.response_complete(False)
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        self._can_write.set()  # a writer waiting for room learns of the end
-        if self._exchange is not None:
-            self._exchange.fail(UpstreamClosed(str(exc) if exc else "connection closed"))
+        self._fail(str(exc) if exc else "connection closed")
 
     def pause_writing(self) -> None:
-        self._can_write.clear()
+        if self._sink is not None:
+            self._sink.upstream_writable(False)
 
     def resume_writing(self) -> None:
-        self._can_write.set()
+        if self._sink is not None:
+            self._sink.upstream_writable(True)
 
-    # httptools callbacks
+    # httptools callbacks (headers are only looked at for the framing)
 
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self._headers.append((name, value))
+    def on_message_begin(self) -> None:
+        self._framed = False
+        self._final_head = False
+
+    def on_header(self, name: bytes, _value: bytes) -> None:
+        if name.lower() in FRAMING_HEADERS:
+            self._framed = True
 
     def on_headers_complete(self) -> None:
         status = self._parser.get_status_code()
-        headers, self._headers = self._headers, []
         if 100 <= status < 200:
-            return  # interim (100 Continue, 103): the real head follows
-        exchange = self._exchange
-        assert exchange is not None  # noqa: S101  # data_received checked it
-        exchange.keep_alive = self._parser.should_keep_alive()
-        self._framed = self._no_body or status in (204, 304) or _has_framing(headers)
-        exchange.head.set_result((status, headers))
-        if self._no_body:
+            return  # interim (100 Continue, 103): forwarded too, the real head follows
+        self._final_head = self._head_seen = True
+        self._framed = self._framed or status in (204, 304)
+        self._keep_alive = self._parser.should_keep_alive()
+        if self._head_only:
             # A HEAD answer's Content-Length announces no body; the parser cannot be told.
-            exchange.keep_alive = False
-            exchange.finish()
-
-    def on_body(self, body: bytes) -> None:
-        assert self._exchange is not None  # noqa: S101
-        if self._exchange.push(body) >= PAUSE_READING_AT and not self._reading_paused:
-            self._reading_paused = True
-            assert self._transport is not None  # noqa: S101
-            self._transport.pause_reading()
+            self._keep_alive = False
+            self._complete = True
 
     def on_message_complete(self) -> None:
-        exchange = self._exchange
-        if exchange is not None and exchange.head.done() and not self._no_body:
-            exchange.finish()
+        if self._final_head:
+            self._complete = True
 
     # used by the proxy
 
-    def start(self, head: bytes, no_body: bool) -> Exchange:
-        """Send a request's head; its response will arrive in the returned Exchange."""
-        assert self._transport is not None  # noqa: S101
+    def start(self, sink: ResponseSink, head_only: bool) -> None:
+        """Begin an exchange: the response to what is written next will go to `sink`."""
         if self._idle_timer is not None:
             self._idle_timer.cancel()
             self._idle_timer = None
-        self._exchange = Exchange(self._loop)
-        self._no_body = no_body
-        self._framed = False
-        self._transport.write(head)
-        return self._exchange
+        self._sink = sink
+        self._head_only = head_only
+        self._head_seen = self._complete = self._keep_alive = False
 
-    async def write(self, data: bytes) -> None:
-        """Send request body bytes, waiting while the sandbox does not read.
+    def write(self, data: bytes) -> None:
+        """Send request body bytes (the sink hears when the sandbox stops taking them)."""
+        if not self.closed and self._transport is not None:
+            self._transport.write(data)
 
-        Raises:
-            UpstreamClosed: the connection is gone.
-        """
+    def reading(self, on: bool) -> None:
+        """Pause or resume reading the response (the client's side is full, or has room)."""
         if self.closed or self._transport is None:
-            raise UpstreamClosed("connection closed")
-        self._transport.write(data)
-        if not self._can_write.is_set():
-            await self._can_write.wait()
-            if self.closed:
-                raise UpstreamClosed("connection closed")
-
-    def resume_reading(self) -> None:
-        if self._reading_paused and self._transport is not None and not self.closed:
-            self._reading_paused = False
+            return
+        if on:
             self._transport.resume_reading()
+        else:
+            self._transport.pause_reading()
 
     def reusable(self) -> bool:
-        exchange = self._exchange
-        return (
-            not self.closed and exchange is not None and exchange.complete and (exchange.keep_alive)
-        )
+        return not self.closed and self._complete and self._keep_alive
 
     def park(self, on_expiry: asyncio.TimerHandle | None) -> None:
-        self._exchange = None
+        self._sink = None
         self._idle_timer = on_expiry
 
     def abort(self) -> None:
-        """Drop the connection at once (RST): the sandbox's server sees the client go."""
+        """Drop the connection at once (RST): the sandbox's server sees the client go, and a
+        response in progress fails."""
         self.closed = True
         if self._transport is not None:
             self._transport.abort()
 
-
-def _has_framing(headers: list[tuple[bytes, bytes]]) -> bool:
-    return any(name.lower() in (b"content-length", b"transfer-encoding") for name, _ in headers)
+    def _fail(self, reason: str) -> None:
+        sink, self._sink = self._sink, None
+        if sink is not None and not self._complete:
+            sink.response_failed(reason)
 
 
 class UpstreamPool:
@@ -264,13 +208,11 @@ class UpstreamPool:
     def release(self, connection: UpstreamConnection) -> None:
         """Keep the connection for the next request, or close it if it cannot carry one."""
         if not connection.reusable():
-            connection.abort()
-            self._forget(connection)
+            self.drop(connection)
             return
         idle = self._idle.setdefault(connection.key, [])
         if len(idle) >= MAX_IDLE_PER_PORT:
-            connection.abort()
-            self._forget(connection)
+            self.drop(connection)
             return
         expiry = asyncio.get_running_loop().call_later(
             self.idle_timeout_s, self._expire, connection
@@ -278,11 +220,14 @@ class UpstreamPool:
         connection.park(expiry)
         idle.append(connection)
 
+    def drop(self, connection: UpstreamConnection) -> None:
+        connection.abort()
+        self._forget(connection)
+
     def _expire(self, connection: UpstreamConnection) -> None:
         with contextlib.suppress(ValueError):
             self._idle.get(connection.key, []).remove(connection)
-        connection.abort()
-        self._forget(connection)
+        self.drop(connection)
 
     def _forget(self, connection: UpstreamConnection) -> None:
         sandbox_id, _ = connection.key

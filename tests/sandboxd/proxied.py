@@ -1,6 +1,7 @@
-"""The sandbox proxy served for tests and benchmarks: a real uvicorn server on a free loopback
-port, in the caller's event loop (the boxes' namespace fds live in this process), over an
-in-memory SandboxLookup."""
+"""The sandbox proxy served for tests and benchmarks: a real uvicorn server with sandboxd's
+listener on a free loopback port, in the caller's event loop (the boxes' namespace fds live in
+this process), over an in-memory SandboxLookup. Requests for no sandbox get a plain 404 from a
+stand-in for the control API."""
 
 from __future__ import annotations
 
@@ -14,10 +15,13 @@ from typing import TYPE_CHECKING
 import uvicorn
 
 from envd.http.signing import file_signature
+from sandboxd.listener import Listener
 from sandboxd.proxy import SandboxProxy
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
+
+    from starlette.types import Receive, Scope, Send
 
     from sandboxd.runtime import Box, Runtime
 
@@ -46,6 +50,15 @@ class MemoryLookup:
         return None
 
 
+CONTROL_API_STAND_IN = b"not the proxy's"
+
+
+async def control_api_stand_in(scope: Scope, _receive: Receive, send: Send) -> None:
+    headers = [(b"content-length", b"%d" % len(CONTROL_API_STAND_IN))]
+    await send({"type": "http.response.start", "status": 404, "headers": headers})
+    await send({"type": "http.response.body", "body": CONTROL_API_STAND_IN})
+
+
 @dataclass
 class ServedProxy:
     proxy: SandboxProxy
@@ -60,14 +73,11 @@ async def serve_proxy(runtime: Runtime, domain: str = "localhost") -> AsyncItera
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     config = uvicorn.Config(
-        proxy,
-        http="httptools",
+        control_api_stand_in,
+        http=Listener.serving(proxy),
         lifespan="off",
         log_level="warning",
         access_log=False,
-        # The sandbox's server sends its own (envd: Date, no Server): not twice.
-        date_header=False,
-        server_header=False,
     )
     server = uvicorn.Server(config)
     task = asyncio.ensure_future(server.serve(sockets=[sock]))

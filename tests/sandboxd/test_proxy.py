@@ -3,6 +3,7 @@ from the base template with our envd inside, httpx as the SDKs use it."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import itertools
@@ -13,15 +14,14 @@ import subprocess
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlencode
 
+import httptools
 import httpx
 import pytest
 
 from envd.http.signing import file_signature
-from sandboxd.proxy import is_sandbox_request
 from tests.client import AS_USER
-from tests.sandboxd.proxied import ServedProxy, envd_init, serve_proxy
+from tests.sandboxd.proxied import CONTROL_API_STAND_IN, ServedProxy, envd_init, serve_proxy
 from tests.waiting import wait_until_async
 
 if TYPE_CHECKING:
@@ -101,6 +101,59 @@ async def test_requests_with_a_body_reuse_the_kept_alive_connection(
             assert r.status_code == 200, r.text
             # One connection to envd, kept for the next request (not aborted and made again).
             assert established_to_envd(box) == 1
+
+
+async def read_responses(reader: asyncio.StreamReader, count: int) -> list[tuple[int, bytes]]:
+    """`count` HTTP/1.1 responses from one connection: (status, body) each, in order."""
+    responses: list[tuple[int, bytes]] = []
+    body: list[bytes] = []
+
+    class Callbacks:
+        def on_body(self, chunk: bytes) -> None:
+            body.append(chunk)
+
+        def on_message_complete(self) -> None:
+            responses.append((parser.get_status_code(), b"".join(body)))
+            body.clear()
+
+    parser = httptools.HttpResponseParser(Callbacks())
+    while len(responses) < count:
+        data = await asyncio.wait_for(reader.read(65536), 10)
+        assert data, f"connection closed after {len(responses)} responses"
+        parser.feed_data(data)
+    return responses
+
+
+async def test_control_api_and_sandbox_requests_pipelined_on_one_connection(
+    served: tuple[ServedProxy, Box],
+) -> None:
+    """As a shared client pool (the JS SDK's fetch) may send them: answered in order."""
+    proxy, box = served
+    host = proxy.url.removeprefix("http://").encode()
+    routing = b"E2b-Sandbox-Id: %s\r\nE2b-Sandbox-Port: 49983\r\n" % box.id.encode()
+    stat = b'{"path": "/etc/hostname"}'
+    requests = [
+        b"GET /health HTTP/1.1\r\nHost: %s\r\n%s\r\n" % (host, routing),
+        b"GET /v2/sandboxes HTTP/1.1\r\nHost: %s\r\n\r\n" % host,
+        b"POST /filesystem.Filesystem/Stat HTTP/1.1\r\nHost: %s\r\n%s"
+        b"Authorization: %s\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s"
+        % (host, routing, AS_USER["authorization"].encode(), len(stat), stat),
+        b"GET /health HTTP/1.1\r\nHost: %s\r\nE2b-Sandbox-Id: nosuchsandbox\r\n"
+        b"E2b-Sandbox-Port: 49983\r\n\r\n" % host,
+        b"GET /health HTTP/1.1\r\nHost: %s\r\n%s\r\n" % (host, routing),
+    ]
+    reader, writer = await asyncio.open_connection(*proxy.url[7:].split(":"))
+    try:
+        writer.write(b"".join(requests))  # all at once: each waits for the one before
+        responses = await read_responses(reader, len(requests))
+    finally:
+        writer.close()
+    assert [status for status, _ in responses] == [204, 404, 200, 502, 204]
+    assert responses[1][1] == CONTROL_API_STAND_IN
+    assert json.loads(responses[2][1])["entry"]["name"] == "hostname"
+    assert json.loads(responses[3][1])["sandboxId"] == "nosuchsandbox"
+    assert established_to_envd(box) == 1  # one kept-alive connection carried the three
 
 
 async def test_upload_and_download_of_64_mib_stream_through(
@@ -210,7 +263,7 @@ async def test_errors_as_e2b_s_proxy_answers_them(served: tuple[ServedProxy, Box
                     {"e2b-sandbox-id": box.id, "e2b-sandbox-port": "70000"}):  # fmt: skip
             assert (await client.get("/health", headers=bad)).status_code == 400
         r = await client.get("/health", headers={"host": "nodot:3000"})
-        assert r.status_code == 400
+        assert (r.status_code, r.content) == (404, CONTROL_API_STAND_IN)  # not a sandbox host
 
 
 async def test_envd_control_paths_are_refused_after_cleaning(
@@ -251,12 +304,9 @@ async def test_a_signed_files_url_without_headers_finds_its_sandbox(
         assert r.status_code == 200, r.text
         signature = file_signature("/tmp/signed.txt", "read", "root", token, None)
         query = {**params, "signature": signature}
-        scope = {"type": "http", "method": "GET", "path": "/files",
-                 "headers": [(b"host", proxy.url[7:].encode())],
-                 "query_string": urlencode(query).encode()}  # fmt: skip
-        assert is_sandbox_request(scope, "localhost", proxy.lookup)
         r = await client.get("/files", params=query)
         assert (r.status_code, r.content) == (200, b"signed")
         bad = {**query, "signature": "v1_wrong"}
         r = await client.get("/files", params=bad)
-        assert r.status_code == 400  # no sandbox matched: nothing to route to
+        # No sandbox matched: the request is the control API's.
+        assert (r.status_code, r.content) == (404, CONTROL_API_STAND_IN)

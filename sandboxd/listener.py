@@ -1,0 +1,330 @@
+"""sandboxd's one listener: each connection's requests go to the sandbox proxy or, for
+everything else, to the control API (an ASGI app served by uvicorn).
+
+uvicorn runs the server (sockets, lifespan, signals, graceful shutdown) with `Listener` as
+its HTTP protocol class. A Listener parses the requests of one connection with httptools.
+Requests for a sandbox are relayed below ASGI (sandboxd/proxy.py). Each control API request
+goes, re-encoded, to a fresh uvicorn HttpToolsProtocol of its own, over a transport that
+writes to this connection and tells when its response is complete; uvicorn is driven only
+through the asyncio Protocol interface, never its internals. Responses leave in the order of
+the requests: a request that arrives while an earlier one is answered waits, and reading stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from typing import TYPE_CHECKING, Any, ClassVar, cast
+
+import httptools
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from sandboxd.proxy import Request, SandboxProxy
+from sandboxd.routing import RequestHead
+
+if TYPE_CHECKING:
+    from sandboxd.proxy import Exchange
+
+log = logging.getLogger("sandboxd.listener")
+
+# What the client's transport may hold before the relay stops reading from the sandbox.
+WRITE_BUFFER_HIGH = 1 << 20
+BAD_REQUEST = (
+    b"HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\n"
+    b"connection: close\r\ncontent-length: 20\r\n\r\nInvalid HTTP request"
+)
+
+
+class Listener(asyncio.Protocol):
+    """One client connection. Built by uvicorn, as its `http` protocol class (see `serving`)."""
+
+    proxy: ClassVar[SandboxProxy]
+
+    # uvicorn's protocol-class signature; the same arguments build the control API's protocol.
+    def __init__(self, config: Any, server_state: Any, app_state: dict[str, Any],
+                 _loop: asyncio.AbstractEventLoop | None = None) -> None:  # fmt: skip
+        self.uvicorn = (config, server_state, app_state)
+        self.connections: set[Any] = server_state.connections
+        self.transport: asyncio.Transport | None = None
+        self._parser = httptools.HttpRequestParser(self)
+        self._url = b""
+        self._headers: list[tuple[bytes, bytes]] = []
+        self._receiving: Exchange | None = None  # the request whose bytes are arriving
+        self._answering: Exchange | None = None  # the request whose response is being sent
+        self._waiting: collections.deque[Exchange] = collections.deque()
+        self._holds: set[str] = set()  # why reading is paused
+        self._close_after = False  # shut down, or the client asked: close once answered
+        self._keep_alive_s: float = config.timeout_keep_alive
+        self._idle_timer: asyncio.TimerHandle | None = None
+
+    @classmethod
+    def serving(cls, proxy: SandboxProxy) -> type[Listener]:
+        """A subclass bound to `proxy` (uvicorn takes a protocol class, not an instance)."""
+        return type(cls.__name__, (cls,), {"proxy": proxy})
+
+    # asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast("asyncio.Transport", transport)
+        self.transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH)
+        self.connections.add(self)
+        self._idle()
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self._parser.feed_data(data)
+            if self._receiving is not None:
+                self._receiving.flush()
+        except httptools.HttpParserUpgrade:
+            # Upgrades (websockets) are not relayed: the request was handled as plain HTTP
+            # without its Upgrade header, and the bytes after it have no meaning here.
+            self._close_after = True
+        except httptools.HttpParserError:
+            if self._answering is None and self.transport is not None:
+                self.transport.write(BAD_REQUEST)
+            self._close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.connections.discard(self)
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+        for exchange in (self._answering, *self._waiting):
+            if exchange is not None:
+                exchange.client_lost()
+        self._answering = None
+        self._waiting.clear()
+        self._receiving = None
+
+    def eof_received(self) -> bool:
+        return False  # as uvicorn: a client's half-close ends the connection
+
+    def pause_writing(self) -> None:
+        if self._answering is not None:
+            self._answering.client_writable(False)
+
+    def resume_writing(self) -> None:
+        if self._answering is not None:
+            self._answering.client_writable(True)
+
+    def shutdown(self) -> None:
+        """uvicorn's graceful shutdown: close now if idle, or once the response is sent."""
+        self._close_after = True
+        if self._answering is None:
+            self._close()
+
+    # httptools callbacks
+
+    def on_message_begin(self) -> None:
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+        self._url = b""
+        self._headers = []
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        parser = self._parser
+        method = parser.get_method()
+        request = Request(RequestHead.parse(method, self._url, self._headers), self._headers,
+                          parser.get_http_version(), parser.should_keep_alive())  # fmt: skip
+        exchange = self.proxy.exchange(request, self) or _ControlExchange(self, request)
+        self._receiving = exchange
+        if self._answering is None:
+            self._answering = exchange
+            exchange.start()
+        else:
+            self._waiting.append(exchange)
+            self.hold_reading("queue", True)
+
+    def on_body(self, body: bytes) -> None:
+        if self._receiving is not None:
+            self._receiving.body(body)
+
+    def on_message_complete(self) -> None:
+        if self._receiving is not None:
+            self._receiving.end()
+            self._receiving = None
+        if self._answering is None and self._idle_timer is None and not self._waiting:
+            self._idle()  # answered before the request's end (an early answer)
+
+    # the Client of sandboxd/proxy.py
+
+    def write(self, data: bytes) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
+
+    def answered(self, keep_alive: bool) -> None:
+        self._answering = None
+        if self.transport is None or self.transport.is_closing():
+            return  # the client left
+        if not keep_alive or self._close_after:
+            self._close()
+            return
+        if self._waiting:
+            self._answering = self._waiting.popleft()
+            if not self._waiting:
+                self.hold_reading("queue", False)
+            self._answering.start()
+            self._answering.flush()  # what arrived while it waited
+        elif self._receiving is None:
+            self._idle()
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+    def hold_reading(self, reason: str, hold: bool) -> None:
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        was_held = bool(self._holds)
+        if hold:
+            self._holds.add(reason)
+        else:
+            self._holds.discard(reason)
+        if was_held != bool(self._holds):
+            if self._holds:
+                transport.pause_reading()
+            else:
+                transport.resume_reading()
+
+    def _idle(self) -> None:
+        """Between requests: closed after uvicorn's keep-alive timeout without a new one."""
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+        loop = asyncio.get_running_loop()
+        self._idle_timer = loop.call_later(self._keep_alive_s, self._close)
+
+    def _close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+
+class _ControlExchange:
+    """A control API request, answered by a uvicorn protocol of its own fed the request's
+    bytes; its transport forwards the response here and watches for its end."""
+
+    def __init__(self, listener: Listener, request: Request) -> None:
+        self.listener = listener
+        self.request = request
+        self.pending: list[bytes] = []
+        self.chunked = any(name.lower() == b"transfer-encoding" for name, _ in request.raw_headers)
+        self.server: HttpToolsProtocol | None = None
+        self.transport = _ControlTransport(self)
+        self._response = httptools.HttpResponseParser(self)
+        self._final_head = False
+        self.done = False
+
+    def start(self) -> None:
+        config, server_state, app_state = self.listener.uvicorn
+        self.server = HttpToolsProtocol(config=config, server_state=server_state,
+                                        app_state=app_state)  # fmt: skip
+        self.server.connection_made(self.transport)  # type: ignore[arg-type]  # a Transport's API
+        head = self.request.head
+        lines = [b"%s %s HTTP/%s" % (head.method.encode(), head.url,
+                                     self.request.version.encode())]  # fmt: skip
+        lines += [b"%s: %s" % pair for pair in self.request.raw_headers]
+        self.server.data_received(b"\r\n".join(lines) + b"\r\n\r\n")
+        pending, self.pending = self.pending, []
+        for data in pending:
+            self.server.data_received(data)
+
+    def body(self, data: bytes) -> None:
+        if self.chunked:
+            data = b"%x\r\n%s\r\n" % (len(data), data)
+        if self.server is None:
+            self.pending.append(data)
+        elif not self.done:
+            self.server.data_received(data)
+
+    def end(self) -> None:
+        if self.chunked:
+            self.body(b"")
+
+    def flush(self) -> None:
+        pass
+
+    def client_writable(self, writable: bool) -> None:
+        if self.server is not None:
+            if writable:
+                self.server.resume_writing()
+            else:
+                self.server.pause_writing()
+
+    def client_lost(self) -> None:
+        self.done = True
+        if self.server is not None:
+            self.server.connection_lost(None)
+
+    # the response, as uvicorn writes it
+
+    def response_bytes(self, data: bytes) -> None:
+        self.listener.write(data)
+        if self.done:
+            return
+        try:
+            self._response.feed_data(data)
+        except httptools.HttpParserError:
+            log.exception("the control API wrote a response that does not parse")
+            self.listener.abort()
+
+    def on_headers_complete(self) -> None:
+        self._final_head = self._response.get_status_code() >= 200
+        if self._final_head and self.request.head.method == "HEAD":
+            self._finish()
+
+    def on_message_complete(self) -> None:
+        if self._final_head:
+            self._finish()
+
+    def _finish(self) -> None:
+        if self.done:
+            return
+        self.done = True
+        self.listener.hold_reading("control", False)  # the app may not have read the body
+        keep_alive = self._response.should_keep_alive() and self.request.keep_alive
+        # uvicorn finishes its bookkeeping after this write returns; then it is let go (as if
+        # its client had left: its keep-alive timer stops), and this connection goes on.
+        server = self.server
+        if server is not None:
+            asyncio.get_running_loop().call_soon(server.connection_lost, None)
+        self.listener.answered(keep_alive)
+
+
+class _ControlTransport:
+    """The transport a control exchange's uvicorn protocol writes to: the client's, until the
+    response is complete."""
+
+    def __init__(self, exchange: _ControlExchange) -> None:
+        self.exchange = exchange
+
+    def write(self, data: bytes) -> None:
+        self.exchange.response_bytes(data)
+
+    def close(self) -> None:
+        if not self.exchange.done:  # uvicorn ends the connection (an error, or shutdown)
+            self.exchange.done = True
+            self.exchange.listener.answered(False)
+
+    def is_closing(self) -> bool:
+        transport = self.exchange.listener.transport
+        return self.exchange.done or transport is None or transport.is_closing()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        transport = self.exchange.listener.transport
+        return default if transport is None else transport.get_extra_info(name, default)
+
+    def pause_reading(self) -> None:
+        self.exchange.listener.hold_reading("control", True)
+
+    def resume_reading(self) -> None:
+        self.exchange.listener.hold_reading("control", False)
+
+    def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
+        pass  # only for upgrades, which uvicorn is never sent
