@@ -116,8 +116,8 @@ class UpstreamConnection(asyncio.Protocol):
         self._framed = self._framed or status in (204, 304)
         self._keep_alive = self._parser.should_keep_alive()
         if self._head_only:
-            # A HEAD answer's Content-Length announces no body; the parser cannot be told.
-            self._keep_alive = False
+            # A HEAD answer's Content-Length announces no body; the parser cannot be told, so
+            # this connection is not used again (the client's may be: it knows).
             self._complete = True
 
     def on_message_complete(self) -> None:
@@ -150,7 +150,7 @@ class UpstreamConnection(asyncio.Protocol):
             self._transport.pause_reading()
 
     def reusable(self) -> bool:
-        return not self.closed and self._complete and self._keep_alive
+        return not self.closed and self._complete and self._keep_alive and not self._head_only
 
     def park(self, on_expiry: asyncio.TimerHandle | None) -> None:
         self._sink = None

@@ -103,6 +103,12 @@ async def test_requests_with_a_body_reuse_the_kept_alive_connection(
             assert established_to_envd(box) == 1
 
 
+def raw_routing(proxy: ServedProxy, box: Box) -> tuple[bytes, bytes]:
+    """The proxy's host:port and the routing header lines to envd in `box`, for raw requests."""
+    host = proxy.url.removeprefix("http://").encode()
+    return host, b"E2b-Sandbox-Id: %s\r\nE2b-Sandbox-Port: 49983\r\n" % box.id.encode()
+
+
 async def read_responses(reader: asyncio.StreamReader, count: int) -> list[tuple[int, bytes]]:
     """`count` HTTP/1.1 responses from one connection: (status, body) each, in order."""
     responses: list[tuple[int, bytes]] = []
@@ -129,8 +135,7 @@ async def test_control_api_and_sandbox_requests_pipelined_on_one_connection(
 ) -> None:
     """As a shared client pool (the JS SDK's fetch) may send them: answered in order."""
     proxy, box = served
-    host = proxy.url.removeprefix("http://").encode()
-    routing = b"E2b-Sandbox-Id: %s\r\nE2b-Sandbox-Port: 49983\r\n" % box.id.encode()
+    host, routing = raw_routing(proxy, box)
     stat = b'{"path": "/etc/hostname"}'
     requests = [
         b"GET /health HTTP/1.1\r\nHost: %s\r\n%s\r\n" % (host, routing),
@@ -143,7 +148,7 @@ async def test_control_api_and_sandbox_requests_pipelined_on_one_connection(
         b"E2b-Sandbox-Port: 49983\r\n\r\n" % host,
         b"GET /health HTTP/1.1\r\nHost: %s\r\n%s\r\n" % (host, routing),
     ]
-    reader, writer = await asyncio.open_connection(*proxy.url[7:].split(":"))
+    reader, writer = await asyncio.open_connection(*host.decode().split(":"))
     try:
         writer.write(b"".join(requests))  # all at once: each waits for the one before
         responses = await read_responses(reader, len(requests))
@@ -154,6 +159,45 @@ async def test_control_api_and_sandbox_requests_pipelined_on_one_connection(
     assert json.loads(responses[2][1])["entry"]["name"] == "hostname"
     assert json.loads(responses[3][1])["sandboxId"] == "nosuchsandbox"
     assert established_to_envd(box) == 1  # one kept-alive connection carried the three
+
+
+async def test_head_http_1_0_and_expect_continue_keep_their_meaning(
+    served: tuple[ServedProxy, Box],
+) -> None:
+    proxy, box = served
+    host, routing = raw_routing(proxy, box)
+    reader, writer = await asyncio.open_connection(*host.decode().split(":"))
+    try:
+        # A HEAD answer announces a length but has no body: the next response follows it.
+        writer.write(b"HEAD /health HTTP/1.1\r\nHost: %s\r\n%s\r\n" % (host, routing))
+        writer.write(b"GET /health HTTP/1.1\r\nHost: %s\r\n%s\r\n" % (host, routing))
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+        assert head.startswith(b"HTTP/1.1 "), head
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+        assert head.startswith(b"HTTP/1.1 204"), head
+        # The sandbox's server answers 100 Continue; the body goes up only then.
+        writer.write(b"POST /files?path=/tmp/continued.txt&username=root HTTP/1.1\r\n"
+                     b"Host: %s\r\n%sExpect: 100-continue\r\n"
+                     b"Content-Type: application/octet-stream\r\n"
+                     b"Content-Length: 9\r\n\r\n" % (host, routing))  # fmt: skip
+        interim = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+        assert interim.startswith(b"HTTP/1.1 100"), interim
+        writer.write(b"continued")
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+        assert head.startswith(b"HTTP/1.1 200"), head
+    finally:
+        writer.close()
+    # An HTTP/1.0 client gets a response it can read: no chunked body, the end by close.
+    reader, writer = await asyncio.open_connection(*host.decode().split(":"))
+    try:
+        writer.write(b"GET /files?path=/tmp/continued.txt&username=root HTTP/1.0\r\n"
+                     b"Host: %s\r\n%s\r\n" % (host, routing))  # fmt: skip
+        response = await asyncio.wait_for(reader.read(), 10)  # to the end: closed after it
+    finally:
+        writer.close()
+    assert response.startswith(b"HTTP/1.1 200"), response
+    assert b"chunked" not in response.lower()
+    assert response.endswith(b"\r\n\r\ncontinued")
 
 
 async def test_upload_and_download_of_64_mib_stream_through(
