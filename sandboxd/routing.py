@@ -79,13 +79,17 @@ class RequestHead:
     @classmethod
     def parse(cls, method: bytes, url: bytes, raw: list[tuple[bytes, bytes]]) -> RequestHead:
         """Raises httptools.HttpParserInvalidURLError for a target that is not a URL."""
-        parsed = httptools.parse_url(url)
-        path = (parsed.path or b"/").decode("latin-1")
+        if url.startswith(b"/"):  # origin form, what clients send: no parse needed
+            raw_path, _, query = url.partition(b"?")
+        else:  # absolute form (`http://host/path`), as to a forward proxy
+            parsed = httptools.parse_url(url)
+            raw_path, query = parsed.path or b"/", parsed.query or b""
+        path = raw_path.decode("latin-1")
         return cls(
             method.decode("latin-1"),
             url,
             unquote(path) if "%" in path else path,
-            parsed.query or b"",
+            query,
             {name.lower(): value for name, value in raw},
         )
 
