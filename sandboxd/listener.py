@@ -54,6 +54,7 @@ class Listener(asyncio.Protocol):
         self._answering: Exchange | None = None  # the request whose response is being sent
         self._waiting: collections.deque[Exchange] = collections.deque()
         self._holds: set[str] = set()  # why reading is paused
+        self._writable = True  # the transport's buffer is below its high-water mark
         self._close_after = False  # shut down, or the client asked: close once answered
         self._keep_alive_s: float = config.timeout_keep_alive
         self._idle_timer: asyncio.TimerHandle | None = None
@@ -100,10 +101,12 @@ class Listener(asyncio.Protocol):
         return False  # as uvicorn: a client's half-close ends the connection
 
     def pause_writing(self) -> None:
+        self._writable = False
         if self._answering is not None:
             self._answering.client_writable(False)
 
     def resume_writing(self) -> None:
+        self._writable = True
         if self._answering is not None:
             self._answering.client_writable(True)
 
@@ -136,8 +139,7 @@ class Listener(asyncio.Protocol):
         exchange = self.proxy.exchange(request, self) or _ControlExchange(self, request)
         self._receiving = exchange
         if self._answering is None:
-            self._answering = exchange
-            exchange.start()
+            self._begin(exchange)
         else:
             self._waiting.append(exchange)
             self.hold_reading("queue", True)
@@ -167,11 +169,11 @@ class Listener(asyncio.Protocol):
             self._close()
             return
         if self._waiting:
-            self._answering = self._waiting.popleft()
+            exchange = self._waiting.popleft()
             if not self._waiting:
                 self.hold_reading("queue", False)
-            self._answering.start()
-            self._answering.flush()  # what arrived while it waited
+            self._begin(exchange)
+            exchange.flush()  # what arrived while it waited
         elif self._receiving is None:
             self._idle()
 
@@ -193,6 +195,12 @@ class Listener(asyncio.Protocol):
                 transport.pause_reading()
             else:
                 transport.resume_reading()
+
+    def _begin(self, exchange: Exchange) -> None:
+        self._answering = exchange
+        if not self._writable:  # still full from the response before
+            exchange.client_writable(False)
+        exchange.start()
 
     def _idle(self) -> None:
         """Between requests: closed after uvicorn's keep-alive timeout without a new one."""

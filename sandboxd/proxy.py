@@ -180,6 +180,7 @@ class Relay:
         self.request_ended = False
         self.response_begun = False
         self.finished = False  # answered, failed or abandoned: nothing more to do
+        self.client_full = False  # the client's transport holds too much: do not read
         self._connecting: asyncio.Task[None] | None = None
 
     # Exchange
@@ -212,12 +213,12 @@ class Relay:
             self.upstream.write(pending[0] if len(pending) == 1 else b"".join(pending))
 
     def client_writable(self, writable: bool) -> None:
+        self.client_full = not writable
         if self.upstream is not None:
             self.upstream.reading(writable)
 
     def client_lost(self) -> None:
-        self.finished = True
-        self.pending = []
+        self._finish()
         if self._connecting is not None:
             self._connecting.cancel()
         if self.upstream is not None:
@@ -231,8 +232,7 @@ class Relay:
 
     def response_complete(self, keep_alive: bool) -> None:
         upstream, self.upstream = self.upstream, None
-        self.finished = True
-        self.pending = []
+        self._finish()
         assert upstream is not None  # noqa: S101  # only a started upstream answers
         if self.request_ended:
             self.proxy.pool.release(upstream)
@@ -243,12 +243,11 @@ class Relay:
 
     def response_failed(self, reason: str) -> None:
         upstream, self.upstream = self.upstream, None
-        self.pending = []
         if upstream is not None:
             self.proxy.pool.drop(upstream)
         if self.finished:
             return
-        self.finished = True
+        self._finish()
         if self.response_begun:
             log.debug("sandbox %s: response cut: %s", self.target.sandbox_id, reason)
             self.client.abort()
@@ -264,7 +263,7 @@ class Relay:
         try:
             upstream = await self.proxy.pool.connect(self.box, self.target.port)
         except OSError:
-            self.finished = True
+            self._finish()
             self._answer_502("The sandbox is running but port is not open")
             return
         finally:
@@ -280,6 +279,13 @@ class Relay:
         connect)."""
         self.upstream = upstream
         upstream.start(self, self.request.head.method == "HEAD")
+        if self.client_full:
+            upstream.reading(False)
+
+    def _finish(self) -> None:
+        self.finished = True
+        self.pending = []
+        self.client.hold_reading("upstream", False)  # the sandbox's side no longer matters
 
     def _answer_502(self, message: str) -> None:
         """E2B's 502: the sandbox is gone (killed or paused meanwhile), or `message` about

@@ -54,6 +54,7 @@ class UpstreamConnection(asyncio.Protocol):
         self._final_head = False  # the head being parsed is not an interim (1xx) one
         self._complete = False
         self._keep_alive = False
+        self._reading_paused = False
         self._idle_timer: asyncio.TimerHandle | None = None
 
     # asyncio.Protocol
@@ -142,8 +143,9 @@ class UpstreamConnection(asyncio.Protocol):
 
     def reading(self, on: bool) -> None:
         """Pause or resume reading the response (the client's side is full, or has room)."""
-        if self.closed or self._transport is None:
+        if self.closed or self._transport is None or self._reading_paused != on:
             return
+        self._reading_paused = not on
         if on:
             self._transport.resume_reading()
         else:
@@ -153,6 +155,7 @@ class UpstreamConnection(asyncio.Protocol):
         return not self.closed and self._complete and self._keep_alive and not self._head_only
 
     def park(self, on_expiry: asyncio.TimerHandle | None) -> None:
+        self.reading(True)  # paused for a client that was full: the next may not be
         self._sink = None
         self._idle_timer = on_expiry
 
