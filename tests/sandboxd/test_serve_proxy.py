@@ -4,6 +4,7 @@ sandbox's proxied streams, and the proxy then answers E2B's 502."""
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING
 
 import httpx
@@ -88,9 +89,12 @@ def test_envd_through_sandboxd_until_the_sandbox_goes(server: Sandboxd, end: str
 
 def test_control_paths_and_unknown_sandboxes(server: Sandboxd) -> None:
     with server.client() as api, httpx.Client(base_url=server.url, timeout=30) as envd:
-        created = api.post(
-            "/sandboxes", json={"templateID": "base", "timeout": 120, "secure": True}
-        ).json()
+        # A chunked body (an iterator): the listener re-frames it for the control API.
+        body = json.dumps({"templateID": "base", "timeout": 120, "secure": True}).encode()
+        response = api.post("/sandboxes", content=iter([body[:10], body[10:]]),
+                            headers={"Content-Type": "application/json"})  # fmt: skip
+        assert response.status_code == 201, response.text
+        created = response.json()
         headers = _envd_headers(created["sandboxID"], created["envdAccessToken"])
         assert envd.post("/init", headers=headers, json={}).status_code == 404
         unknown = envd.get("/health", headers=_envd_headers("nosuchsandbox", "x"))
