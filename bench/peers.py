@@ -198,7 +198,7 @@ class Bench:
             process=ProcessConfig(cmd="/bin/bash", args=["-l", "-c", "echo x"]), stdin=False
         )
         self.raw = RawStart(envd.port, request)
-        self.raw.first_data()
+        self.raw_echo()
         self.jupyter_data = os.urandom(JUPYTER_SIZE)
         with open(self.payload, "wb") as f:
             block = os.urandom(MIB)
@@ -323,6 +323,11 @@ class Bench:
         command = self.ssh.command("ssh", HOST, "echo x")
         return median_call(FRESH_SSH_CALLS, lambda: run_quiet(command))
 
+    def raw_echo(self) -> None:
+        """One Start over the kept connection, to the end of its stream; it must print x."""
+        if not self.raw.first_data():
+            sys.exit("envd's Start of echo x sent no `x`")
+
     def echo_group(self) -> Group:
         kept = self.master.command("echo x")
         return Group(
@@ -346,7 +351,7 @@ class Bench:
                 Variant(
                     "envd, raw Connect client",
                     self.envd,
-                    lambda: median_call(KEPT_CALLS, self.raw.first_data),
+                    lambda: median_call(KEPT_CALLS, self.raw_echo),
                     True,
                     KEPT_CALLS,
                 ),
