@@ -12,8 +12,9 @@ ratios given per round: peer time / envd time, so above 1 means envd is faster.
 - 64 MiB upload: Jupyter's contents API (base64 JSON, whole and in JupyterLab's 1 MiB chunks)
   against envd with the same httpx client.
 
-CPU seconds of each server (its /proc/PID/stat, children included) and of the client are given
-per GiB or per operation. Payloads and destinations live on tmpfs (/dev/shm), keys, configs,
+Both sides act as one unprivileged login user (bench.peer_sshd), envd's default user set to it
+through /init. CPU of each server (its cgroup, everything it forks included: bench.peer_procs)
+and of the client is given per GiB or per operation. Payloads and destinations live on tmpfs (/dev/shm), keys, configs,
 logs and the Jupyter virtualenv in a temp dir; all of it and every process go away afterwards.
 Needs curl, openssh-server and openssh-client (apt), the SDK virtualenv (tests/sdk/.venv, built
 as scripts/test-sdk builds it) and PyPI for Jupyter Server. Not a test: not in .ci/run.
@@ -112,26 +113,28 @@ class EnvdServer(ServerProcess):
         httpx.post(f"{self.url}/init", json={"defaultUser": default_user}).raise_for_status()
 
 
+def client_cpu() -> float:
+    """CPU of this process and of the client processes it has waited for, so far."""
+    own, children = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def measure(variant: Variant) -> Result:
-    """Run one variant once: wall time, the server's CPU and the client's (this process and
-    the client processes it waited for, unless the client timed itself)."""
+    """Run one variant once: wall time, the server's CPU and the client's (unless the client
+    timed itself)."""
     server_before = variant.server.cpu_seconds()
-    self_before = resource.getrusage(resource.RUSAGE_SELF)
-    children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    client_before = client_cpu()
     started = time.perf_counter()
     timing = variant.run()
     seconds = time.perf_counter() - started
+    client_spent = client_cpu() - client_before
     server_cpu = variant.server.cpu_seconds() - server_before
     if timing is not None:
         return Result(timing.seconds, server_cpu, timing.client_cpu)
-    self_after = resource.getrusage(resource.RUSAGE_SELF)
-    children_after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    client_cpu = sum(
-        getattr(after, f) - getattr(before, f)
-        for before, after in ((self_before, self_after), (children_before, children_after))
-        for f in ("ru_utime", "ru_stime")
-    )
-    return Result(seconds, server_cpu, client_cpu)
+    return Result(seconds, server_cpu, client_spent)
 
 
 def run_quiet(command: list[str], stdin: bytes | None = None) -> None:
@@ -160,16 +163,12 @@ def sdk_worker(*args: str | int) -> Timing:
 def median_call(calls: int, call: Callable[[], object]) -> Timing:
     """The median of `calls` timed calls, and the client's CPU over all of them."""
     samples = []
-    cpu = time.process_time()
-    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = client_cpu()
     for _ in range(calls):
         started = time.perf_counter()
         call()
         samples.append(time.perf_counter() - started)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    spent = time.process_time() - cpu + after.ru_utime + after.ru_stime
-    spent -= children.ru_utime + children.ru_stime
-    return Timing(statistics.median(samples), spent)
+    return Timing(statistics.median(samples), client_cpu() - cpu)
 
 
 class Bench:
