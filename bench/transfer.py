@@ -105,12 +105,14 @@ def transfer_main(
     baseline_arg: str,
     serve_baseline: Callable[[int, str], None],
     run: Callable[[int, int, str, str], None],
+    *,
+    default_size_mib: int = 1024,
 ) -> None:
     """Command line shared by the transfer benchmarks: either serve the baseline app (the
     benchmark re-runs itself with --serve-baseline PORT ARG) or run the measurement with the
     payload on tmpfs, cleaning up afterwards."""
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--size-mib", type=int, default=1024)
+    parser.add_argument("--size-mib", type=int, default=default_size_mib)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--serve-baseline", nargs=2, metavar=("PORT", baseline_arg))
     args = parser.parse_args()
