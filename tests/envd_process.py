@@ -52,6 +52,12 @@ class EnvdProcess:
     def open_fds(self) -> int:
         return len(os.listdir(f"/proc/{self.pid}/fd"))
 
+    def cpu_seconds(self) -> float:
+        """User plus system CPU time used so far, all threads."""
+        with open(f"/proc/{self.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def stop(self, timeout: float = 10) -> int:
         """SIGTERM, then SIGKILL if it does not exit in time; returns the exit code."""
         if self.proc.poll() is None:

@@ -1,9 +1,11 @@
 """GET /files: download a file, with gzip, byte ranges and conditional requests.
 
-The body is streamed with `os.pread` in 1 MiB chunks straight from the event loop: reads of
-cached pages take about 0.1 ms, while Starlette's FileResponse (64 KiB chunks, a thread hop per
-chunk) caps near 150 MiB/s. gzip compression, which takes milliseconds per chunk and releases
-the GIL, runs in a worker thread.
+The identity body is streamed with `os.pread` in 1 MiB chunks straight from the event loop:
+reads of cached pages take about 0.1 ms, while Starlette's FileResponse (64 KiB chunks, a
+thread hop per chunk) caps near 150 MiB/s. A gzip body is read and compressed in a worker
+thread (milliseconds per chunk, GIL released), one chunk ahead of the event loop sending the
+last one. Only files that compress are gzipped unless the client rejects identity
+(envd.http.compression says why and how).
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ from __future__ import annotations
 import os
 import secrets
 import stat
-import zlib
 from typing import TYPE_CHECKING, Final
 
 import anyio
@@ -20,6 +21,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from envd.errors import EnvdHTTPError, http_os_errors
+from envd.http.compression import gzip_compressor, worth_compressing
 from envd.http.file_request import authorize_file_request, resolve_path
 from envd.http.media import (
     SNIFF_BYTES,
@@ -41,6 +43,7 @@ from envd.http.ranges import (
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
 
+    from anyio.streams.memory import MemoryObjectSendStream
     from starlette.requests import Request
     from starlette.types import Receive, Scope, Send
 
@@ -48,8 +51,6 @@ if TYPE_CHECKING:
     from envd.users import UserCache
 
 READ_CHUNK_BYTES: Final = 1024 * 1024
-# Go's gzip.DefaultCompression.
-GZIP_LEVEL: Final = 6
 PSEUDO_FILE_SIZE_LIMIT: Final = 64 * 1024
 PSEUDO_FILE_MAX_BYTES: Final = 16 * 1024 * 1024
 _CONDITIONAL_HEADERS: Final = ("range", "if-modified-since", "if-none-match", "if-range")
@@ -108,15 +109,43 @@ class FileBodyResponse(Response):
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def _send_gzip(self, send: Send, disconnected: anyio.Event) -> None:
-        compressor = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
-        for chunk in self._body_chunks(disconnected):
-            compressed = await anyio.to_thread.run_sync(compressor.compress, chunk)
-            if compressed:
-                await send({"type": "http.response.body", "body": compressed, "more_body": True})
-        await send({"type": "http.response.body", "body": compressor.flush(), "more_body": False})
+        """Send what `_compress` produces; the channel holds one block, so the next chunk is
+        compressed while this one is sent."""
+        blocks, received = anyio.create_memory_object_stream[bytes](1)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._compress, blocks, disconnected)
+            async with received:
+                async for block in received:
+                    await send({"type": "http.response.body", "body": block, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _compress(
+        self, blocks: MemoryObjectSendStream[bytes], disconnected: anyio.Event
+    ) -> None:
+        """The gzip member of the whole file, read and compressed a chunk at a time in worker
+        threads; stops at the chunk in progress when the client goes away."""
+        [(_, offset, length)] = self.segments  # the whole file: gzip has no ranges
+        end = offset + length
+        compressor = gzip_compressor()
+
+        def read_and_compress(at: int) -> tuple[int, bytes]:
+            chunk = os.pread(self.fd, min(READ_CHUNK_BYTES, end - at), at)
+            return len(chunk), compressor.compress(chunk)
+
+        async with blocks:
+            while offset < end:
+                read, block = await anyio.to_thread.run_sync(read_and_compress, offset)
+                if disconnected.is_set():
+                    return
+                if not read:  # the file shrank under us: end the body short
+                    break
+                offset += read
+                if block:
+                    await blocks.send(block)
+            await blocks.send(await anyio.to_thread.run_sync(compressor.flush))
 
     def _body_chunks(self, disconnected: anyio.Event) -> Iterator[bytes]:
-        """The body, whatever its encoding: each segment's prefix and bytes, then the trailer."""
+        """The identity body: each segment's prefix and bytes, then the trailer."""
         for prefix, start, length in self.segments:
             if prefix:
                 yield prefix
@@ -180,7 +209,8 @@ def _is_pseudo_file(info: os.stat_result) -> bool:
     return info.st_blocks == 0 and info.st_size <= PSEUDO_FILE_SIZE_LIMIT
 
 
-def _choose_encoding(request: Request) -> str:
+def _choose_encoding(request: Request) -> tuple[str, bool]:
+    """The negotiated encoding ("gzip" or "identity") and whether identity is rejected."""
     try:
         encoding, identity_rejected = negotiate_encoding(request.headers.get("accept-encoding", ""))
     except NotAcceptableError:
@@ -193,15 +223,25 @@ def _choose_encoding(request: Request) -> str:
             raise EnvdHTTPError(
                 406, "identity encoding not acceptable for Range or conditional request"
             )
-        return "identity"
-    return encoding
+        return "identity", False
+    return encoding, identity_rejected
+
+
+async def _gzip_pays(fd: int, path: str, identity_rejected: bool) -> bool:
+    """Whether to gzip a body the client accepts gzip for: always when identity is rejected
+    (RFC 9110 12.5.3), else when the file compresses. Clients that accept gzip accept identity
+    unless they say `identity;q=0` or `*;q=0`, so random data goes out as it is."""
+    if identity_rejected:
+        return True
+    with http_os_errors("reading file", path):
+        return await anyio.to_thread.run_sync(worth_compressing, fd, os.fstat(fd).st_size)
 
 
 async def download(request: Request, state: SandboxState, users: UserCache) -> Response:
     file_request = authorize_file_request(request, state, users, "read")
     path = resolve_path(file_request.raw_path, file_request.user, state)
     _stat_target(path)
-    encoding = _choose_encoding(request)
+    encoding, identity_rejected = _choose_encoding(request)
     with http_os_errors("opening file", path):
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
@@ -211,7 +251,7 @@ async def download(request: Request, state: SandboxState, users: UserCache) -> R
             "Vary": "Accept-Encoding",
             "Content-Disposition": content_disposition(path),
         }
-        if encoding == "gzip":
+        if encoding == "gzip" and await _gzip_pays(fd, path, identity_rejected):
             headers["Content-Encoding"] = "gzip"
             headers["Content-Type"] = (
                 type_by_extension(file_request.raw_path) or "application/octet-stream"
