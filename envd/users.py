@@ -172,6 +172,8 @@ def ensure_dirs(path: str, user: User) -> None:
         NotADirectoryError: an ancestor exists and is not a directory ("path is a file").
         OSError: mkdir or chown failed.
     """
+    if os.path.isdir(path):  # every ancestor resolved to a directory on the way: done
+        return
     parts = [p for p in path.split("/") if p]
     current = "/" if path.startswith("/") else ""
     for part in parts:

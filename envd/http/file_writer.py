@@ -93,10 +93,12 @@ class UploadTarget:
         self.fd = fd
         self.created = created
         self.content_length = content_length
+        self.written = 0
 
     def write(self, data: bytes | memoryview) -> None:
         """Write all of `data` (straight from the event loop: page-cache writes are fast)."""
         view = memoryview(data)
+        self.written += view.nbytes
         try:
             while view:
                 view = view[os.write(self.fd, view) :]
@@ -165,8 +167,14 @@ def ensure_parent_dirs(path: str, user: User) -> None:
         raise EnvdHTTPError(status, f"error ensuring directories: {reason}") from exc
 
 
-def open_upload_target(path: str, user: User, content_length: int | None) -> UploadTarget:
-    """Ensure the parents, then open `path` for writing as processFile does (blocking).
+def open_upload_target(
+    path: str, user: User, content_length: int | None, *, may_block: bool = True
+) -> UploadTarget | None:
+    """Ensure the parents, then open `path` for writing as processFile does.
+
+    With `may_block` False (called on the event loop) only a regular file is opened, and
+    None is returned for anything else, before it is touched: opening a FIFO waits for a
+    reader, and a device may wait too. The caller then opens it again in a worker thread.
 
     Raises:
         EnvdHTTPError: 400 for a directory target, 507 when no inode is left, 500 otherwise.
@@ -181,16 +189,21 @@ def open_upload_target(path: str, user: User, content_length: int | None) -> Upl
         raise EnvdHTTPError(http_status(exc, only=_CALLER_ERRORS), message) from exc
     if info is not None and stat.S_ISDIR(info.st_mode):
         raise EnvdHTTPError(400, f"path is a directory: {path}")
+    if not may_block and info is not None and not stat.S_ISREG(info.st_mode):
+        return None
     created = False
     try:
         fd = _create_new(path) if info is None else -1
         created = fd >= 0
         if not created:
-            # Existing file (or one that appeared since the stat, or a dangling symlink):
-            # truncate in place as the reference does, owner changed first.
+            if info is None and not may_block:
+                return None  # appeared since the stat, or a dangling symlink: could be a FIFO
+            # Existing file: truncate in place as the reference does, owner changed first.
             if info is not None:
                 os.chown(path, user.uid, user.gid)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+            fd = _open_existing(path, may_block=may_block)
+            if fd < 0:
+                return None
     except OSError as exc:
         if exc.errno == errno.ENOSPC:
             raise EnvdHTTPError(
@@ -205,6 +218,25 @@ def open_upload_target(path: str, user: User, content_length: int | None) -> Upl
             UploadTarget(path, fd, created=created, content_length=None).abort()
             raise EnvdHTTPError(500, f"error changing ownership: {exc.strerror}") from exc
     return UploadTarget(path, fd, created=created, content_length=content_length)
+
+
+def _open_existing(path: str, *, may_block: bool) -> int:
+    """Open and truncate an existing file; -1 if `may_block` is False and it turned out not
+    to be a regular file (replaced since the stat; O_NONBLOCK keeps even that open short)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+    if may_block:
+        return os.open(path, flags, 0o666)
+    try:
+        fd = os.open(path, flags | os.O_NONBLOCK, 0o666)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:  # a FIFO without a reader
+            return -1
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return -1
+    os.set_blocking(fd, True)
+    return fd
 
 
 def _create_new(path: str) -> int:

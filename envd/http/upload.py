@@ -44,6 +44,8 @@ log = logging.getLogger("envd.http.files")
 INFLATE_CHUNK_BYTES: Final = 4 * 1024 * 1024
 # Bound on one part's headers, as Go's multipart reader has (it allows 10 MiB).
 PART_HEADERS_MAX_BYTES: Final = 1024 * 1024
+# Uploads up to this size are closed on the event loop (see _finish).
+INLINE_FINISH_MAX_BYTES: Final = 1024 * 1024
 
 
 async def _gunzip(body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
@@ -92,11 +94,23 @@ def _content_length(request: Request) -> int | None:
 
 
 async def _open(path: str, user: User, content_length: int | None) -> UploadTarget:
-    return await anyio.to_thread.run_sync(open_upload_target, path, user, content_length)
+    # A regular file is opened on the event loop (a few metadata syscalls, like the writes
+    # that follow); anything else in a worker thread, where an open that waits is harmless.
+    target = open_upload_target(path, user, content_length, may_block=False)
+    if target is None:
+        target = await anyio.to_thread.run_sync(open_upload_target, path, user, content_length)
+    assert target is not None  # noqa: S101  # may_block=True always opens or raises
+    return target
 
 
 async def _finish(target: UploadTarget, metadata: dict[str, str]) -> dict[str, object]:
-    stored = await anyio.to_thread.run_sync(target.finish, metadata)
+    # Closing may flush what was written (NFS, FUSE): a worker thread for big files, the
+    # event loop for small ones, where the thread's round trip would cost more CPU than the
+    # rest of the upload.
+    if target.written <= INLINE_FINISH_MAX_BYTES:
+        stored = target.finish(metadata)
+    else:
+        stored = await anyio.to_thread.run_sync(target.finish, metadata)
     return entry_json(target.path, stored)
 
 

@@ -7,6 +7,7 @@ import gzip
 import os
 import pwd
 import shutil
+import stat
 import threading
 from typing import TYPE_CHECKING
 from urllib.parse import quote
@@ -315,3 +316,42 @@ def test_error_about_a_non_utf8_path_is_still_json(http: httpx.Client, workdir: 
     )
     assert r.status_code == 400
     assert r.json()["message"] == f"path is a directory: {workdir}/dir-\ufffd"
+
+
+def test_upload_to_a_fifo_waits_for_its_reader_without_blocking_the_daemon(
+    http: httpx.Client, workdir: Path
+) -> None:
+    fifo = workdir / "pipe"
+    os.mkfifo(fifo)
+    answers: list[httpx.Response] = []
+    upload = threading.Thread(target=lambda: answers.append(_raw(http, str(fifo), b"through")))
+    upload.start()
+    try:
+        # The upload's open() waits for a reader; every other request goes on meanwhile.
+        import httpx as client_module
+
+        with client_module.Client(base_url=http.base_url, timeout=2) as other:
+            for _ in range(3):
+                assert other.get("/health").status_code == 204
+    finally:
+        with open(fifo, "rb") as reader:  # lets the upload through even if the check failed
+            received = reader.read()
+        upload.join()
+    assert received == b"through"
+    assert answers[0].status_code == 200
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+
+
+def test_upload_through_a_symlink_writes_its_target(http: httpx.Client, workdir: Path) -> None:
+    existing = workdir / "existing.txt"
+    existing.write_bytes(b"old, longer content")
+    inode = existing.stat().st_ino
+    (workdir / "to-existing").symlink_to(existing)
+    (workdir / "dangling").symlink_to(workdir / "created-through-link.txt")
+    assert _raw(http, str(workdir / "to-existing"), b"new").status_code == 200
+    assert _raw(http, str(workdir / "dangling"), b"made").status_code == 200
+    assert existing.read_bytes() == b"new"
+    assert existing.stat().st_ino == inode
+    assert (workdir / "to-existing").is_symlink()
+    assert (workdir / "created-through-link.txt").read_bytes() == b"made"
+    assert (workdir / "dangling").is_symlink()
