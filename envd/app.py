@@ -1,5 +1,5 @@
-"""create_app(): the Starlette application with every route, both Connect services and the
-middleware chain, in the reference envd's order (CORS, access token, Basic-auth user)."""
+"""create_app(): the Starlette application with every route and both Connect services behind
+the request gate (CORS, access token, Basic-auth user, in the reference envd's order)."""
 
 from __future__ import annotations
 
@@ -10,16 +10,14 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.responses import PlainTextResponse, Response
-from starlette.routing import Mount
 
 from envd import http
 from envd._gen.filesystem.filesystem_connect import Filesystem, FilesystemASGIApplication
 from envd._gen.process.process_connect import Process, ProcessASGIApplication
-from envd.auth import AccessTokenMiddleware, BasicAuthUserMiddleware
-from envd.cors import CORSMiddleware
-from envd.errors import EnvdHTTPError, ErrorMappingInterceptor, InternalErrorMiddleware, json_error
+from envd.errors import EnvdHTTPError, ErrorMappingInterceptor, json_error
 from envd.filesystem.legacy import LegacySDKInterceptor
 from envd.filesystem.service import FilesystemService
+from envd.gate import RequestGate
 from envd.grpc_refusal import GRPCRefusal
 from envd.header_bytes import Utf8HeaderValues
 from envd.http.body import MAX_MESSAGE_BYTES
@@ -90,19 +88,11 @@ def create_app(settings: Settings, state: SandboxState) -> Starlette:
         async with processes.running():  # stops every child on the way out
             yield
 
+    # The gate hands each RPC to its service by path prefix, past the router.
+    services = {rpc.path + "/": Utf8HeaderValues(rpc) for rpc in (filesystem_rpc, process_rpc)}
     app = Starlette(
-        # RPCs first: Starlette tries routes in order, and RPCs are the hot path.
-        routes=[
-            Mount(filesystem_rpc.path, app=Utf8HeaderValues(filesystem_rpc)),
-            Mount(process_rpc.path, app=Utf8HeaderValues(process_rpc)),
-            *http.routes(settings, state, users),
-        ],
-        middleware=[
-            Middleware(InternalErrorMiddleware),
-            Middleware(CORSMiddleware),
-            Middleware(AccessTokenMiddleware, state=state),
-            Middleware(BasicAuthUserMiddleware, users=users),
-        ],
+        routes=http.routes(settings, state, users),
+        middleware=[Middleware(RequestGate, state=state, users=users, services=services)],
         exception_handlers={
             EnvdHTTPError: _envd_error,
             InvalidParameterError: _invalid_parameter,

@@ -118,34 +118,6 @@ class ErrorMappingInterceptor:
             await inner.aclose()  # type: ignore[attr-defined]  # handlers are async generators
 
 
-class InternalErrorMiddleware:
-    """Outermost guard for plain HTTP routes: an unexpected exception is logged once and
-    answered as JSON 500, and is not re-raised into the server (which would drop the
-    keep-alive connection)."""
-
-    def __init__(self, app: Any) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = False
-
-        async def tracking_send(message: Any) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
-        try:
-            await self.app(scope, receive, tracking_send)
-        except Exception:
-            log.exception("unexpected error in %s %s", scope["method"], scope["path"])
-            if not started:
-                await json_error(500, "internal error")(scope, receive, send)
-
-
 class ErrnoAnswer(Enum):
     """How an OSError is answered, by errno: (errno, Connect code, HTTP status).
 

@@ -40,7 +40,7 @@ CONNECT_CODES: Final = frozenset(
     }
 )
 _END_STREAM: Final = 0x02
-# What InternalErrorMiddleware answers for an exception that no handler mapped.
+# What the request gate (envd/gate.py) answers for an exception that no handler mapped.
 _CATCH_ALL_MESSAGE: Final = "internal error"
 _LOG_ALARMS: Final = (TRACEBACK_MARKER, "Exception in ASGI application", "unexpected error")
 
@@ -113,7 +113,7 @@ def verdict(outcome: Outcome) -> str | None:
 
 def is_mapped_error(status: int, body: bytes) -> bool:
     """A Connect error, or envd's JSON error of a plain route (`code` is the status) with a
-    message of its own: not InternalErrorMiddleware's catch-all, not a bare status."""
+    message of its own: not the request gate's catch-all, not a bare status."""
     try:
         error = json.loads(body)
     except ValueError:
