@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("envd.http.files")
 
-METADATA_HEADER_PREFIX: Final = "x-metadata-"
+METADATA_HEADER_PREFIX: Final = b"x-metadata-"
 # Linux's xattr limits as the reference envd enforces them (XATTR_NAME_MAX 255 minus the
 # prefix; one 4 KiB block for every name and value together).
 METADATA_KEY_MAX_BYTES: Final = 255 - len(XATTR_PREFIX)
@@ -59,12 +59,12 @@ def parse_metadata(headers: Headers) -> dict[str, str]:
         EnvdHTTPError: 400 "invalid metadata: …" for bad characters or sizes.
     """
     metadata: dict[str, str] = {}
-    for name, value in headers.items():
-        if not name.startswith(METADATA_HEADER_PREFIX):
+    for raw_name, raw_value in headers.raw:  # only these few are decoded
+        if not raw_name.startswith(METADATA_HEADER_PREFIX):
             continue
-        key = name[len(METADATA_HEADER_PREFIX) :]
+        key = raw_name[len(METADATA_HEADER_PREFIX) :].decode("latin-1")
         if key and key not in metadata:
-            metadata[key] = value
+            metadata[key] = raw_value.decode("latin-1")
     total = 0
     for key, value in metadata.items():
         if not _printable_ascii(key):

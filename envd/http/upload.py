@@ -44,6 +44,8 @@ log = logging.getLogger("envd.http.files")
 INFLATE_CHUNK_BYTES: Final = 4 * 1024 * 1024
 # Bound on one part's headers, as Go's multipart reader has (it allows 10 MiB).
 PART_HEADERS_MAX_BYTES: Final = 1024 * 1024
+# Built once: json.dumps() with options builds a new encoder per call.
+_ENTRIES_JSON: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 # Uploads up to this size are closed on the event loop (see _finish).
 INLINE_FINISH_MAX_BYTES: Final = 1024 * 1024
 
@@ -328,7 +330,7 @@ async def upload(request: Request, state: SandboxState, users: UserCache) -> Res
         )
         return Response(status_code=400)  # nobody is left to read it
     # The reference sets no Content-Type; Go's server then sniffs this one.
-    body_json = json.dumps(entries, ensure_ascii=False, separators=(",", ":")) + "\n"
+    body_json = _ENTRIES_JSON.encode(entries) + "\n"
     return Response(body_json, media_type="text/plain; charset=utf-8")
 
 
