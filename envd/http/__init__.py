@@ -15,12 +15,14 @@ if TYPE_CHECKING:
 
 
 def routes(settings: Settings, state: SandboxState, users: UserCache) -> list[BaseRoute]:
+    # Starlette tries routes in order (no two share a path and method): the file transfers,
+    # the busiest, first.
     return [
+        *download.routes(state, users),
+        *upload.routes(state, users),
         *health.routes(),
         *metrics.routes(),
         *envs.routes(state),
         *init.routes(settings, state),
-        *download.routes(state, users),
-        *upload.routes(state, users),
         *compose.routes(state, users),
     ]
