@@ -1,7 +1,10 @@
 """B5: Filesystem/Stat requests per second and latency, envd vs a minimal connectrpc app
 serving the same lstat-based Stat, both measured with wrk in this run.
 
-Run: .venv/bin/python -m bench.stat [--seconds 3] [--runs 5]   (needs `wrk`)
+With `--before TREE` (an older envd source tree, e.g. a `git archive` of an earlier commit),
+that envd is measured too, interleaved, and each row gains its rps ratio to it.
+
+Run: .venv/bin/python -m bench.stat [--seconds 3] [--runs 5] [--before TREE]   (needs `wrk`)
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from typing import TYPE_CHECKING
 
 import httpx
 
+from bench.small_uploads import start_envd_from
+from bench.transfer import stop
 from tests.envd_process import free_port, start_envd
 
 if TYPE_CHECKING:
@@ -136,6 +141,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=int, default=3)
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--before", type=Path, help="an older envd source tree to compare")
     parser.add_argument("--serve-baseline", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_baseline:
@@ -148,24 +154,28 @@ def main() -> None:
     logs = Path(tempfile.mkdtemp(prefix="bench-stat-"))
     envd = start_envd(logs)
     baseline, baseline_url = _start_baseline()
+    before = start_envd_from(args.before, str(logs)) if args.before else None
     try:
         _check_answers(envd.url)
         _check_answers(baseline_url)
         log.info(
             "| codec | c | envd rps | minimal rps | ratio | envd p50 ms | minimal p50 ms "
-            "| envd p99 ms |"
+            "| envd p99 ms | before rps | ratio to before |"
         )
-        log.info("|---|---|---|---|---|---|---|---|")
+        log.info("|---|---|---|---|---|---|---|---|---|---|")
         for codec in ("json", "proto"):
             for connections in (1, 16):
-                ours, theirs = [], []
+                ours, theirs, older = [], [], []
                 for _ in range(args.runs):  # interleaved, so drift hits both alike
                     ours.append(run_wrk(envd.url, codec, connections, args.seconds))
                     theirs.append(run_wrk(baseline_url, codec, connections, args.seconds))
+                    if before is not None:
+                        older.append(run_wrk(before[1], codec, connections, args.seconds))
                 rps = statistics.median(r[0] for r in ours)
                 base_rps = statistics.median(r[0] for r in theirs)
+                before_rps = statistics.median(r[0] for r in older) if older else float("nan")
                 log.info(
-                    "| %s | %d | %.0f | %.0f | %.2fx | %.3f | %.3f | %.3f |",
+                    "| %s | %d | %.0f | %.0f | %.2fx | %.3f | %.3f | %.3f | %.0f | %.2fx |",
                     codec,
                     connections,
                     rps,
@@ -174,10 +184,14 @@ def main() -> None:
                     statistics.median(r[1] for r in ours),
                     statistics.median(r[1] for r in theirs),
                     statistics.median(r[2] for r in ours),
+                    before_rps,
+                    rps / before_rps,
                 )
     finally:
         baseline.terminate()
         baseline.wait()
+        if before is not None:
+            stop(before[0])
         envd.stop()
         shutil.rmtree(logs, ignore_errors=True)
 
