@@ -4,8 +4,10 @@ traceback in its log."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import struct
+import zlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
@@ -40,6 +42,7 @@ CONNECT_CODES: Final = frozenset(
     }
 )
 _END_STREAM: Final = 0x02
+_COMPRESSED: Final = 0x01
 # What the request gate (envd/gate.py) answers for an exception that no handler mapped.
 _CATCH_ALL_MESSAGE: Final = "internal error"
 _LOG_ALARMS: Final = (TRACEBACK_MARKER, "Exception in ASGI application", "unexpected error")
@@ -134,10 +137,12 @@ def _stream_verdict(outcome: Outcome) -> str | None:
         return f"Connect stream cut before its end frame (after {len(outcome.frames)} frames)"
     if outcome.body:
         return f"bytes after the end frame: {outcome.body[:100]!r}"
+    flags, payload = outcome.frames[-1]
     try:
-        end = json.loads(outcome.frames[-1][1])
-    except ValueError:
-        return f"end frame is not JSON: {outcome.frames[-1][1][:200]!r}"
+        # Compressed when the request accepted gzip and the frame is large enough.
+        end = json.loads(gzip.decompress(payload) if flags & _COMPRESSED else payload)
+    except (ValueError, OSError, EOFError, zlib.error):
+        return f"end frame is not JSON: {payload[:200]!r}"
     if not isinstance(end, dict):
         return f"end frame is no JSON object: {end!r}"
     error = end.get("error")
