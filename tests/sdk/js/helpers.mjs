@@ -8,7 +8,7 @@
 // control API and reaches real sandboxes through E2B_SANDBOX_URL. Each test file (one flow:
 // files, commands) gets a sandbox of its own, killed when the file is done.
 import { spawn } from 'node:child_process'
-import { mkdtempSync, openSync, readFileSync, closeSync, rmSync } from 'node:fs'
+import { chmodSync, mkdtempSync, openSync, readFileSync, closeSync, rmSync } from 'node:fs'
 import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { dirname, join, resolve } from 'node:path'
@@ -60,6 +60,15 @@ export async function sh(sbx, command) {
 export async function workdir(t, sbx) {
   const dir = (await sh(sbx, 'd=$(mktemp -d /tmp/sdk-e2e-js-XXXXXX) && chmod 777 $d && echo $d')).trim()
   t.after(() => sh(sbx, `rm -rf -- '${dir}'`))
+  return dir
+}
+
+// A fresh directory on this host for a private daemon (which always runs here, even when the
+// shared envd is inside a booted image), removed when the test ends.
+export function hostWorkdir(t) {
+  const dir = mkdtempSync(join(tmpdir(), 'sdk-e2e-js-'))
+  chmodSync(dir, 0o777)
+  t.after(() => rmSync(dir, { recursive: true, force: true }))
   return dir
 }
 

@@ -6,7 +6,7 @@ import { test } from 'node:test'
 
 import { AuthenticationError, Sandbox, SandboxError } from 'e2b'
 
-import { Daemon, debugOnly, sandbox, waitUntil, workdir } from './helpers.mjs'
+import { Daemon, debugOnly, hostWorkdir, waitUntil } from './helpers.mjs'
 
 test('create({envs}) in debug mode does not call /init', debugOnly, async (t) => {
   const daemon = await Daemon.start(t)
@@ -25,7 +25,7 @@ test('/init env vars reach commands; per-command envs win', debugOnly, async (t)
 })
 
 test('/init defaultUser and defaultWorkdir', debugOnly, async (t) => {
-  const dir = await workdir(t, await sandbox())
+  const dir = hostWorkdir(t)
   const daemon = await Daemon.start(t)
   assert.equal((await daemon.init({ defaultUser: 'user', defaultWorkdir: dir })).status, 204)
   const sbx = await daemon.sandbox()
@@ -35,7 +35,7 @@ test('/init defaultUser and defaultWorkdir', debugOnly, async (t) => {
 })
 
 test('access token: right one works, wrong one is AuthenticationError', debugOnly, async (t) => {
-  const dir = await workdir(t, await sandbox())
+  const dir = hostWorkdir(t)
   const daemon = await Daemon.start(t)
   assert.equal((await daemon.init({ accessToken: 'js-s3cret' })).status, 204)
 
@@ -55,7 +55,7 @@ test('access token: right one works, wrong one is AuthenticationError', debugOnl
 })
 
 test('envd restarted between two calls', debugOnly, async (t) => {
-  const dir = await workdir(t, await sandbox())
+  const dir = hostWorkdir(t)
   const daemon = await Daemon.start(t)
   const sbx = await daemon.sandbox()
   assert.equal((await sbx.commands.run('echo before')).stdout, 'before\n')
@@ -92,7 +92,7 @@ test('envd stopped while a command streams output', debugOnly, async (t) => {
 })
 
 test('signed file URLs replace the header when a token is set', debugOnly, async (t) => {
-  const dir = await workdir(t, await sandbox())
+  const dir = hostWorkdir(t)
   const daemon = await Daemon.start(t)
   assert.equal((await daemon.init({ accessToken: 'js-s3cret' })).status, 204)
   const sbx = daemon.sandbox('js-s3cret')

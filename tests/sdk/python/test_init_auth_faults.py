@@ -6,8 +6,11 @@ the shared one.
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import time
 import uuid
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import httpx
@@ -18,9 +21,23 @@ from packaging.version import Version
 from tests.sdk.python.mode import debug_only
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from tests.sdk.python.daemon import Daemon
 
 pytestmark = debug_only
+
+
+@pytest.fixture
+def workdir() -> Iterator[str]:
+    """A fresh directory every user may write to, on this host, where the private daemons run
+    (the shared envd may be inside a booted image), removed afterwards."""
+    path = Path(tempfile.mkdtemp(prefix="sdk-e2e-"))
+    path.chmod(0o777)
+    try:
+        yield str(path)
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 # Access tokens the tests set and present.
