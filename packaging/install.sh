@@ -4,9 +4,15 @@
 #
 #   packaging/install.sh [--root DIR] [--prefix DIR] [--python PATH] [--bin-dir DIR]
 #                     [--unit-dir DIR] [--commit SHA] [--enable]
+#   packaging/install.sh --artifact PATH [--root DIR] [--prefix DIR] [--bin-dir DIR]
+#                     [--unit-dir DIR] [--enable]
 #
+#   --artifact PATH install the self-contained build of packaging/build-artifact (a tarball,
+#                   checked against PATH.sha256 when that exists) instead of making a venv: the
+#                   target needs no Python at all; its commit is the one stamped at build time
 #   --root DIR      install into the root file system mounted at DIR (an image being built):
-#                   every step runs chrooted into DIR with DIR's own python3
+#                   every step runs chrooted into DIR with DIR's own python3 (with --artifact,
+#                   nothing runs in DIR)
 #   --prefix DIR    envd's private prefix (default /usr/lib/envd): a venv of the system python3
 #   --python PATH   the interpreter the venv is made from (default /usr/bin/python3, >= 3.11)
 #   --bin-dir DIR   where the launcher `envd` goes (default /usr/bin, which the unit runs)
@@ -27,6 +33,7 @@ bin_dir=/usr/bin
 unit_dir=/lib/systemd/system
 commit=""
 enable=no
+artifact=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --root) root=$2; shift 2 ;;
@@ -36,7 +43,8 @@ while [ $# -gt 0 ]; do
     --unit-dir) unit_dir=$2; shift 2 ;;
     --commit) commit=$2; shift 2 ;;
     --enable) enable=yes; shift ;;
-    -h | --help) sed -n '2,15s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    --artifact) artifact=$2; shift 2 ;;
+    -h | --help) sed -n '2,20s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "install.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -52,6 +60,50 @@ src=$(cd "$(dirname "$0")/.." && pwd)
 if [ -n "$root" ]; then
   root=$(cd "$root" && pwd) || fail "no root file system at $root"
   [ "$root" != / ] || root=""
+fi
+
+# The unit, the summary line and --enable: the same for both kinds of install.
+finish() { # VERSION COMMIT
+  mkdir -p "$root$unit_dir"
+  install -m 0644 "$src/packaging/envd.service" "$root$unit_dir/envd.service"
+  echo "install.sh: envd $1 (commit $2) in ${root:-}$prefix, unit in ${root:-}$unit_dir"
+  # systemd is managing this system (not an image being built) when /run/systemd/system exists.
+  running=no
+  [ -z "$root" ] && [ -d /run/systemd/system ] && running=yes
+  [ $running = no ] || systemctl daemon-reload
+  if [ $enable = yes ]; then
+    if [ -n "$root" ]; then
+      systemctl --root="$root" enable envd.service
+    else
+      systemctl enable envd.service
+      [ $running = no ] || systemctl restart envd.service
+    fi
+  fi
+}
+
+# The self-contained artifact: unpacked as the prefix (replacing a venv or an older artifact), the
+# launcher a symlink to its bin/envd. Nothing runs inside the target, which needs no Python; the
+# artifact runs from wherever it lies, so its version is read here, outside any chroot.
+if [ -n "$artifact" ]; then
+  [ -f "$artifact" ] || fail "no artifact at $artifact"
+  if [ -f "$artifact.sha256" ]; then
+    want_sum=$(cut -d ' ' -f 1 "$artifact.sha256")
+    [ "$(sha256sum "$artifact" | cut -d ' ' -f 1)" = "$want_sum" ] ||
+      fail "$artifact does not match $artifact.sha256"
+  fi
+  rm -rf "$root$prefix.new"
+  mkdir -p "$root$prefix.new"
+  tar -C "$root$prefix.new" --strip-components=1 --no-same-owner -xzf "$artifact" ||
+    fail "cannot unpack $artifact"
+  artifact_version=$("$root$prefix.new/bin/envd" -version) ||
+    fail "$artifact does not run here (an x86-64 Linux with glibc >= 2.28 is needed)"
+  artifact_commit=$("$root$prefix.new/bin/envd" -commit)
+  rm -rf "$root$prefix"
+  mv "$root$prefix.new" "$root$prefix"
+  mkdir -p "$root$bin_dir"
+  ln -sfn "$prefix/bin/envd" "$root$bin_dir/envd"
+  finish "$artifact_version" "$artifact_commit"
+  exit 0
 fi
 
 # Run a command inside the target: chrooted into --root (with /proc, /sys and /dev mounted for
@@ -145,21 +197,4 @@ mkdir -p "$root$bin_dir"
 chmod 0755 "$root$bin_dir/envd.new"
 mv -f "$root$bin_dir/envd.new" "$root$bin_dir/envd"
 
-mkdir -p "$root$unit_dir"
-install -m 0644 "$src/packaging/envd.service" "$root$unit_dir/envd.service"
-
-version=$(in_target "$bin_dir/envd" -version)
-echo "install.sh: envd $version (commit $commit) in ${root:-}$prefix, unit in ${root:-}$unit_dir"
-
-# systemd is managing this system (not an image being built) when /run/systemd/system exists.
-running=no
-[ -z "$root" ] && [ -d /run/systemd/system ] && running=yes
-[ $running = no ] || systemctl daemon-reload
-if [ $enable = yes ]; then
-  if [ -n "$root" ]; then
-    systemctl --root="$root" enable envd.service
-  else
-    systemctl enable envd.service
-    [ $running = no ] || systemctl restart envd.service
-  fi
-fi
+finish "$(in_target "$bin_dir/envd" -version)" "$commit"
