@@ -109,17 +109,23 @@ def _tail(path: Path, lines: int = 20) -> str:
     return f"; the end of {path}:\n" + "\n".join(text)
 
 
-def _build_stage(stage: Path, log_file: Path) -> None:
+def _recipe(suite: str, packages: tuple[str, ...]) -> str:
+    if (suite, packages) == (SUITE, PACKAGES):
+        return RECIPE
+    return f"{suite} minbase {','.join(packages)} user-sudo host-ca v2"
+
+
+def _build_stage(stage: Path, log_file: Path, suite: str, packages: tuple[str, ...]) -> None:
     mirror = debian_mirror()
-    log.info("debootstrap %s from %s into %s (a minute or two)", SUITE, mirror, stage)
+    log.info("debootstrap %s from %s into %s (a minute or two)", suite, mirror, stage)
     remove_tree(stage)
     log_file.write_bytes(b"")
     _run(
         [
             "debootstrap",
             "--variant=minbase",
-            f"--include={','.join(PACKAGES)}",
-            SUITE,
+            f"--include={','.join(packages)}",
+            suite,
             str(stage),
             mirror,
         ],
@@ -132,11 +138,14 @@ def _build_stage(stage: Path, log_file: Path) -> None:
     shutil.copyfile(HOST_CA_BUNDLE, stage / "usr/local/share/ca-certificates/build-host.crt")
     _run(["chroot", str(stage), "update-ca-certificates"], "update-ca-certificates", log_file)
     _run(["chroot", str(stage), "apt-get", "clean"], "apt-get clean", log_file)
-    (stage / RECIPE_FILE).write_text(RECIPE + "\n")
+    (stage / RECIPE_FILE).write_text(_recipe(suite, packages) + "\n")
 
 
-def ensure_stage(cache: Path) -> Path:
-    """The debootstrap stage `cache/bookworm`, built when absent or when its recipe changed.
+def ensure_stage(cache: Path, suite: str = SUITE, packages: tuple[str, ...] = PACKAGES) -> Path:
+    """The debootstrap stage `cache/SUITE`, built when absent or when its recipe changed.
+
+    Other suites than bookworm (with their own package lists) serve the tests that install
+    envd into older distributions (scripts/test-artifact).
 
     Concurrent callers wait for each other (a lock file in `cache`).
 
@@ -145,14 +154,14 @@ def ensure_stage(cache: Path) -> Path:
         HostError: no Debian mirror is known.
     """
     cache.mkdir(parents=True, exist_ok=True)
-    stage = cache / SUITE
+    stage = cache / suite
     with open(cache / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         recipe_file = stage / RECIPE_FILE
-        if recipe_file.is_file() and recipe_file.read_text().strip() == RECIPE:
+        if recipe_file.is_file() and recipe_file.read_text().strip() == _recipe(suite, packages):
             return stage
-        new = cache / f"{SUITE}.new"
-        _build_stage(new, cache / "debootstrap.log")
+        new = cache / f"{suite}.new"
+        _build_stage(new, cache / "debootstrap.log", suite, packages)
         remove_tree(stage)
         new.rename(stage)
         return stage
@@ -171,10 +180,15 @@ def slim_boot(root: Path) -> None:
     (conf / "volatile.conf").write_text(VOLATILE_JOURNAL)
 
 
-def install_envd(root: Path, commit: str | None = None) -> None:
-    """packaging/install.sh --root ROOT --enable, plus the isnotfc drop-in (not a sandbox VM)."""
+def install_envd(root: Path, commit: str | None = None, artifact: Path | None = None) -> None:
+    """packaging/install.sh --root ROOT --enable, plus the isnotfc drop-in (not a sandbox VM).
+
+    With `artifact`, the self-contained build (install.sh --artifact; its commit is stamped).
+    """
     argv = [str(SOURCE_TREE / "packaging/install.sh"), "--root", str(root), "--enable"]
-    if commit:
+    if artifact is not None:
+        argv += ["--artifact", str(artifact)]
+    elif commit:
         argv += ["--commit", commit]
     log_file = root.parent / f"{root.name}.install.log"
     log_file.write_bytes(b"")
