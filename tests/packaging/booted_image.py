@@ -35,9 +35,20 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("booted_image")
 
-# Anything of envd's own interpreter that must never reach a user's process.
 CAP_SYS_RESOURCE = 24
-ENVD_TRACES = ("/usr/lib/envd", "VIRTUAL_ENV", "PYTHON", "NOTIFY_SOCKET", "INVOCATION_ID")
+# Anything of envd's own interpreter, launcher or unit that must never reach a user's process:
+# its prefix, Python's variables (PYTHONHOME, ...), the loader's (LD_LIBRARY_PATH, LD_PRELOAD),
+# bundlers' (PyInstaller's _MEIPASS2), the spawn helper's setting and systemd's.
+ENVD_TRACES = (
+    "/usr/lib/envd",
+    "VIRTUAL_ENV",
+    "PYTHON",
+    "LD_",
+    "_MEI",
+    "ENVD_",
+    "NOTIFY_SOCKET",
+    "INVOCATION_ID",
+)
 
 
 class CheckFailed(Exception):
@@ -157,6 +168,8 @@ def check_child_environment(client: ProcessClientSync) -> str:
     env = start(client, "env")
     leaks = [line for line in env.splitlines() if any(t in line for t in ENVD_TRACES)]
     expect(not leaks, f"child environment leaks envd's: {leaks}")
+    if not start(client, "sh", "-c", "command -v python3 || true"):
+        return f"{len(env.splitlines())} variables, no python3 in the image"
     python = start(client, "python3", "-c", "import sys; print(sys.prefix, sys.path)")
     expect("/usr/lib/envd" not in python, f"child python3 sees envd's prefix: {python}")
     return f"{len(env.splitlines())} variables, python3 prefix {python.split()[0]}"
