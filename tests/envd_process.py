@@ -76,12 +76,14 @@ def start_envd(
     env: dict[str, str] | None = None,
     journal: bool = False,
     as_user: tuple[int, int] | None = None,
+    command: list[str] | None = None,
 ) -> EnvdProcess:
     """Start `python -m envd` on a free loopback port and wait until /health answers.
 
     With `journal`, the log file is announced as the journal stream (JOURNAL_STREAM), as
     systemd does for a unit whose stderr is the journal. With `as_user` (uid, gid), the daemon
-    runs unprivileged as that user, with no supplementary groups.
+    runs unprivileged as that user, with no supplementary groups. `command` runs another envd
+    (an installed launcher) instead of this tree's.
     """
     credentials: dict[str, Any] = {}
     if as_user is not None:
@@ -97,9 +99,7 @@ def start_envd(
         proc = subprocess.Popen(
             [
                 *DIE_WITH_PARENT,
-                sys.executable,
-                "-m",
-                "envd",
+                *(command or [sys.executable, "-m", "envd"]),
                 "-port",
                 str(port),
                 "-bind",
