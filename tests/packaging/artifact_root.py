@@ -19,14 +19,23 @@ from sandboxd.images import PACKAGES, ensure_stage, install_envd, slim_boot
 from sandboxd.removal import remove_tree
 
 log = logging.getLogger("artifact_root")
-PYTHON_PACKAGES = ("python3", "python3-minimal", "python-is-python3", "python3-venv")
+CHROOT_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "DEBIAN_FRONTEND": "noninteractive"}
 
 
 def purge_python(root: Path) -> None:
-    """Remove Python from the image entirely, and prove it: no python* program is left."""
+    """Remove Python from the image entirely (every python*/libpython* package, versioned ones
+    included), and prove it: no python* program is left."""
+    listed = subprocess.run(
+        ["chroot", str(root), "dpkg-query", "-W", "-f", "${Package}\\n"],
+        env=CHROOT_ENV,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    packages = [p for p in listed if p.startswith(("python", "libpython"))]
     subprocess.run(
-        ["chroot", str(root), "apt-get", "purge", "-y", "-qq", "--auto-remove", *PYTHON_PACKAGES],
-        env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "DEBIAN_FRONTEND": "noninteractive"},
+        ["chroot", str(root), "apt-get", "purge", "-y", "-qq", "--auto-remove", *packages],
+        env=CHROOT_ENV,
         check=True,
         capture_output=True,
     )
