@@ -136,26 +136,39 @@ def _blocking_dirs(uid: int) -> list[Path]:
     return sorted(blocking)
 
 
-def _grant_traversal(dirs: list[Path], uid: int) -> str:
-    """Search (x) permission only, through an ACL entry: the user can reach the Python files
-    below these directories but cannot list, read or change anything in them. Returns the
-    directories' ACLs as they were, for _restore_acls."""
-    if not dirs:
-        return ""
-    saved = subprocess.run(
-        ["getfacl", "--absolute-names", *map(str, dirs)],
+def _extended_acl_entries(d: Path) -> list[str]:
+    """The named user and group entries (and mask) of the directory's ACL: empty when it has
+    only the permission bits."""
+    listing = subprocess.run(
+        ["getfacl", "--absolute-names", "--omit-header", "--numeric", str(d)],
         check=True,
         capture_output=True,
         text=True,
     ).stdout
+    return [line for line in listing.splitlines()
+            if line.startswith("mask::") or line.split(":")[1:2] not in ([""], [])]  # fmt: skip
+
+
+def _grant_traversal(dirs: list[Path], uid: int) -> list[tuple[Path, bool]]:
+    """Search (x) permission only, through an ACL entry: the user can reach the Python files
+    below these directories but cannot list, read or change anything in them. Returns each
+    directory with whether it had an extended ACL before, for _revoke_traversal."""
+    granted = []
     for d in dirs:
+        had_acl = bool(_extended_acl_entries(d))
         subprocess.run(["setfacl", "-m", f"u:{uid}:x", str(d)], check=True, capture_output=True)
-    return saved
+        granted.append((d, had_acl))
+    return granted
 
 
-def _restore_acls(saved: str) -> None:
-    if saved:
-        subprocess.run(["setfacl", "--restore=-"], input=saved, text=True, check=True)
+def _revoke_traversal(granted: list[tuple[Path, bool]], uid: int) -> None:
+    """Removes only this user's entry (another run may have its own on the same directory), and
+    the ACL altogether where there was none before and no other entry is left."""
+    for d, had_acl in granted:
+        subprocess.run(["setfacl", "-x", f"u:{uid}", str(d)], check=True, capture_output=True)
+        left = _extended_acl_entries(d)
+        if not had_acl and all(line.startswith("mask::") for line in left):
+            subprocess.run(["setfacl", "-b", str(d)], check=True, capture_output=True)
 
 
 def kill_user_processes(uid: int, keep: int | None = None) -> None:
@@ -179,9 +192,9 @@ def throwaway_sandbox(log_dir: Path) -> Iterator[Sandbox]:
         shutil.rmtree(root)
         raise
     sandbox = Sandbox(root, root / "home", root / "scratch", name, uid, gid, log_dir)
-    saved_acls = ""
+    granted: list[tuple[Path, bool]] = []
     try:
-        saved_acls = _grant_traversal(_blocking_dirs(uid), uid)
+        granted = _grant_traversal(_blocking_dirs(uid), uid)
         sandbox.restore_dirs()
         (root / "daemon").mkdir(mode=0o700)
         os.chown(root / "daemon", uid, gid)
@@ -193,4 +206,4 @@ def throwaway_sandbox(log_dir: Path) -> Iterator[Sandbox]:
         kill_user_processes(uid)
         subprocess.run(["userdel", name], check=False, capture_output=True)
         shutil.rmtree(root, ignore_errors=True)
-        _restore_acls(saved_acls)
+        _revoke_traversal(granted, uid)
