@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any, Final
 
 from connectrpc.codec import proto_binary_codec, proto_json_codec
 from connectrpc.compression.gzip import GzipCompression
+from isal import isal_zlib
 
 from envd._gen.filesystem.filesystem_pb import EntryInfo, ListDirResponse
 from envd.filesystem import entries
-from envd.http.compression import gzip_compressor
 from envd.json_depth import rpc_codecs
 from envd.metadata import XATTR_PREFIX
 from envd.users import group_name, owner_name
@@ -48,6 +48,10 @@ _CONTENT_TYPES: Final = {"application/proto": PROTO, "application/json": JSON}
 _LAST_RFC3339_NS: Final = 253_402_300_799_999_999_999
 # Characters JSON strings escape (protobuf-py escapes exactly these, as json.dumps does).
 _JSON_ESCAPED: Final = re.compile(rb'["\\\x00-\x1f]')
+# igzip's level 1: for 10,000 entries 0.3-0.4 ms and 55-65 KiB, where the level 3 GET /files
+# uses takes 1.6-2.5 ms for as much or more (listings repeat themselves more than files do).
+_GZIP_LEVEL: Final = 1
+_GZIP_WBITS: Final = 16 + isal_zlib.MAX_WBITS  # a gzip member
 _ONE_BYTE_VARINTS: Final = [bytes((n,)) for n in range(0x80)]
 
 
@@ -212,10 +216,10 @@ def _children(directory: bytes) -> list[tuple[bytes, os.stat_result, bytes]] | N
         os.close(fd)
 
 
-def _plain(st: os.stat_result, real: bytes) -> bool:
+def _plain(mode: int, mtime_ns: int, real: bytes) -> bool:
     """Whether the entry is written by hand: not a symlink, a modification time RFC 3339 can
     show, and no `user.e2b.*` metadata."""
-    if stat.S_ISLNK(st.st_mode) or not 0 <= st.st_mtime_ns <= _LAST_RFC3339_NS:
+    if stat.S_ISLNK(mode) or not 0 <= mtime_ns <= _LAST_RFC3339_NS:
         return False
     try:
         names = os.listxattr(real)
@@ -239,8 +243,12 @@ class _Encoder:
         items: list[bytes] = []
         prefixes: dict[str, bytes] = {}
         shared = self._shared
+        # Encoded modification times: files written together often share one (ext4 stamps
+        # them at the kernel's clock tick, archives and copies set them whole).
+        stamps: dict[int, bytes] = {}
         for shown_dir, name, st, real in _walk(root, depth):
-            if not _plain(st, real):
+            mode, mtime_ns = st.st_mode, st.st_mtime_ns
+            if not _plain(mode, mtime_ns, real):
                 shown = posixpath.join(shown_dir, name.decode("utf-8", "surrogateescape"))
                 items.append(self.item(self._stock.encode(entries.entry_from_lstat(shown, st))))
                 continue
@@ -248,11 +256,15 @@ class _Encoder:
             if prefix is None:
                 shown_b = posixpath.join(shown_dir, "").encode("utf-8", "surrogateescape")
                 prefix = prefixes[shown_dir] = self.text(_utf8(shown_b))
-            key = (st.st_mode, st.st_uid, st.st_gid)
+            key = (mode, st.st_uid, st.st_gid)
             parts = shared.get(key)
             if parts is None:
                 parts = shared[key] = self._encode_shared(*key)
-            items.append(self.entry(prefix, self.text(_utf8(name)), st, *parts))
+            stamp = stamps.get(mtime_ns)
+            if stamp is None:
+                stamp = stamps[mtime_ns] = self._timestamp(mtime_ns)
+            name = self.text(name if name.isascii() else _utf8(name))
+            items.append(self.entry(prefix, name, st.st_size, stamp, *parts))
         return items
 
     def _encode_shared(self, mode: int, uid: int, gid: int) -> tuple[bytes, bytes]:
@@ -298,9 +310,10 @@ class _Encoder:
         raise NotImplementedError
 
     def entry(
-        self, prefix: bytes, name: bytes, st: os.stat_result, kind: bytes, rest: bytes
+        self, prefix: bytes, name: bytes, size: int, stamp: bytes, kind: bytes, rest: bytes
     ) -> bytes:
-        """One item of a plain entry: `prefix` + `name` is its path."""
+        """One item of a plain entry: `prefix` + `name` is its path, `stamp` its encoded
+        modification time."""
         raise NotImplementedError
 
 
@@ -318,11 +331,10 @@ class _ProtoEncoder(_Encoder):
         return b"\n" + _varint(len(entry)) + entry
 
     def entry(
-        self, prefix: bytes, name: bytes, st: os.stat_result, kind: bytes, rest: bytes
+        self, prefix: bytes, name: bytes, size: int, stamp: bytes, kind: bytes, rest: bytes
     ) -> bytes:
         varint = _varint
         path = prefix + name
-        size = st.st_size
         body = b"".join(
             (
                 b"\n",
@@ -334,7 +346,7 @@ class _ProtoEncoder(_Encoder):
                 path,
                 b" " + varint(size) if size else b"",
                 rest,
-                self._timestamp(st.st_mtime_ns),
+                stamp,
             )
         )
         return b"\n" + varint(len(body)) + body
@@ -350,6 +362,7 @@ class _ProtoEncoder(_Encoder):
 class _JSONEncoder(_Encoder):
     def __init__(self) -> None:
         super().__init__(JSON)
+        self._days: dict[int, bytes] = {}  # modifiedTime up to the time of day
 
     def fields(self, message: bytes) -> bytes:
         """`{"type":"FILE_TYPE_FILE"}` as `,"type":"FILE_TYPE_FILE"`; `{}` as nothing."""
@@ -363,15 +376,20 @@ class _JSONEncoder(_Encoder):
         return entry
 
     def seconds(self, seconds: int) -> bytes:
-        return time.strftime(',"modifiedTime":"%Y-%m-%dT%H:%M:%S', time.gmtime(seconds)).encode()
+        day, second = divmod(seconds, 86_400)
+        date = self._days.get(day)
+        if date is None:
+            date = self._days[day] = time.strftime(
+                ',"modifiedTime":"%Y-%m-%dT', time.gmtime(day * 86_400)
+            ).encode()
+        return date + b"%02d:%02d:%02d" % (second // 3600, second // 60 % 60, second % 60)
 
     def timestamp(self, seconds: bytes, nanos: int) -> bytes:
         return seconds + _fraction(nanos) + b'Z"'
 
     def entry(
-        self, prefix: bytes, name: bytes, st: os.stat_result, kind: bytes, rest: bytes
+        self, prefix: bytes, name: bytes, size: int, stamp: bytes, kind: bytes, rest: bytes
     ) -> bytes:
-        size = st.st_size
         return b"".join(
             (
                 b'{"name":"',
@@ -384,7 +402,7 @@ class _JSONEncoder(_Encoder):
                 b'"',
                 b',"size":"%d"' % size if size else b"",
                 rest,
-                self._timestamp(st.st_mtime_ns),
+                stamp,
                 b"}",
             )
         )
@@ -406,7 +424,7 @@ def encode_listing(root: str, depth: int, codec: str, gzip: bool) -> EncodedList
     listing.codec = codec
     listing.gzipped = None
     if gzip:
-        compressor = gzip_compressor()
+        compressor = isal_zlib.compressobj(_GZIP_LEVEL, isal_zlib.DEFLATED, _GZIP_WBITS)
         listing.gzipped = compressor.compress(body) + compressor.flush()
     return listing
 
