@@ -158,13 +158,15 @@ def _json_inner(text: bytes) -> bytes:
     return json.dumps(text.decode(), ensure_ascii=False).encode()[1:-1]
 
 
-def _walk(root: str, depth: int) -> Iterator[tuple[str, bytes, os.stat_result, bytes]]:
-    """(shown directory, name, lstat, real path) of every entry under `root` down to `depth`
-    levels, pre-order, siblings in byte order. The walk of the reference's ListDir: it reads
-    the root's realpath but shows paths under the requested (cleaned) root, never follows
-    symlinks inside the tree, and is iterative, so a very deep tree cannot exhaust the
-    interpreter's recursion limit. Each directory is read and its entries lstat-ed through one
-    descriptor, closed before the walk goes deeper.
+def _walk(root: str, depth: int) -> Iterator[tuple[str, list[tuple[bytes, os.stat_result, bytes]]]]:
+    """Every entry under `root` down to `depth` levels, pre-order, siblings in byte order, as
+    runs of siblings: (shown directory, [(name, lstat, real path)]). A run ends at the end of
+    its directory or at a subdirectory the walk goes into next.
+
+    The walk of the reference's ListDir: it reads the root's realpath but shows paths under
+    the requested (cleaned) root, never follows symlinks inside the tree, and is iterative, so
+    a very deep tree cannot exhaust the interpreter's recursion limit. Each directory is read
+    and its entries lstat-ed through one descriptor, closed before the walk goes deeper.
 
     Raises:
         OSError: the root could not be resolved or read (ELOOP for a symlink cycle), or a
@@ -181,17 +183,21 @@ def _walk(root: str, depth: int) -> Iterator[tuple[str, bytes, os.stat_result, b
     stack = [(iter(children), posixpath.normpath(root), 1)]
     while stack:
         remaining, shown_dir, level = stack[-1]
-        child = next(remaining, None)
-        if child is None:
+        if level == depth:  # nothing below: the rest of the directory is one run
             stack.pop()
+            yield shown_dir, list(remaining)
             continue
-        name, st, real = child
-        yield shown_dir, name, st, real
-        if level < depth and stat.S_ISDIR(st.st_mode):
-            grandchildren = _children(real)
-            if grandchildren is not None:
+        run = []
+        for child in remaining:
+            run.append(child)
+            name, st, real = child
+            if stat.S_ISDIR(st.st_mode) and (grandchildren := _children(real)) is not None:
                 shown = posixpath.join(shown_dir, name.decode("utf-8", "surrogateescape"))
                 stack.append((iter(grandchildren), shown, level + 1))
+                break
+        else:
+            stack.pop()
+        yield shown_dir, run
 
 
 def _children(directory: bytes) -> list[tuple[bytes, os.stat_result, bytes]] | None:
@@ -241,30 +247,29 @@ class _Encoder:
 
     def entries(self, root: str, depth: int) -> list[bytes]:
         items: list[bytes] = []
-        prefixes: dict[str, bytes] = {}
         shared = self._shared
         # Encoded modification times: files written together often share one (ext4 stamps
         # them at the kernel's clock tick, archives and copies set them whole).
         stamps: dict[int, bytes] = {}
-        for shown_dir, name, st, real in _walk(root, depth):
-            mode, mtime_ns = st.st_mode, st.st_mtime_ns
-            if not _plain(mode, mtime_ns, real):
-                shown = posixpath.join(shown_dir, name.decode("utf-8", "surrogateescape"))
-                items.append(self.item(self._stock.encode(entries.entry_from_lstat(shown, st))))
-                continue
-            prefix = prefixes.get(shown_dir)
-            if prefix is None:
-                shown_b = posixpath.join(shown_dir, "").encode("utf-8", "surrogateescape")
-                prefix = prefixes[shown_dir] = self.text(_utf8(shown_b))
-            key = (mode, st.st_uid, st.st_gid)
-            parts = shared.get(key)
-            if parts is None:
-                parts = shared[key] = self._encode_shared(*key)
-            stamp = stamps.get(mtime_ns)
-            if stamp is None:
-                stamp = stamps[mtime_ns] = self._timestamp(mtime_ns)
-            name = self.text(name if name.isascii() else _utf8(name))
-            items.append(self.entry(prefix, name, st.st_size, stamp, *parts))
+        for shown_dir, run in _walk(root, depth):
+            shown_b = posixpath.join(shown_dir, "").encode("utf-8", "surrogateescape")
+            prefix = self.text(_utf8(shown_b))
+            for name, st, real in run:
+                mode, mtime_ns = st.st_mode, st.st_mtime_ns
+                if not _plain(mode, mtime_ns, real):
+                    shown = posixpath.join(shown_dir, name.decode("utf-8", "surrogateescape"))
+                    entry = self._stock.encode(entries.entry_from_lstat(shown, st))
+                    items.append(self.item(entry))
+                    continue
+                key = (mode, st.st_uid, st.st_gid)
+                parts = shared.get(key)
+                if parts is None:
+                    parts = shared[key] = self._encode_shared(*key)
+                stamp = stamps.get(mtime_ns)
+                if stamp is None:
+                    stamp = stamps[mtime_ns] = self._timestamp(mtime_ns)
+                name = self.text(name if name.isascii() else _utf8(name))
+                items.append(self.entry(prefix, name, st.st_size, stamp, *parts))
         return items
 
     def _encode_shared(self, mode: int, uid: int, gid: int) -> tuple[bytes, bytes]:
