@@ -8,8 +8,8 @@ reaches connectrpc as an `EncodedListing` (bytes) that `ListingCodec` and `Listi
 through. The fields every entry shares with many others (type, mode, permissions, owner, group)
 are encoded once per distinct (st_mode, uid, gid) by the stock codecs themselves; what the
 hand-written part writes is the name, path, size and modification time. Entries that are
-symlinks, carry `user.e2b.*` metadata or have a timestamp outside RFC 3339's years are rare and
-go through entries.entry_from_lstat and the stock codecs. The bytes are the stock codecs' bytes;
+symlinks, carry `user.e2b.*` metadata or were modified before 1970 are rare and go through
+entries.entry_from_lstat and the stock codecs. The bytes are the stock codecs' bytes;
 tests/filesystem/test_list_dir_wire.py compares them over the wire.
 """
 
@@ -44,7 +44,8 @@ JSON: Final = "json"
 _STOCK: Final[dict[str, Codec]] = {PROTO: proto_binary_codec(), JSON: proto_json_codec()}
 # The Connect unary content types connectrpc maps to each codec (it strips parameters and case).
 _CONTENT_TYPES: Final = {"application/proto": PROTO, "application/json": JSON}
-# RFC 3339 (protobuf JSON's Timestamp) covers years 1 to 9999; by hand, 1970 to 9999.
+# RFC 3339 (protobuf JSON's Timestamp) covers years 1 to 9999; written by hand, 1970 to 9999
+# (earlier times have negative seconds; later ones the stock codec refuses, as before).
 _LAST_RFC3339_NS: Final = 253_402_300_799_999_999_999
 # Characters JSON strings escape (protobuf-py escapes exactly these, as json.dumps does).
 _JSON_ESCAPED: Final = re.compile(rb'["\\\x00-\x1f]')
@@ -248,8 +249,8 @@ class _Encoder:
     def entries(self, root: str, depth: int) -> list[bytes]:
         items: list[bytes] = []
         shared = self._shared
-        # Encoded modification times: files written together often share one (ext4 stamps
-        # them at the kernel's clock tick, archives and copies set them whole).
+        # Encoded modification times: files written together often share one (file systems
+        # stamp them with a coarse clock; archives and copies set them whole).
         stamps: dict[int, bytes] = {}
         for shown_dir, run in _walk(root, depth):
             shown_b = posixpath.join(shown_dir, "").encode("utf-8", "surrogateescape")
