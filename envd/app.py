@@ -16,13 +16,13 @@ from envd._gen.filesystem.filesystem_connect import Filesystem, FilesystemASGIAp
 from envd._gen.process.process_connect import Process, ProcessASGIApplication
 from envd.errors import EnvdHTTPError, ErrorMappingInterceptor, json_error
 from envd.filesystem.legacy import LegacySDKInterceptor
+from envd.filesystem.listing import ListingGzip, listing_codecs
 from envd.filesystem.service import FilesystemService
 from envd.gate import RequestGate
 from envd.grpc_refusal import GRPCRefusal
 from envd.header_bytes import Utf8HeaderValues
 from envd.http.body import MAX_MESSAGE_BYTES
 from envd.http.file_request import InvalidParameterError
-from envd.json_depth import rpc_codecs
 from envd.process.codecs import output_codecs
 from envd.process.registry import ProcessRegistry
 from envd.process.service import ProcessService
@@ -68,7 +68,8 @@ def create_app(settings: Settings, state: SandboxState) -> Starlette:
                 ErrorMappingInterceptor(FilesystemService.ERROR_CODES),
                 LegacySDKInterceptor(),
             ],
-            codecs=rpc_codecs(),
+            codecs=listing_codecs(),
+            compressions=[ListingGzip()],
             read_max_bytes=MAX_MESSAGE_BYTES,
         ),
         Filesystem.desc(),

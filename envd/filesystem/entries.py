@@ -1,5 +1,5 @@
-"""EntryInfo as the reference envd builds it (lstat based, symlinks described by their target)
-and the ListDir walk. Blocking helpers: the service runs the big ones in a worker thread."""
+"""EntryInfo as the reference envd builds it (lstat based, symlinks described by their target).
+ListDir writes the common entries itself (listing.py) and hands the rest to entry_from_lstat."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def go_permissions(mode: int) -> str:
     return letters + rwx
 
 
-def _type_of(mode: int) -> FileType:
+def file_type(mode: int) -> FileType:
     if stat.S_ISREG(mode):
         return FileType.FILE
     if stat.S_ISDIR(mode):
@@ -64,22 +64,22 @@ def entry_from_lstat(
     st: os.stat_result,
 ) -> EntryInfo:
     """Describe `path` from its lstat result; a symlink takes its final target's type and mode."""
-    file_type = _type_of(st.st_mode)
+    kind = file_type(st.st_mode)
     mode = st.st_mode & 0o777
     symlink_target: str | None = None
     if stat.S_ISLNK(st.st_mode):
         try:
             target_st = os.stat(path)
-            file_type, mode = _type_of(target_st.st_mode), target_st.st_mode & 0o777
+            kind, mode = file_type(target_st.st_mode), target_st.st_mode & 0o777
         except OSError:
-            file_type, mode = FileType.UNSPECIFIED, 0
+            kind, mode = FileType.UNSPECIFIED, 0
         try:
             symlink_target = os.path.realpath(path, strict=True)
         except OSError:  # dangling or a loop: the reference reports the link itself
             symlink_target = path
     entry = EntryInfo(
         name=valid_utf8(posixpath.basename(path.rstrip("/")) or "/"),
-        type=file_type,
+        type=kind,
         path=valid_utf8(path),
         size=st.st_size,
         mode=mode,
@@ -139,40 +139,3 @@ def sorted_children(directory: str) -> list[os.DirEntry[str]]:
     """
     with os.scandir(directory) as it:
         return sorted(it, key=lambda entry: entry.name.encode("utf-8", "surrogateescape"))
-
-
-def list_dir(root: str, depth: int) -> list[EntryInfo]:
-    """Entries under `root` down to `depth` levels, pre-order, siblings in byte order.
-
-    `root` is the requested path; the walk reads its realpath but reports paths under the
-    requested (cleaned) root, and never follows symlinks inside the tree (Go ListDir).
-    Iterative, so a very deep tree cannot exhaust the interpreter's recursion limit.
-
-    Raises:
-        OSError: the root could not be resolved or read (ELOOP for a symlink cycle).
-        RootNotADirectoryError: the root is not a directory.
-    """
-    real_root = os.path.realpath(root, strict=True)
-    if not os.path.isdir(real_root):
-        raise RootNotADirectoryError(root)
-    entries: list[EntryInfo] = []
-    # One (remaining children, shown directory path, level) per directory being walked.
-    stack = [(iter(sorted_children(real_root)), posixpath.normpath(root), 1)]
-    while stack:
-        children, shown_dir, level = stack[-1]
-        child = next(children, None)
-        if child is None:
-            stack.pop()
-            continue
-        shown = posixpath.join(shown_dir, child.name)
-        try:
-            st = child.stat(follow_symlinks=False)
-        except FileNotFoundError:  # vanished mid-walk
-            continue
-        entries.append(entry_from_lstat(shown, st))
-        if level < depth and stat.S_ISDIR(st.st_mode):
-            try:
-                stack.append((iter(sorted_children(child.path)), shown, level + 1))
-            except FileNotFoundError:
-                continue
-    return entries

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import posixpath
 import stat
-from typing import TYPE_CHECKING, Any, ClassVar, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final, cast
 
 from anyio import to_thread
 from connectrpc.code import Code
@@ -16,7 +16,6 @@ from envd._gen.filesystem.filesystem_connect import Filesystem
 from envd._gen.filesystem.filesystem_pb import (
     CreateWatcherResponse,
     GetWatcherEventsResponse,
-    ListDirResponse,
     MakeDirResponse,
     MoveResponse,
     RemoveResponse,
@@ -24,7 +23,8 @@ from envd._gen.filesystem.filesystem_pb import (
     StatResponse,
 )
 from envd.errors import os_errors
-from envd.filesystem import entries
+from envd.filesystem import entries, listing
+from envd.filesystem.legacy import LEGACY_USER_AGENT
 from envd.filesystem.polling import PollingWatchers, WatcherNotFoundError
 from envd.filesystem.remove import ProtectedPathError, check_removable, remove_tree
 from envd.filesystem.watch_stream import closing_on_exit, watch_events
@@ -49,6 +49,7 @@ if TYPE_CHECKING:
         CreateWatcherRequest,
         GetWatcherEventsRequest,
         ListDirRequest,
+        ListDirResponse,
         MakeDirRequest,
         MoveRequest,
         RemoveRequest,
@@ -162,9 +163,17 @@ class FilesystemService(Filesystem):
     ) -> ListDirResponse:
         path = self._resolve(request.path, self._user(ctx))
         cycle = (Code.FAILED_PRECONDITION, f'cyclic symlink or chain >255 links at "{path}"')
+        depth = request.depth or 1
+        headers = ctx.request_headers
+        codec = listing.wire_codec(headers)
         with os_errors(f"error reading directory {path}", ENOENT="path not found", ELOOP=cycle):
-            found = await to_thread.run_sync(entries.list_dir, path, request.depth or 1)
-        return ListDirResponse(entries=found)
+            if codec is None or headers.get("user-agent") == LEGACY_USER_AGENT:
+                # gRPC-Web, or the legacy SDK, whose interceptor rebuilds the entries
+                return await to_thread.run_sync(listing.list_dir, path, depth)
+            gzip = listing.accepts_gzip(headers.get("accept-encoding", ""))
+            encoded = await to_thread.run_sync(listing.encode_listing, path, depth, codec, gzip)
+        # Bytes in place of the message: the service's ListingCodec and ListingGzip send them.
+        return cast("ListDirResponse", encoded)
 
     async def remove(
         self, request: RemoveRequest, ctx: RequestContext[RemoveRequest, RemoveResponse]
