@@ -125,7 +125,10 @@ def serve(options: ServeOptions) -> None:
         register_env_key(store)
         ensure_base(store, state_dir, options.base_rootfs)
         # This thread's priority, inherited by the threads it starts (the event loop runs here).
-        os.setpriority(os.PRIO_PROCESS, 0, SERVE_NICE)
+        try:
+            os.setpriority(os.PRIO_PROCESS, 0, SERVE_NICE)
+        except PermissionError:  # root without CAP_SYS_NICE (some containers)
+            log.warning("cannot raise sandboxd's priority: serving at the default one")
         runtime = Runtime(state_dir / "sandboxes", cgroup_parent=options.cgroup_parent)
         manager = SandboxManager(store, runtime, server_secret(state_dir),
                                  options.max_timeout_s, options.pool)  # fmt: skip
