@@ -4,7 +4,11 @@ each of its processes; target <= 80 MiB) and sandboxd's `GET /health` p99 while 
 and while they idle (target < 20 ms), against the same server with no sandbox (baseline).
 
 /health is asked by a thread of its own with a blocking client, 50 times a second; the creates
-go --at-once at a time (the machine has two cores: more in flight only spreads the wait).
+go --at-once at a time (the machine has two cores: more in flight only spreads the wait). On a
+busy machine much of a slow /health is the probe's own thread waiting for a CPU, so each one's
+run-queue wait (/proc/thread-self/schedstat) is also subtracted in a second figure; and
+sandboxd's CPU time (user and system) per second of each phase is the load-insensitive measure
+of its own work.
 Run as root: .venv/bin/python -m bench.sandboxd_fleet [--count 20] [--at-once 4] [--template DIR]
 """
 
@@ -12,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import os
 import statistics
 import threading
@@ -19,6 +24,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 import httpx
 
@@ -37,21 +43,52 @@ class HealthProbe:
     """GET /health in a loop on its own thread; latencies go to the current phase."""
 
     url: str
-    phases: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    server_pid: int
+    # (latency, latency less the probe thread's run-queue wait) per request, by phase
+    phases: dict[str, list[tuple[float, float]]] = field(default_factory=lambda: defaultdict(list))
+    # sandboxd's CPU seconds and the time at the start of each phase
+    cpu_marks: list[tuple[str, float, float]] = field(default_factory=list)
     phase: str = "baseline"
     _stop: threading.Event = field(default_factory=threading.Event)
 
     def run(self) -> None:
-        with httpx.Client(timeout=10) as client:
+        with httpx.Client(timeout=10) as client, open("/proc/thread-self/schedstat") as sched:
             while not self._stop.is_set():
+                waited = _run_queue_s(sched)
                 begin = time.monotonic()
                 status = client.get(self.url + "/health").status_code
-                self.phases[self.phase].append(time.monotonic() - begin)
+                took = time.monotonic() - begin
+                waited = _run_queue_s(sched) - waited
+                self.phases[self.phase].append((took, took - waited))
                 assert status == 204, status
                 time.sleep(HEALTH_EVERY_S)
 
+    def enter(self, phase: str) -> None:
+        self.cpu_marks.append((phase, _cpu_s(self.server_pid), time.monotonic()))
+        self.phase = phase
+
     def stop(self) -> None:
+        self.cpu_marks.append(("end", _cpu_s(self.server_pid), time.monotonic()))
         self._stop.set()
+
+    def cpu_per_s(self) -> dict[str, float]:
+        """sandboxd's CPU milliseconds per second of each phase."""
+        return {
+            phase: (cpu_end - cpu) * 1000 / (end - at)
+            for (phase, cpu, at), (_, cpu_end, end) in itertools.pairwise(self.cpu_marks)
+        }
+
+
+def _run_queue_s(sched: TextIO) -> float:
+    """The calling thread's time spent waiting for a CPU so far (schedstat's second field)."""
+    sched.seek(0)
+    return int(sched.read().split()[1]) / 1e9
+
+
+def _cpu_s(pid: int) -> float:
+    """User and system time of process `pid` (all its threads)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _stat(path: Path) -> dict[str, int]:
@@ -109,10 +146,14 @@ def mean_mib(values: list[int]) -> str:
 
 def report(probe: HealthProbe, memory: list[dict[str, int]], pss: list[dict[str, int]]) -> None:
     print(f"load average (1 min) at the end: {os.getloadavg()[0]:.1f}")
+    cpu = probe.cpu_per_s()
     for phase, samples in probe.phases.items():
-        ms = [s * 1000 for s in samples]
+        ms = [s[0] * 1000 for s in samples]
+        own = [s[1] * 1000 for s in samples]
         print(f"GET /health {phase:9}: p50 {statistics.median(ms):6.2f} ms, "
-              f"p99 {percentile(ms, 0.99):6.2f} ms, max {max(ms):7.2f} ms (n={len(ms)})")  # fmt: skip
+              f"p99 {percentile(ms, 0.99):6.2f} ms, max {max(ms):7.2f} ms (n={len(ms)}); "
+              f"less the probe's run-queue wait: p99 {percentile(own, 0.99):6.2f} ms; "
+              f"sandboxd CPU {cpu[phase]:5.1f} ms/s")  # fmt: skip
     print(f"memory per idle sandbox, mean of {len(memory)} (MiB):")
     for part in memory[0]:
         values = [m[part] for m in memory]
@@ -133,15 +174,16 @@ def main() -> None:
         server = Sandboxd(work / "state", template)
         try:
             server.start()
-            probe = HealthProbe(server.url)
+            probe = HealthProbe(server.url, server.pid)
+            probe.enter("baseline")
             thread = threading.Thread(target=probe.run, daemon=True)
             thread.start()
             time.sleep(IDLE_PROBE_S)
-            probe.phase = "creating"
+            probe.enter("creating")
             ids = asyncio.run(create_fleet(server, args.count, args.at_once))
-            probe.phase = "settling"
+            probe.enter("settling")
             time.sleep(SETTLE_S)
-            probe.phase = f"{args.count} idle"
+            probe.enter(f"{args.count} idle")
             time.sleep(IDLE_PROBE_S)
             probe.stop()
             thread.join()

@@ -10,6 +10,7 @@ when sandboxd shuts down.
 from __future__ import annotations
 
 import contextlib
+import gc
 from typing import TYPE_CHECKING
 
 from sandboxd.listener import Listener
@@ -35,6 +36,11 @@ def create_listener(
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with inner(app):
+            # What start-up made (modules, the app, adopted sandboxes) lives as long as the
+            # process: out of the collector's reach, a full collection is no longer a
+            # 20-30 ms pause of everything served (measured at the first request).
+            gc.collect()
+            gc.freeze()
             try:
                 yield
             finally:

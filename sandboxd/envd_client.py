@@ -11,6 +11,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio._backends._asyncio  # now, not at the first request: 16 ms of the event loop
 import anyio.abc
 import httpcore
 

@@ -157,9 +157,12 @@ class Listener(asyncio.Protocol):
 
     # the Client of sandboxd/proxy.py
 
-    def write(self, data: bytes) -> None:
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.write(data)
+    def write(self, data: bytes | memoryview) -> bool:
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return False
+        transport.write(data)
+        return transport.get_write_buffer_size() > 0
 
     def answered(self, keep_alive: bool) -> None:
         self._answering = None

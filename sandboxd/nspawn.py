@@ -51,6 +51,13 @@ def start(root: Path, machine: str, console_log: Path, cgroups: SandboxCgroups) 
     for tool in ("systemd-nspawn", "setsid"):
         if shutil.which(tool) is None:
             raise HostError(f"{tool} is missing (scripts/install installs it)")
+
+    def in_sandbox() -> None:
+        """Between fork and exec (only system calls): into the sandbox's cgroups, and back to
+        the default priority, whatever sandboxd runs at (`sandboxd.serve.SERVE_NICE`)."""
+        cgroups.enter()
+        os.setpriority(os.PRIO_PROCESS, 0, 0)
+
     with open(console_log, "ab") as log, open(os.devnull, "rb") as null:
         try:
             launcher = subprocess.run(
@@ -58,7 +65,7 @@ def start(root: Path, machine: str, console_log: Path, cgroups: SandboxCgroups) 
                 stdin=null,
                 stdout=log,
                 stderr=log,
-                preexec_fn=cgroups.enter,  # only writes cgroup.procs
+                preexec_fn=in_sandbox,
                 close_fds=True,
                 check=False,
                 timeout=10,

@@ -52,7 +52,8 @@ NEVER_FORWARDED = frozenset((b"x-api-key",))  # the control API's key stays with
 class Client(Protocol):
     """The client's connection, as an exchange sees it (sandboxd/listener.py)."""
 
-    def write(self, data: bytes) -> None: ...
+    def write(self, data: bytes | memoryview) -> bool:
+        """True when the transport keeps `data` queued (the client is slower)."""
 
     def answered(self, keep_alive: bool) -> None:
         """The response is complete; the connection may carry the next one if `keep_alive`."""
@@ -226,9 +227,9 @@ class Relay:
 
     # ResponseSink (the upstream connection's callbacks)
 
-    def response_bytes(self, data: bytes) -> None:
+    def response_bytes(self, data: memoryview) -> bool:
         self.response_begun = True
-        self.client.write(data)
+        return self.client.write(data)
 
     def response_complete(self, keep_alive: bool) -> None:
         upstream, self.upstream = self.upstream, None

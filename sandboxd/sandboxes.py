@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import hmac
 import json
@@ -204,8 +205,10 @@ class SandboxManager:
             box = boxes.pop(row.sandbox_id, None)
             if box is None:
                 log.warning("sandbox %s did not survive the restart", row.sandbox_id)
-                self.store.delete_sandbox(row.sandbox_id)
-                self.store.add_event(now_us(), row.sandbox_id, "lost")
+                await self.store.write(
+                    functools.partial(self.store.delete_sandbox, row.sandbox_id),
+                    functools.partial(self.store.add_event, now_us(), row.sandbox_id, "lost"),
+                )
                 continue
             token = self.envd_token(row.sandbox_id) if row.secure else None
             sandbox = Sandbox(row, box, token)
@@ -252,12 +255,14 @@ class SandboxManager:
             raise
         row.started_at = now_us()
         row.end_at = row.started_at + spec.timeout_s * 1_000_000
-        self.store.put_sandbox(row)
-        self.store.add_event(row.started_at, box.id, "created")
         template.last_spawned_at = row.started_at
         template.spawn_count += 1
-        self.store.put_template(template)
-        self._spawn(self._sample(sandbox))  # the first metrics point, without waiting 5 s
+        await self.store.write(
+            functools.partial(self.store.put_sandbox, row),
+            functools.partial(self.store.add_event, row.started_at, box.id, "created"),
+            functools.partial(self.store.put_template, template),
+        )
+        self._spawn(self._first_sample(sandbox))  # the first metrics point, without waiting 5 s
         return sandbox
 
     async def _boot(self, template: TemplateRow) -> Box:
@@ -341,8 +346,10 @@ class SandboxManager:
             return False
         self._gone(sandbox_id)
         async with sandbox.lock:
-            self.store.delete_sandbox(sandbox_id)
-            self.store.add_event(now_us(), sandbox_id, reason)
+            await self.store.write(
+                functools.partial(self.store.delete_sandbox, sandbox_id),
+                functools.partial(self.store.add_event, now_us(), sandbox_id, reason),
+            )
             try:
                 await self._end(sandbox.box)
             except SandboxError as exc:
@@ -368,8 +375,10 @@ class SandboxManager:
                 sandbox.row.state = "running"
                 raise RequestError(500, f"pausing {sandbox_id}: {exc}") from exc
             sandbox.row.end_at = now_us()
-            self.store.put_sandbox(sandbox.row)
-            self.store.add_event(sandbox.row.end_at, sandbox_id, "paused")
+            await self.store.write(
+                functools.partial(self.store.put_sandbox, sandbox.row),
+                functools.partial(self.store.add_event, sandbox.row.end_at, sandbox_id, "paused"),
+            )
 
     async def resume(self, sandbox_id: str, timeout_s: int) -> Sandbox:
         """Thaw a paused sandbox for `timeout_s` (POST /sandboxes/{id}/resume).
@@ -401,7 +410,7 @@ class SandboxManager:
             row = sandbox.row
             cap = row.started_at + self.max_timeout_s * 1_000_000
             row.end_at = max(row.end_at, min(now_us() + timeout_s * 1_000_000, cap))
-            self.store.put_sandbox(row)
+            await self.store.write(functools.partial(self.store.put_sandbox, row))
         return sandbox, False
 
     async def _thaw(self, sandbox: Sandbox, timeout_s: int) -> None:
@@ -416,10 +425,12 @@ class SandboxManager:
         row.state = "running"
         row.started_at = now_us()
         row.end_at = row.started_at + timeout_s * 1_000_000
-        self.store.put_sandbox(row)
-        self.store.add_event(row.started_at, sandbox.id, "resumed")
+        await self.store.write(
+            functools.partial(self.store.put_sandbox, row),
+            functools.partial(self.store.add_event, row.started_at, sandbox.id, "resumed"),
+        )
 
-    def set_timeout(self, sandbox_id: str, timeout_s: int) -> None:
+    async def set_timeout(self, sandbox_id: str, timeout_s: int) -> None:
         """endAt = now + timeout, clamped to the max length from the last start.
 
         Raises:
@@ -434,7 +445,7 @@ class SandboxManager:
         if left <= 0:
             raise RequestError(400, f"Sandbox {sandbox_id} reached its maximum length")
         row.end_at = now + min(timeout_s * 1_000_000, left)
-        self.store.put_sandbox(row)
+        await self.store.write(functools.partial(self.store.put_sandbox, row))
 
     # Background: the evictor and the metrics sampler
 
@@ -466,27 +477,44 @@ class SandboxManager:
             self._expiring.discard(sandbox.id)
 
     async def _sample_loop(self) -> None:
-        """Every 5 s: each running sandbox's envd /metrics, and the running count."""
+        """Every 5 s: each running sandbox's envd /metrics, and the running count. The requests
+        are spread over the period, so that neither the envds' work nor sandboxd's comes in
+        one burst (20 at once held /health back by several ms); the round's rows are written
+        in one transaction."""
         while True:
-            started = time.monotonic()
+            started, now_s = time.monotonic(), int(time.time())
             running = [s for s in self._sandboxes.values() if s.running]
-            self.store.add_team_sample(int(time.time()), len(running))
-            await asyncio.gather(*(self._sample(s) for s in running))
+            gap = SAMPLE_EVERY_S / max(1, len(running))
+            async with asyncio.TaskGroup() as group:
+                samples = []
+                for i, sandbox in enumerate(running):
+                    await asyncio.sleep(max(0.0, started + i * gap - time.monotonic()))
+                    samples.append(group.create_task(self._sample(sandbox)))
+            changes = [functools.partial(self.store.add_team_sample, now_s, len(running))]
+            for sandbox, task in zip(running, samples, strict=True):
+                sample = task.result()
+                if sample is not None and sandbox.id in self._sandboxes:
+                    changes.append(functools.partial(self.store.add_metric, sandbox.id, sample))
+            await self.store.write(*changes)
             await asyncio.sleep(max(0.0, SAMPLE_EVERY_S - (time.monotonic() - started)))
 
-    async def _sample(self, sandbox: Sandbox) -> None:
+    async def _first_sample(self, sandbox: Sandbox) -> None:
+        sample = await self._sample(sandbox)
+        if sample is not None and sandbox.id in self._sandboxes:
+            await self.store.write(functools.partial(self.store.add_metric, sandbox.id, sample))
+
+    async def _sample(self, sandbox: Sandbox) -> MetricSample | None:
+        """The sandbox's envd /metrics now; None when it did not answer in time."""
         try:
             status, body = await self.envd.request(
                 sandbox.id, "GET", "/metrics", token=sandbox.token, timeout_s=SAMPLE_TIMEOUT_S
             )
             if status != 200:
                 raise EnvdUnreachable(f"/metrics answered {status}")
-            sample = metric_sample(json.loads(body))
+            return metric_sample(json.loads(body))
         except (EnvdUnreachable, ValueError, KeyError, TypeError) as exc:
             log.debug("sandbox %s: no metrics sample: %s", sandbox.id, exc)
-            return
-        if sandbox.id in self._sandboxes:
-            self.store.add_metric(sandbox.id, sample)
+            return None
 
 
 def metric_sample(m: dict[str, Any]) -> MetricSample:

@@ -2,22 +2,27 @@
 sandboxes, metric samples and events. Schema changes are the numbered SQL files in
 `migrations/`, applied in order and counted in `PRAGMA user_version`.
 
-One connection, used from the event loop's thread: every statement here is a point lookup or a
-small write (microseconds), and WAL keeps readers in other processes (tests, a second CLI)
-from blocking it.
+Two connections. Reads use the one of the thread that opened the store (the event loop's): point
+lookups and small scans of pages in memory. Writes use the other, on a thread of their own once
+the event loop runs (`write`): a commit's write() can wait milliseconds for the disk, and
+checkpoints fsync, which must not stall everything else sandboxd serves. WAL lets the reads go
+on meanwhile, and keeps readers in other processes (tests, a second CLI) from blocking.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hashlib
 import json
 import sqlite3
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
 
 DB_FILE = "sandboxd.db"
@@ -83,8 +88,21 @@ def key_hash(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
+def _connect(path: Path, *, check_same_thread: bool = True) -> sqlite3.Connection:
+    db = sqlite3.connect(path, isolation_level=None, check_same_thread=check_same_thread)
+    db.row_factory = sqlite3.Row
+    db.execute("PRAGMA journal_mode = WAL")
+    db.execute("PRAGMA synchronous = NORMAL")  # WAL's safe setting: durable at checkpoint
+    db.execute("PRAGMA busy_timeout = 5000")
+    return db
+
+
 class Store:
-    """The database of one state directory."""
+    """The database of one state directory.
+
+    The write methods (add_, put_, delete_) run where they are called; once the event loop
+    serves, call them only through `write`, which keeps them off the loop and in order.
+    """
 
     def __init__(self, state_dir: Path) -> None:
         """Open (or create) the database and bring its schema up to date.
@@ -93,20 +111,40 @@ class Store:
             sqlite3.Error: the file is not a database, or a migration failed.
         """
         state_dir.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(state_dir / DB_FILE, isolation_level=None)
-        self.db.row_factory = sqlite3.Row
-        self.db.execute("PRAGMA journal_mode = WAL")
-        self.db.execute("PRAGMA synchronous = NORMAL")  # WAL's safe setting: durable at checkpoint
-        self.db.execute("PRAGMA busy_timeout = 5000")
+        self.db = _connect(state_dir / DB_FILE)
         migrate(self.db)
+        # Used by one thread at a time: the opener's until the loop runs, then the writer's.
+        self._writes = _connect(state_dir / DB_FILE, check_same_thread=False)
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="sandboxd-store")
 
     def close(self) -> None:
+        self._writer.shutdown()
+        self._writes.close()
         self.db.close()
+
+    async def write(self, *changes: Callable[[], None]) -> None:
+        """Run write methods (`functools.partial(store.add_event, ...)`) on the store's thread
+        in one transaction; returns once it is committed (a read after it sees it).
+
+        Raises:
+            sqlite3.Error: the transaction failed and was rolled back.
+        """
+        await asyncio.get_running_loop().run_in_executor(self._writer, self._transaction, changes)
+
+    def _transaction(self, changes: tuple[Callable[[], None], ...]) -> None:
+        self._writes.execute("BEGIN IMMEDIATE")
+        try:
+            for change in changes:
+                change()
+        except BaseException:
+            self._writes.execute("ROLLBACK")
+            raise
+        self._writes.execute("COMMIT")
 
     # API keys
 
     def add_key(self, key: str, now_us: int) -> None:
-        self.db.execute(
+        self._writes.execute(
             "INSERT OR IGNORE INTO api_keys VALUES (?, ?, ?)",
             (key_hash(key), key[:KEY_PREFIX_SHOWN], now_us),
         )
@@ -121,7 +159,7 @@ class Store:
         values = dataclasses.astuple(t)
         marks = ", ".join("?" * len(values))
         names = ", ".join(f.name for f in dataclasses.fields(t))
-        self.db.execute(f"INSERT OR REPLACE INTO templates ({names}) VALUES ({marks})", values)  # noqa: S608  # column names are ours
+        self._writes.execute(f"INSERT OR REPLACE INTO templates ({names}) VALUES ({marks})", values)  # noqa: S608  # column names are ours
 
     def template(self, id_or_alias: str) -> TemplateRow | None:
         row = self.db.execute(
@@ -136,7 +174,7 @@ class Store:
         return [_template(r) for r in rows]
 
     def delete_template(self, template_id: str) -> None:
-        self.db.execute("DELETE FROM templates WHERE template_id = ?", (template_id,))
+        self._writes.execute("DELETE FROM templates WHERE template_id = ?", (template_id,))
 
     # Sandboxes
 
@@ -147,19 +185,19 @@ class Store:
         ]
         marks = ", ".join("?" * len(values))
         names = ", ".join(f.name for f in dataclasses.fields(s))
-        self.db.execute(f"INSERT OR REPLACE INTO sandboxes ({names}) VALUES ({marks})", values)  # noqa: S608  # column names are ours
+        self._writes.execute(f"INSERT OR REPLACE INTO sandboxes ({names}) VALUES ({marks})", values)  # noqa: S608  # column names are ours
 
     def sandboxes(self) -> list[SandboxRow]:
         rows = self.db.execute("SELECT * FROM sandboxes")
         return [_sandbox(r) for r in rows]
 
     def delete_sandbox(self, sandbox_id: str) -> None:
-        self.db.execute("DELETE FROM sandboxes WHERE sandbox_id = ?", (sandbox_id,))
+        self._writes.execute("DELETE FROM sandboxes WHERE sandbox_id = ?", (sandbox_id,))
 
     # Metrics and events
 
     def add_metric(self, sandbox_id: str, m: MetricSample) -> None:
-        self.db.execute(
+        self._writes.execute(
             "INSERT INTO sandbox_metrics VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (sandbox_id, *dataclasses.astuple(m)),
         )
@@ -175,7 +213,7 @@ class Store:
         return [MetricSample(*r) for r in rows]
 
     def add_team_sample(self, ts: int, running: int) -> None:
-        self.db.execute("INSERT INTO team_metrics VALUES (?, ?)", (ts, running))
+        self._writes.execute("INSERT INTO team_metrics VALUES (?, ?)", (ts, running))
 
     def team_samples(self, start: int, end: int) -> list[tuple[int, int]]:
         rows = self.db.execute(
@@ -185,7 +223,7 @@ class Store:
         return [(r[0], r[1]) for r in rows]
 
     def add_event(self, at_us: int, sandbox_id: str | None, kind: str, detail: str = "") -> None:
-        self.db.execute(
+        self._writes.execute(
             "INSERT INTO events (at, sandbox_id, kind, detail) VALUES (?, ?, ?, ?)",
             (at_us, sandbox_id, kind, detail),
         )

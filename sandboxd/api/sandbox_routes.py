@@ -108,7 +108,7 @@ def routes(manager: SandboxManager, store: Store) -> list[Route]:
     async def set_timeout(request: Request) -> Response:
         sandbox_id = params.sandbox_id(request)
         body = parse_body(Timeout, await request.body())
-        manager.set_timeout(sandbox_id, body.timeout)
+        await manager.set_timeout(sandbox_id, body.timeout)
         return Response(status_code=204)
 
     async def list_v2(request: Request) -> Response:

@@ -4,6 +4,7 @@ its own CPU and memory (a `ready` build at once)."""
 
 from __future__ import annotations
 
+import functools
 import secrets
 from typing import TYPE_CHECKING
 
@@ -66,7 +67,7 @@ def routes(manager: SandboxManager, store: Store) -> list[Route]:
         template.cpu_count, template.memory_mb = body.cpuCount, body.memoryMB
         template.build_count += 1
         template.updated_at = now
-        store.put_template(template)
+        await store.write(functools.partial(store.put_template, template))
         return JSONResponse(shapes.template(template), 202)
 
     async def update(request: Request) -> Response:
@@ -75,7 +76,7 @@ def routes(manager: SandboxManager, store: Store) -> list[Route]:
         if body.public is not None:
             template.public = body.public
             template.updated_at = now_us()
-            store.put_template(template)
+            await store.write(functools.partial(store.put_template, template))
         return JSONResponse(None)
 
     async def delete(request: Request) -> Response:
@@ -84,7 +85,7 @@ def routes(manager: SandboxManager, store: Store) -> list[Route]:
             raise RequestError(400, "the base template cannot be deleted")
         if manager.uses_template(template.template_id):
             raise RequestError(400, f"template '{template.template_id}' is used by sandboxes")
-        store.delete_template(template.template_id)
+        await store.write(functools.partial(store.delete_template, template.template_id))
         return Response(status_code=204)
 
     # {…:path}: names such as team/name:tag arrive percent-encoded as one segment.

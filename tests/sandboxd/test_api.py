@@ -4,23 +4,25 @@ network namespace)."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import subprocess
 import sys
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import quote, urlencode
 
 import httpx
 import pytest
 
+from sandboxd.serve import SERVE_NICE
 from tests.sandboxd.serving import API_KEY, Sandboxd, running_sandboxd, wait_gone
 from tests.waiting import wait_until
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
-    from pathlib import Path
 
 pytestmark = pytest.mark.root
 
@@ -74,6 +76,20 @@ def test_create_get_list_kill(server: Sandboxd, api: httpx.Client) -> None:
         "message": f"Sandbox \"{sandbox_id}\" doesn't exist or you don't have access to it",
     }
     assert api.get("/v2/sandboxes", params={"metadata": "who=test"}).json() == []
+
+
+def test_sandboxd_serves_at_a_higher_priority_than_its_sandboxes(
+    server: Sandboxd, api: httpx.Client
+) -> None:
+    sandbox_id = str(create(api)["sandboxID"])
+    assert os.getpriority(os.PRIO_PROCESS, server.pid) == SERVE_NICE < 0
+    found = {}
+    for pid in server.cgroups(sandbox_id).pids():
+        comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        if comm in ("systemd-nspawn", "systemd"):  # envd's unit sets its own (-20)
+            found[comm] = os.getpriority(os.PRIO_PROCESS, pid)
+    assert found == {"systemd-nspawn": 0, "systemd": 0}
+    kill(api, sandbox_id)
 
 
 def test_init_gave_envd_the_env_vars_token_and_user(server: Sandboxd, api: httpx.Client) -> None:
