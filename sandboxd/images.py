@@ -209,9 +209,11 @@ def slim_boot(root: Path) -> None:
     units = root / "etc/systemd/system"
     for unit in MASKED_UNITS:
         _mask(units / unit)
-    generators = root / "usr/lib/systemd/system-generators"
-    for generator in sorted(generators.iterdir()) if generators.is_dir() else ():
-        _mask(root / "etc/systemd/system-generators" / generator.name)
+    # /lib and /usr/lib are one directory since bookworm, two before (bullseye artifact roots).
+    for lib in ("lib", "usr/lib"):
+        generators = root / lib / "systemd/system-generators"
+        for generator in sorted(generators.iterdir()) if generators.is_dir() else ():
+            _mask(root / "etc/systemd/system-generators" / generator.name)
     for entry in NO_TMPFILES:
         _mask(root / "etc/tmpfiles.d" / entry)
     for unit in NO_CREDENTIALS:
