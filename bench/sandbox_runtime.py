@@ -1,6 +1,11 @@
 """sandboxd's runtime on its own: boot (to envd /health 204), freeze, thaw and kill latency, and
 memory per idle sandbox (the memory cgroup's charge, nspawn included), from the base template.
 
+Each boot also gives its CPU time (the whole sandbox's cgroup when envd first answers, nspawn
+included: the figure a busy machine does not change much) and its timeline from the container's
+own systemd (whose monotonic clock is the host's): when PID 1 started, when envd's process
+started and when envd reported READY=1, counted from the start of the boot.
+
 Run as root: .venv/bin/python -m bench.sandbox_runtime [--runs 10] [--idle 3] [--template DIR]
 (without --template it builds or reuses the test suite's cached base template).
 """
@@ -10,13 +15,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
+import subprocess
 import tempfile
 import time
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from sandboxd.runtime import Runtime
+from sandboxd.runtime import Box, Runtime
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable
@@ -39,10 +45,40 @@ async def _timed(samples: list[float], step: Awaitable[T]) -> T:
     return result
 
 
+def _systemctl_show(box: Box, *args: str) -> dict[str, str]:
+    out = subprocess.run(
+        ["nsenter", "-t", str(box.leader_pid), "-a", "systemctl", "show", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return dict(line.split("=", 1) for line in out.split())
+
+
+def boot_timeline(box: Box, started: float) -> dict[str, float]:
+    """Seconds from `started` (time.monotonic()) to PID 1's start, envd's exec and envd's
+    READY=1, as the container's systemd recorded them."""
+    manager = _systemctl_show(box, "-p", "UserspaceTimestampMonotonic")
+    envd = _systemctl_show(
+        box, "envd.service", "-p", "ExecMainStartTimestampMonotonic,ActiveEnterTimestampMonotonic"
+    )
+    stamps = {
+        "PID 1 started": manager["UserspaceTimestampMonotonic"],
+        "envd started": envd["ExecMainStartTimestampMonotonic"],
+        "envd ready": envd["ActiveEnterTimestampMonotonic"],
+    }
+    return {step: int(usec) / 1e6 - started for step, usec in stamps.items()}
+
+
 async def lifecycle(rt: Runtime, template: Path, runs: int) -> dict[str, list[float]]:
-    times: dict[str, list[float]] = {"boot": [], "freeze": [], "thaw": [], "kill": []}
+    times: dict[str, list[float]] = {"boot": [], "boot CPU": [], "freeze": [], "thaw": [],
+                                     "kill": []}  # fmt: skip
     for _ in range(runs):
+        started = time.monotonic()
         box = await _timed(times["boot"], rt.boot(uuid.uuid4().hex[:16], template))
+        times["boot CPU"].append(rt.stats(box).cpu_usec / 1e6)
+        for step, seconds in boot_timeline(box, started).items():
+            times.setdefault(step, []).append(seconds)
         await _timed(times["freeze"], rt.freeze(box))
         await _timed(times["thaw"], rt.thaw(box))
         await _timed(times["kill"], rt.kill(box))
@@ -78,7 +114,7 @@ async def main() -> None:
             for mount in {rt.host.unified, *rt.host.v1.values()}:
                 (mount / rt.cgroup_parent).rmdir()
     for step, samples in times.items():
-        print(f"{step:8} {_ms(samples)} over {len(samples)}")
+        print(f"{step:13} {_ms(samples)} over {len(samples)}")
     per_box = ", ".join(f"{m / MIB:.1f}" for m in memory)
     print(f"idle memory per sandbox (MiB, {args.idle} together, after 5 s): {per_box}")
 

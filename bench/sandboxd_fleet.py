@@ -17,25 +17,82 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
+import json
 import os
 import statistics
+import struct
 import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import httpx
 
-from bench.sandboxd_lifecycle import create_sandbox, parse_args, percentile, run_true, scratch
+from bench.sandboxd_lifecycle import parse_args, percentile, scratch
 from sandboxd.cgroups import CgroupHost
 from tests.sandboxd.serving import Sandboxd
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 MIB = 1 << 20
 HEALTH_EVERY_S = 0.02
 SETTLE_S = 10
 IDLE_PROBE_S = 10
+TIMEOUT_S = 300
+START = "/process.Process/Start"
+
+
+@dataclass(frozen=True)
+class Created:
+    sandbox_id: str
+    token: str | None
+
+
+async def create_sandbox(api: httpx.AsyncClient) -> Created:
+    """The create step over plain HTTP, secure as the SDK's default (bench.sandboxd_lifecycle
+    times the SDK's own create; here many run at once from one event loop)."""
+    response = await api.post(
+        "/sandboxes", json={"templateID": "base", "timeout": TIMEOUT_S, "secure": True}
+    )
+    assert response.status_code == 201, response.text
+    body = response.json()
+    return Created(body["sandboxID"], body.get("envdAccessToken"))
+
+
+def _envelope(message: dict[str, Any]) -> bytes:
+    payload = json.dumps(message).encode()
+    return b"\0" + struct.pack(">I", len(payload)) + payload
+
+
+def _messages(body: bytes) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(flags, JSON message) of each Connect envelope in a whole stream body."""
+    at = 0
+    while at + 5 <= len(body):
+        flags, size = body[at], struct.unpack(">I", body[at + 1 : at + 5])[0]
+        yield flags, json.loads(body[at + 5 : at + 5 + size] or b"{}")
+        at += 5 + size
+
+
+async def run_true(envd: httpx.AsyncClient, sandbox: Created) -> None:
+    """`commands.run("true")` as the SDK sends it, through the proxy; returns after its end
+    event (exit status 0) and the stream's end."""
+    headers = {
+        "E2b-Sandbox-Id": sandbox.sandbox_id,
+        "E2b-Sandbox-Port": "49983",
+        "Content-Type": "application/connect+json",
+        "Authorization": "Basic dXNlcjo=",  # user "user", as the SDK sends it
+    }
+    if sandbox.token is not None:
+        headers["X-Access-Token"] = sandbox.token
+    request = {"process": {"cmd": "/bin/bash", "args": ["-l", "-c", "true"], "envs": {}}}
+    response = await envd.post(START, content=_envelope(request), headers=headers)
+    assert response.status_code == 200, response.text
+    ends = [m["event"]["end"] for flags, m in _messages(response.content)
+            if not flags & 2 and "end" in m.get("event", {})]  # fmt: skip
+    assert [end.get("status") for end in ends] == ["exit status 0"], response.content
 
 
 @dataclass

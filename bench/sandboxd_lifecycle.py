@@ -1,12 +1,15 @@
-"""sandboxd's lifecycle as a client sees it, through a real `sandboxd serve` (plain HTTP, an API
-key): create → first command done, p50/p95, cold (no warm pool; target <= 1.5 s) and from a
-warm pool (`--pool N`; target <= 150 ms), interleaved round by round on two servers; and the
-pause, resume (connect) and kill latency of the cold sandboxes.
+"""sandboxd's lifecycle as a client sees it, through a real `sandboxd serve`: create → first
+command done, p50/p95, cold (no warm pool; target <= 1.5 s) and from a warm pool (`--pool N`;
+target <= 150 ms), interleaved round by round on two servers; and the pause, resume (connect)
+and kill latency of the cold sandboxes.
 
-"First command" is what `commands.run("true")` of the SDK does: Process/Start of
-`/bin/bash -l -c true` through sandboxd's proxy, read to its end event. Each pool create waits
-first until the pool is full again (a create that finds it empty is a cold one). The boot's
-share of a cold create comes from sandboxd's log ("up in").
+The create and the first command are the unmodified e2b Python SDK's, in normal mode:
+`Sandbox.create()` against sandboxd's control API, then `commands.run("true")` through its proxy
+(bench/sdk_creator.py, run with the SDK suite's virtualenv, tests/sdk/.venv: build it with
+scripts/sdk-env). One untimed create per server comes first, so the SDK's own first-use costs
+are not counted. Each pool create waits first until the pool is full again (a create that finds
+it empty is a cold one). The boot's share of a cold create comes from sandboxd's log ("up in").
+Pause, resume and kill go to the control API over plain HTTP.
 
 Run as root: .venv/bin/python -m bench.sandboxd_lifecycle [--runs 50] [--pool 2] [--template DIR]
 """
@@ -16,11 +19,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import re
 import statistics
-import struct
+import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -32,63 +34,55 @@ import httpx
 from sandboxd.cgroups import CgroupHost
 from sandboxd.health import health_status
 from sandboxd.removal import remove_tree
-from tests.sandboxd.serving import Sandboxd
+from tests.sandboxd.serving import API_KEY, Sandboxd
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Iterator
 
-TIMEOUT_S = 300
-START = "/process.Process/Start"
+REPO = Path(__file__).resolve().parents[1]
+SDK_PYTHON = REPO / "tests" / "sdk" / ".venv" / "bin" / "python"
 
 
 @dataclass(frozen=True)
 class Created:
     sandbox_id: str
-    token: str | None
+    create_s: float  # Sandbox.create()
+    total_s: float  # Sandbox.create() → commands.run("true") done
 
 
-async def create_sandbox(api: httpx.AsyncClient) -> Created:
-    """The create step, secure as the SDK's default. The one call to swap for the SDK's
-    `Sandbox.create` once sandboxd serves its v2 create."""
-    response = await api.post(
-        "/sandboxes", json={"templateID": "base", "timeout": TIMEOUT_S, "secure": True}
-    )
-    assert response.status_code == 201, response.text
-    body = response.json()
-    return Created(body["sandboxID"], body.get("envdAccessToken"))
+class SdkCreator:
+    """The SDK client process (bench/sdk_creator.py): one create and first command per request."""
 
+    def __init__(self) -> None:
+        if not SDK_PYTHON.exists():
+            raise SystemExit(f"{SDK_PYTHON} is missing: build it with scripts/sdk-env")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("E2B_")}
+        self.proc = subprocess.Popen(
+            [str(SDK_PYTHON), str(REPO / "bench" / "sdk_creator.py")],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
 
-def _envelope(message: dict[str, Any]) -> bytes:
-    payload = json.dumps(message).encode()
-    return b"\0" + struct.pack(">I", len(payload)) + payload
+    async def create(self, server: Sandboxd) -> Created:
+        return await asyncio.to_thread(self._create, server.url)
 
+    def _create(self, url: str) -> Created:
+        assert self.proc.stdin is not None
+        assert self.proc.stdout is not None
+        self.proc.stdin.write(f"{url} {API_KEY}\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError("the SDK creator exited")
+        sandbox_id, create_s, total_s = line.split()
+        return Created(sandbox_id, float(create_s), float(total_s))
 
-def _messages(body: bytes) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(flags, JSON message) of each Connect envelope in a whole stream body."""
-    at = 0
-    while at + 5 <= len(body):
-        flags, size = body[at], struct.unpack(">I", body[at + 1 : at + 5])[0]
-        yield flags, json.loads(body[at + 5 : at + 5 + size] or b"{}")
-        at += 5 + size
-
-
-async def run_true(envd: httpx.AsyncClient, sandbox: Created) -> None:
-    """`commands.run("true")` as the SDK sends it, through the proxy; returns after its end
-    event (exit status 0) and the stream's end."""
-    headers = {
-        "E2b-Sandbox-Id": sandbox.sandbox_id,
-        "E2b-Sandbox-Port": "49983",
-        "Content-Type": "application/connect+json",
-        "Authorization": "Basic dXNlcjo=",  # user "user", as the SDK sends it
-    }
-    if sandbox.token is not None:
-        headers["X-Access-Token"] = sandbox.token
-    request = {"process": {"cmd": "/bin/bash", "args": ["-l", "-c", "true"], "envs": {}}}
-    response = await envd.post(START, content=_envelope(request), headers=headers)
-    assert response.status_code == 200, response.text
-    ends = [m["event"]["end"] for flags, m in _messages(response.content)
-            if not flags & 2 and "end" in m.get("event", {})]  # fmt: skip
-    assert [end.get("status") for end in ends] == ["exit status 0"], response.content
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(30)
 
 
 async def timed(samples: list[float], step: Awaitable[Any]) -> Any:
@@ -115,7 +109,11 @@ async def pool_full(server: Sandboxd, size: int, live: set[str], timeout_s: floa
     parent = CgroupHost.detect().unified / server.cgroup_parent
     while time.monotonic() < deadline:
         ready = 0
-        for entry in os.scandir(parent):
+        try:
+            entries = list(os.scandir(parent))
+        except FileNotFoundError:  # the pool's first boot has not made the cgroup parent yet
+            entries = []
+        for entry in entries:
             if entry.is_dir() and entry.name not in live:
                 try:
                     netns = server.netns(entry.name)
@@ -149,16 +147,16 @@ class Series:
     kill: list[float] = field(default_factory=list)
 
 
-async def one_round(cold: Sandboxd, warm: Sandboxd, pool: int, series: Series) -> None:
+async def one_round(
+    sdk: SdkCreator, cold: Sandboxd, warm: Sandboxd, pool: int, series: Series
+) -> None:
     async with (
         httpx.AsyncClient(base_url=cold.url, headers=cold.headers, timeout=60) as cold_api,
         httpx.AsyncClient(base_url=warm.url, headers=warm.headers, timeout=60) as warm_api,
     ):
         await pool_full(warm, pool, set())
-        begin = time.monotonic()
-        sandbox = await create_sandbox(cold_api)
-        await run_true(cold_api, sandbox)
-        series.cold.append(time.monotonic() - begin)
+        sandbox = await sdk.create(cold)
+        series.cold.append(sandbox.total_s)
         series.cold_boot.append(boot_seconds(cold, sandbox.sandbox_id) or float("nan"))
         path = f"/sandboxes/{sandbox.sandbox_id}"
         paused = await timed(series.pause, cold_api.post(path + "/pause"))
@@ -169,19 +167,27 @@ async def one_round(cold: Sandboxd, warm: Sandboxd, pool: int, series: Series) -
         assert killed.status_code == 204, killed.text
 
         await pool_full(warm, pool, set())
-        begin = time.monotonic()
-        sandbox = await create_sandbox(warm_api)
-        series.pool_create.append(time.monotonic() - begin)
-        await run_true(warm_api, sandbox)
-        series.pool.append(time.monotonic() - begin)
+        sandbox = await sdk.create(warm)
+        series.pool_create.append(sandbox.create_s)
+        series.pool.append(sandbox.total_s)
         assert (await warm_api.delete(f"/sandboxes/{sandbox.sandbox_id}")).status_code == 204
 
 
 async def rounds(cold: Sandboxd, warm: Sandboxd, runs: int, pool: int) -> Series:
-    series = Series()
-    for _ in range(runs):
-        await one_round(cold, warm, pool, series)
-    return series
+    sdk = SdkCreator()
+    try:
+        # Untimed: the SDK's first create in a process pays for its own imports and clients.
+        for server in (cold, warm):
+            await pool_full(warm, pool, set())
+            first = await sdk.create(server)
+            async with httpx.AsyncClient(base_url=server.url, headers=server.headers) as api:
+                assert (await api.delete(f"/sandboxes/{first.sandbox_id}")).status_code == 204
+        series = Series()
+        for _ in range(runs):
+            await one_round(sdk, cold, warm, pool, series)
+        return series
+    finally:
+        sdk.close()
 
 
 def report(series: Series, pool: int, load: tuple[float, float]) -> None:
@@ -190,7 +196,7 @@ def report(series: Series, pool: int, load: tuple[float, float]) -> None:
     print(f"create → first command, cold:        {p50_p95_ms(series.cold)}")
     print(f"  of which the boot (sandboxd's log): {p50_p95_ms(boots)}")
     print(f"create → first command, pool {pool}:      {p50_p95_ms(series.pool)}")
-    print(f"  of which the create:                {p50_p95_ms(series.pool_create)}")
+    print(f"  of which Sandbox.create():         {p50_p95_ms(series.pool_create)}")
     print(f"pause:                               {p50_p95_ms(series.pause)}")
     print(f"resume (connect):                    {p50_p95_ms(series.resume)}")
     print(f"kill:                                {p50_p95_ms(series.kill)}")

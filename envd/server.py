@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import socket
@@ -160,5 +161,9 @@ def serve(settings: Settings) -> int:
         return 1
     log.info("envd %s listening on %s:%d", ENVD_VERSION, settings.host, sock.getsockname()[1])
     server = build_server(settings, sock)
+    # What start-up made lives as long as envd: keep it out of every later collection, and turn
+    # the collector back on (envd.__main__ turns it off for start-up).
+    gc.freeze()
+    gc.enable()
     server.run(sockets=[sock])
     return 0
