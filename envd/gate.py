@@ -4,7 +4,8 @@ It does what the reference envd's middleware chain does, in the same order: CORS
 answered before any auth, cors.py), the access token, then the Basic-auth user (auth.py); and
 it is the outermost guard, answering an exception that escaped every handler as JSON 500
 instead of letting it drop the keep-alive connection. Connect RPCs then go straight to their
-service; everything else to the router.
+service and the busiest plain-HTTP routes to their endpoint (envd.http.endpoint); everything
+else to the router.
 
 One layer rather than a middleware per concern, reading the few headers it needs in a single
 scan: every layer costs each request a coroutine and each response message another, which
@@ -57,7 +58,7 @@ def _text(value: bytes | None) -> str | None:
 class RequestGate:
     """CORS, token, Basic-auth user and the last-resort 500, then the request's handler:
     `services` maps a Connect service's path prefix ("/filesystem.Filesystem/") to its app,
-    and any other request goes to `app`."""
+    `endpoints` a method and exact path to theirs, and any other request goes to `app`."""
 
     def __init__(
         self,
@@ -66,11 +67,13 @@ class RequestGate:
         state: SandboxState,
         users: UserCache,
         services: Mapping[str, ASGIApp],
+        endpoints: Mapping[tuple[str, str], ASGIApp],
     ) -> None:
         self.app = app
         self.state = state
         self.users = users
         self.services = services
+        self.endpoints = endpoints
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -106,13 +109,16 @@ class RequestGate:
     async def _authorized(
         self, scope: Scope, receive: Receive, send: Send, headers: dict[bytes, bytes]
     ) -> None:
+        method: str = scope["method"]
         path: str = scope["path"]
-        if token_refused(self.state, scope["method"], path, headers.get(_ACCESS_TOKEN)):
+        if token_refused(self.state, method, path, headers.get(_ACCESS_TOKEN)):
             await send_token_refusal(scope, receive, send)
             return
         refusal = unknown_user_message(self.users, _text(headers.get(_AUTHORIZATION)))
         if refusal is not None:
             await send_unauthenticated(_text(headers.get(_CONTENT_TYPE)), refusal, send)
             return
-        service = self.services.get(path[: path.find("/", 1) + 1])
-        await (self.app if service is None else service)(scope, receive, send)
+        handler = self.endpoints.get((method, path))
+        if handler is None:
+            handler = self.services.get(path[: path.find("/", 1) + 1], self.app)
+        await handler(scope, receive, send)

@@ -22,6 +22,7 @@ from starlette.routing import BaseRoute, Route
 
 from envd.errors import EnvdHTTPError, http_os_errors
 from envd.http.compression import gzip_compressor, worth_compressing
+from envd.http.endpoint import Endpoint
 from envd.http.file_request import authorize_file_request, resolve_path
 from envd.http.media import (
     SNIFF_BYTES,
@@ -342,4 +343,4 @@ def routes(state: SandboxState, users: UserCache) -> list[BaseRoute]:
     async def get_files(request: Request) -> Response:
         return await download(request, state, users)
 
-    return [Route("/files", get_files, methods=["GET"])]
+    return [Route("/files", Endpoint(get_files), methods=["GET"])]

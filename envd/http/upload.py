@@ -23,7 +23,9 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from envd.errors import EnvdHTTPError
+from envd.http.endpoint import Endpoint
 from envd.http.file_request import (
+    FileRequest,
     authorize_file_request,
     entry_json,
     resolve_path,
@@ -229,13 +231,17 @@ class _MultipartUpload:
     """Writes each `file` part of one multipart request, in order."""
 
     def __init__(
-        self, request: Request, state: SandboxState, user: User, metadata: dict[str, str]
+        self,
+        request: Request,
+        state: SandboxState,
+        file_request: FileRequest,
+        metadata: dict[str, str],
     ) -> None:
         self.request = request
         self.state = state
-        self.user = user
+        self.user = file_request.user
         self.metadata = metadata
-        self.path_param = request.query_params.get("path")
+        self.path_param = file_request.path_param
         self.entries: list[dict[str, object]] = []
         self.target: UploadTarget | None = None
 
@@ -309,7 +315,7 @@ async def upload(request: Request, state: SandboxState, users: UserCache) -> Res
     media_type, options = parse_options_header(content_type)
     try:
         if media_type == b"application/octet-stream":
-            if "path" not in request.query_params:
+            if file_request.path_param is None:
                 raise EnvdHTTPError(400, "path query parameter is required for raw body upload")
             path = resolve_path(file_request.raw_path, user, state)
             entries = await _upload_raw(request, body, path, user, metadata)
@@ -317,7 +323,8 @@ async def upload(request: Request, state: SandboxState, users: UserCache) -> Res
             boundary = options.get(b"boundary")
             if not boundary:
                 raise EnvdHTTPError(400, "error parsing multipart body: no boundary parameter")
-            entries = await _MultipartUpload(request, state, user, metadata).run(body, boundary)
+            multipart = _MultipartUpload(request, state, file_request, metadata)
+            entries = await multipart.run(body, boundary)
         else:
             raise EnvdHTTPError(
                 400,
@@ -338,4 +345,4 @@ def routes(state: SandboxState, users: UserCache) -> list[BaseRoute]:
     async def post_files(request: Request) -> Response:
         return await upload(request, state, users)
 
-    return [Route("/files", post_files, methods=["POST"])]
+    return [Route("/files", Endpoint(post_files), methods=["POST"])]
