@@ -170,7 +170,8 @@ def ensure_parent_dirs(path: str, user: User) -> None:
 def open_upload_target(
     path: str, user: User, content_length: int | None, *, may_block: bool = True
 ) -> UploadTarget | None:
-    """Ensure the parents, then open `path` for writing as processFile does.
+    """Ensure the parents, then open `path` for writing as processFile does (or create it at
+    once when that is sure to end the same way).
 
     With `may_block` False (called on the event loop) only a regular file is opened, and
     None is returned for anything else, before it is touched: opening a FIFO waits for a
@@ -179,6 +180,15 @@ def open_upload_target(
     Raises:
         EnvdHTTPError: 400 for a directory target, 507 when no inode is left, 500 otherwise.
     """
+    # The common case first: a new file in an existing directory, created in one syscall
+    # where the checks below take three. Failing leaves nothing behind, and the checks then
+    # find and answer the cause in the reference's order.
+    try:
+        fd = _create_new(path)
+    except OSError:
+        fd = -1
+    if fd >= 0:
+        return _owned_target(path, fd, user, created=True, content_length=content_length)
     ensure_parent_dirs(path, user)
     try:
         info: os.stat_result | None = os.stat(path)
@@ -212,11 +222,19 @@ def open_upload_target(
         message = f"error opening file: {go_error('open', path, exc)}"
         raise EnvdHTTPError(http_status(exc, only=_CALLER_ERRORS), message) from exc
     if info is None:
-        try:
-            os.fchown(fd, user.uid, user.gid)
-        except OSError as exc:
-            UploadTarget(path, fd, created=created, content_length=None).abort()
-            raise EnvdHTTPError(500, f"error changing ownership: {exc.strerror}") from exc
+        return _owned_target(path, fd, user, created=created, content_length=content_length)
+    return UploadTarget(path, fd, created=created, content_length=content_length)
+
+
+def _owned_target(
+    path: str, fd: int, user: User, *, created: bool, content_length: int | None
+) -> UploadTarget:
+    """The target of a file that did not exist before the open, given to the user."""
+    try:
+        os.fchown(fd, user.uid, user.gid)
+    except OSError as exc:
+        UploadTarget(path, fd, created=created, content_length=None).abort()
+        raise EnvdHTTPError(500, f"error changing ownership: {exc.strerror}") from exc
     return UploadTarget(path, fd, created=created, content_length=content_length)
 
 
