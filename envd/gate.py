@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Final
 from envd import cors
 from envd.auth import send_token_refusal, send_unauthenticated, token_refused, unknown_user_message
 from envd.errors import json_error
+from envd.header_bytes import first_values, text
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -40,19 +41,6 @@ _CONTENT_TYPE: Final = b"content-type"
 _READ: Final = frozenset(
     {_ORIGIN, _PREFLIGHT_METHOD, _PREFLIGHT_HEADERS, _AUTHORIZATION, _ACCESS_TOKEN, _CONTENT_TYPE}
 )
-
-
-def _first_values(raw: list[tuple[bytes, bytes]]) -> dict[bytes, bytes]:
-    """The first value of each header the gate reads (names arrive lowercased)."""
-    found: dict[bytes, bytes] = {}
-    for name, value in raw:
-        if name in _READ and name not in found:
-            found[name] = value
-    return found
-
-
-def _text(value: bytes | None) -> str | None:
-    return None if value is None else value.decode("latin-1")  # as Starlette reads headers
 
 
 class RequestGate:
@@ -79,12 +67,12 @@ class RequestGate:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers = _first_values(scope["headers"])
+        headers = first_values(scope["headers"], _READ)
         method: str = scope["method"]
         has_origin = _ORIGIN in headers
         requested = headers.get(_PREFLIGHT_METHOD)
         if method == "OPTIONS" and requested:
-            preflight_headers = _text(headers.get(_PREFLIGHT_HEADERS))
+            preflight_headers = text(headers.get(_PREFLIGHT_HEADERS))
             await cors.answer_preflight(
                 has_origin, requested.decode("latin-1").upper(), preflight_headers, send
             )
@@ -114,9 +102,9 @@ class RequestGate:
         if token_refused(self.state, method, path, headers.get(_ACCESS_TOKEN)):
             await send_token_refusal(scope, receive, send)
             return
-        refusal = unknown_user_message(self.users, _text(headers.get(_AUTHORIZATION)))
+        refusal = unknown_user_message(self.users, text(headers.get(_AUTHORIZATION)))
         if refusal is not None:
-            await send_unauthenticated(_text(headers.get(_CONTENT_TYPE)), refusal, send)
+            await send_unauthenticated(text(headers.get(_CONTENT_TYPE)), refusal, send)
             return
         handler = self.endpoints.get((method, path))
         if handler is None:

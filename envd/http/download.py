@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import secrets
 import stat
+from functools import partial
 from typing import TYPE_CHECKING, Final
 
 import anyio
@@ -244,7 +245,8 @@ async def _gzip_pays(fd: int, path: str, identity_rejected: bool) -> bool:
 
 
 async def download(request: Request, state: SandboxState, users: UserCache) -> Response:
-    file_request = authorize_file_request(request, state, users, "read")
+    header_token = request.headers.get("x-access-token")
+    file_request = authorize_file_request(request, state, users, "read", header_token)
     path = resolve_path(file_request.raw_path, file_request.user, state)
     _stat_target(path)
     encoding, identity_rejected = _choose_encoding(request)
@@ -340,7 +342,4 @@ def _multipart_ranges(
 
 
 def routes(state: SandboxState, users: UserCache) -> list[BaseRoute]:
-    async def get_files(request: Request) -> Response:
-        return await download(request, state, users)
-
-    return [Route("/files", Endpoint(get_files), methods=["GET"])]
+    return [Route("/files", Endpoint(partial(download, state=state, users=users)), methods=["GET"])]

@@ -79,9 +79,14 @@ def resolve_path(path: str, user: User, state: SandboxState) -> str:
 
 
 def authorize_file_request(
-    request: Request, state: SandboxState, users: UserCache, operation: str
+    request: Request,
+    state: SandboxState,
+    users: UserCache,
+    operation: str,
+    header_token: str | None,
 ) -> FileRequest:
-    """Check the signature (or header token) of a GET/POST /files request and find its user.
+    """Check the signature (or `header_token`, the X-Access-Token header) of a GET/POST
+    /files request and find its user.
 
     Raises:
         InvalidParameterError: `signature_expiration` is not a 64-bit integer.
@@ -99,7 +104,7 @@ def authorize_file_request(
         operation=operation,
         path=path_param or "",
         username=username or "",
-        header_token=request.headers.get("x-access-token"),
+        header_token=header_token,
         signature=query.get("signature"),
         expiration=expiration,
     )

@@ -25,7 +25,7 @@ from envd.metadata import XATTR_PREFIX, read_metadata
 from envd.users import ensure_dirs
 
 if TYPE_CHECKING:
-    from starlette.datastructures import Headers
+    from collections.abc import Iterable
 
     from envd.users import User
 
@@ -52,14 +52,15 @@ def _printable_ascii(text: str) -> bool:
     return all(" " <= c <= "~" for c in text)
 
 
-def parse_metadata(headers: Headers) -> dict[str, str]:
-    """The X-Metadata-* request headers as {lowercased key: value}; first value wins.
+def parse_metadata(headers: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
+    """The X-Metadata-* request headers (raw ASGI ones) as {lowercased key: value}; first
+    value wins.
 
     Raises:
         EnvdHTTPError: 400 "invalid metadata: …" for bad characters or sizes.
     """
     metadata: dict[str, str] = {}
-    for raw_name, raw_value in headers.raw:  # only these few are decoded
+    for raw_name, raw_value in headers:  # only these few are decoded
         if not raw_name.startswith(METADATA_HEADER_PREFIX):
             continue
         key = raw_name[len(METADATA_HEADER_PREFIX) :].decode("latin-1")

@@ -12,6 +12,7 @@ import json
 import logging
 import re
 import zlib
+from functools import partial
 from typing import TYPE_CHECKING, Final
 from urllib.parse import unquote
 
@@ -23,6 +24,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from envd.errors import EnvdHTTPError
+from envd.header_bytes import first_values, text
 from envd.http.endpoint import Endpoint
 from envd.http.file_request import (
     FileRequest,
@@ -46,6 +48,10 @@ log = logging.getLogger("envd.http.files")
 INFLATE_CHUNK_BYTES: Final = 4 * 1024 * 1024
 # Bound on one part's headers, as Go's multipart reader has (it allows 10 MiB).
 PART_HEADERS_MAX_BYTES: Final = 1024 * 1024
+# The request headers an upload reads (the X-Metadata-* ones aside).
+_READ: Final = frozenset(
+    {b"content-type", b"content-encoding", b"content-length", b"x-access-token"}
+)
 # Built once: json.dumps() with options builds a new encoder per call.
 _ENTRIES_JSON: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 # Uploads up to this size are closed on the event loop (see _finish).
@@ -80,8 +86,8 @@ async def _gunzip(body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         raise EnvdHTTPError(400, "error decompressing request body: unexpected EOF")
 
 
-def _decoded_body(request: Request) -> AsyncIterator[bytes]:
-    raw = request.headers.get("content-encoding", "")
+def _decoded_body(request: Request, raw: str) -> AsyncIterator[bytes]:
+    """The body as a stream of bytes, inflated as its Content-Encoding (`raw`) says."""
     encoding = raw.split(";", 1)[0].strip().lower()
     if encoding in ("", "identity"):
         return request.stream()
@@ -92,8 +98,7 @@ def _decoded_body(request: Request) -> AsyncIterator[bytes]:
     )
 
 
-def _content_length(request: Request) -> int | None:
-    value = request.headers.get("content-length")
+def _content_length(value: bytes | None) -> int | None:
     return int(value) if value is not None and value.isdigit() else None
 
 
@@ -119,12 +124,16 @@ async def _finish(target: UploadTarget, metadata: dict[str, str]) -> dict[str, o
 
 
 async def _upload_raw(
-    request: Request, body: AsyncIterator[bytes], path: str, user: User, metadata: dict[str, str]
+    body: AsyncIterator[bytes],
+    path: str,
+    user: User,
+    metadata: dict[str, str],
+    content_length: int | None,
 ) -> list[dict[str, object]]:
     # The first chunk is read before the target is opened (and an existing file truncated),
     # so a body that fails at once, such as a corrupt gzip header, leaves the file untouched.
     first = await anext(body, b"")
-    target = await _open(path, user, _content_length(request))
+    target = await _open(path, user, content_length)
     try:
         target.write(first)
         async for chunk in body:
@@ -232,13 +241,13 @@ class _MultipartUpload:
 
     def __init__(
         self,
-        request: Request,
         state: SandboxState,
         file_request: FileRequest,
         metadata: dict[str, str],
+        content_length: int | None,
     ) -> None:
-        self.request = request
         self.state = state
+        self.content_length = content_length
         self.user = file_request.user
         self.metadata = metadata
         self.path_param = file_request.path_param
@@ -303,27 +312,31 @@ class _MultipartUpload:
             if len(others) > 1:
                 message += f", also the following files were uploaded: {', '.join(others)}"
             raise EnvdHTTPError(400, message)
-        self.target = await _open(path, self.user, _content_length(self.request))
+        self.target = await _open(path, self.user, self.content_length)
 
 
 async def upload(request: Request, state: SandboxState, users: UserCache) -> Response:
-    file_request = authorize_file_request(request, state, users, "write")
+    raw_headers = request.scope["headers"]
+    headers = first_values(raw_headers, _READ)
+    header_token = text(headers.get(b"x-access-token"))
+    file_request = authorize_file_request(request, state, users, "write", header_token)
     user = file_request.user
-    body = _decoded_body(request)
-    metadata = parse_metadata(request.headers)
-    content_type = request.headers.get("content-type", "")
+    body = _decoded_body(request, headers.get(b"content-encoding", b"").decode("latin-1"))
+    content_length = _content_length(headers.get(b"content-length"))
+    metadata = parse_metadata(raw_headers)
+    content_type = headers.get(b"content-type", b"").decode("latin-1")
     media_type, options = parse_options_header(content_type)
     try:
         if media_type == b"application/octet-stream":
             if file_request.path_param is None:
                 raise EnvdHTTPError(400, "path query parameter is required for raw body upload")
             path = resolve_path(file_request.raw_path, user, state)
-            entries = await _upload_raw(request, body, path, user, metadata)
+            entries = await _upload_raw(body, path, user, metadata, content_length)
         elif media_type.startswith(b"multipart/"):
             boundary = options.get(b"boundary")
             if not boundary:
                 raise EnvdHTTPError(400, "error parsing multipart body: no boundary parameter")
-            multipart = _MultipartUpload(request, state, file_request, metadata)
+            multipart = _MultipartUpload(state, file_request, metadata, content_length)
             entries = await multipart.run(body, boundary)
         else:
             raise EnvdHTTPError(
@@ -342,7 +355,4 @@ async def upload(request: Request, state: SandboxState, users: UserCache) -> Res
 
 
 def routes(state: SandboxState, users: UserCache) -> list[BaseRoute]:
-    async def post_files(request: Request) -> Response:
-        return await upload(request, state, users)
-
-    return [Route("/files", Endpoint(post_files), methods=["POST"])]
+    return [Route("/files", Endpoint(partial(upload, state=state, users=users)), methods=["POST"])]
