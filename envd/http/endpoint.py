@@ -17,9 +17,24 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from starlette.responses import Response
-    from starlette.types import Receive, Scope, Send
+    from starlette.types import ASGIApp, Receive, Scope, Send
 
-    Handler = Callable[[Request], Awaitable[Response]]
+    Handler = Callable[[Request], Awaitable[ASGIApp]]
+
+
+class BytesResponse:
+    """A whole body with its Content-Type, sent as Starlette's Response sends it, minus the
+    per-call header building (the answer to every small upload)."""
+
+    __slots__ = ("body", "headers")
+
+    def __init__(self, body: bytes, content_type: bytes) -> None:
+        self.body = body
+        self.headers = [(b"content-length", b"%d" % len(body)), (b"content-type", content_type)]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": self.headers})
+        await send({"type": "http.response.body", "body": self.body})
 
 
 def error_response(exc: EnvdHTTPError | InvalidParameterError) -> Response:
@@ -39,6 +54,7 @@ class Endpoint:
         self.handler = handler
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response: ASGIApp
         try:
             response = await self.handler(Request(scope, receive))
         except (EnvdHTTPError, InvalidParameterError) as exc:

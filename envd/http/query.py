@@ -26,5 +26,9 @@ def _decode(part: bytes) -> str:
     if b"+" in part:
         part = part.replace(b"+", b" ")
     if b"%" in part:
-        part = unquote_to_bytes(part)
+        # Clients escape every "/" of a path: one replace spares unquote_to_bytes's loop over
+        # them (a "/" can never complete another escape, so the result is the same).
+        part = part.replace(b"%2F", b"/")
+        if b"%" in part:
+            part = unquote_to_bytes(part)
     return part.decode("utf-8", "replace")

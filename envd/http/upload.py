@@ -25,7 +25,7 @@ from starlette.routing import BaseRoute, Route
 
 from envd.errors import EnvdHTTPError
 from envd.header_bytes import first_values, text
-from envd.http.endpoint import Endpoint
+from envd.http.endpoint import BytesResponse, Endpoint
 from envd.http.file_request import (
     FileRequest,
     authorize_file_request,
@@ -315,7 +315,9 @@ class _MultipartUpload:
         self.target = await _open(path, self.user, self.content_length)
 
 
-async def upload(request: Request, state: SandboxState, users: UserCache) -> Response:
+async def upload(
+    request: Request, state: SandboxState, users: UserCache
+) -> Response | BytesResponse:
     raw_headers = request.scope["headers"]
     headers = first_values(raw_headers, _READ)
     header_token = text(headers.get(b"x-access-token"))
@@ -351,7 +353,7 @@ async def upload(request: Request, state: SandboxState, users: UserCache) -> Res
         return Response(status_code=400)  # nobody is left to read it
     # The reference sets no Content-Type; Go's server then sniffs this one.
     body_json = _ENTRIES_JSON.encode(entries) + "\n"
-    return Response(body_json, media_type="text/plain; charset=utf-8")
+    return BytesResponse(body_json.encode(), b"text/plain; charset=utf-8")
 
 
 def routes(state: SandboxState, users: UserCache) -> list[BaseRoute]:

@@ -13,7 +13,7 @@ from envd.http.query import parse_query
 # escapes, and raw bytes beyond ASCII (read as Latin-1).
 _PIECES = (
     *(b"a", b"/", b"=", b"&", b"+", b"%", b"%2F", b"%zz", b"%C3", b"%A9", b"%E2%82"),
-    *(b"%00", b"%ff", b"~", b";", b"\xc3", b"\xa9", b"\x80", b" "),
+    *(b"%00", b"%ff", b"~", b";", b"\xc3", b"\xa9", b"\x80", b" ", b"2F", b"%2f", b"%2"),
 )
 
 
