@@ -4,8 +4,8 @@ The identity body is streamed with `os.pread` in chunks of almost 1 MiB straight
 loop: reads of cached pages take about 0.1 ms, while Starlette's FileResponse (64 KiB chunks, a
 thread hop per chunk) caps near 150 MiB/s. A gzip body is read and compressed in a worker
 thread (milliseconds per chunk, GIL released), one chunk ahead of the event loop sending the
-last one. Only files that compress are gzipped unless the client rejects identity
-(envd.http.compression says why and how).
+last one; a small one at once on the event loop. Only files that compress are gzipped unless
+the client rejects identity (envd.http.compression says why and how).
 """
 
 from __future__ import annotations
