@@ -19,7 +19,7 @@ import httpx
 from tests.envd_process import free_port
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
 MIB = 1024 * 1024
 
@@ -40,16 +40,19 @@ class Series:
         return f"| {self.name} | {self.median():.0f} {spread} | {ratio} |"
 
 
-def start_baseline(module: str, *args: str) -> tuple[subprocess.Popen[bytes], str]:
-    """Run `python -m <module> --serve-baseline PORT ARGS…` and wait until it answers."""
+def start_baseline(
+    module: str, *args: str, prefix: Sequence[str] = (), timeout_s: float = 20
+) -> tuple[subprocess.Popen[bytes], str]:
+    """Run `python -m <module> --serve-baseline PORT ARGS…` (after the `prefix` command, such
+    as valgrind) and wait until it answers."""
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", module, "--serve-baseline", str(port), *args],
+        [*prefix, sys.executable, "-m", module, "--serve-baseline", str(port), *args],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + timeout_s
     while True:
         try:
             httpx.get(f"{url}/ping", timeout=1)

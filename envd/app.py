@@ -14,7 +14,7 @@ from starlette.responses import PlainTextResponse, Response
 from envd import http
 from envd._gen.filesystem.filesystem_connect import Filesystem, FilesystemASGIApplication
 from envd._gen.process.process_connect import Process, ProcessASGIApplication
-from envd.errors import EnvdHTTPError, ErrorMappingInterceptor, json_error
+from envd.errors import EnvdHTTPError, ErrorMappingInterceptor
 from envd.filesystem.legacy import LegacySDKInterceptor
 from envd.filesystem.listing import ListingGzip, listing_codecs
 from envd.filesystem.service import FilesystemService
@@ -22,6 +22,7 @@ from envd.gate import RequestGate
 from envd.grpc_refusal import GRPCRefusal
 from envd.header_bytes import Utf8HeaderValues
 from envd.http.body import MAX_MESSAGE_BYTES
+from envd.http.endpoint import error_response
 from envd.http.file_request import InvalidParameterError
 from envd.process.codecs import output_codecs
 from envd.process.registry import ProcessRegistry
@@ -37,15 +38,9 @@ if TYPE_CHECKING:
     from envd.state import SandboxState
 
 
-async def _envd_error(_: Request, exc: Exception) -> Response:
-    error = cast("EnvdHTTPError", exc)  # registered for EnvdHTTPError only
-    return json_error(error.status, error.message)
-
-
-async def _invalid_parameter(_: Request, exc: Exception) -> Response:
-    # The reference's generated router answers a typed query parameter that does not parse
-    # itself: plain text, not the JSON error form.
-    return PlainTextResponse(f"{exc}\n", status_code=400)
+async def _handler_error(_: Request, exc: Exception) -> Response:
+    # Registered for these two only; endpoints answer them the same way themselves.
+    return error_response(cast("EnvdHTTPError | InvalidParameterError", exc))
 
 
 async def _router_error(_: Request, exc: Exception) -> Response:
@@ -89,14 +84,18 @@ def create_app(settings: Settings, state: SandboxState) -> Starlette:
         async with processes.running():  # stops every child on the way out
             yield
 
-    # The gate hands each RPC to its service by path prefix, past the router.
+    # The gate hands each RPC to its service by path prefix, and each endpoint its requests,
+    # past the router.
     services = {rpc.path + "/": Utf8HeaderValues(rpc) for rpc in (filesystem_rpc, process_rpc)}
+    routes = http.routes(settings, state, users)
+    endpoints = http.direct_endpoints(routes)
+    gate = Middleware(RequestGate, state=state, users=users, services=services, endpoints=endpoints)
     app = Starlette(
-        routes=http.routes(settings, state, users),
-        middleware=[Middleware(RequestGate, state=state, users=users, services=services)],
+        routes=routes,
+        middleware=[gate],
         exception_handlers={
-            EnvdHTTPError: _envd_error,
-            InvalidParameterError: _invalid_parameter,
+            EnvdHTTPError: _handler_error,
+            InvalidParameterError: _handler_error,
             HTTPException: _router_error,
         },
         lifespan=lifespan,

@@ -4,7 +4,8 @@ It does what the reference envd's middleware chain does, in the same order: CORS
 answered before any auth, cors.py), the access token, then the Basic-auth user (auth.py); and
 it is the outermost guard, answering an exception that escaped every handler as JSON 500
 instead of letting it drop the keep-alive connection. Connect RPCs then go straight to their
-service; everything else to the router.
+service and the busiest plain-HTTP routes to their endpoint (envd.http.endpoint); everything
+else to the router.
 
 One layer rather than a middleware per concern, reading the few headers it needs in a single
 scan: every layer costs each request a coroutine and each response message another, which
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Final
 from envd import cors
 from envd.auth import send_token_refusal, send_unauthenticated, token_refused, unknown_user_message
 from envd.errors import json_error
+from envd.header_bytes import first_values, text
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -41,23 +43,10 @@ _READ: Final = frozenset(
 )
 
 
-def _first_values(raw: list[tuple[bytes, bytes]]) -> dict[bytes, bytes]:
-    """The first value of each header the gate reads (names arrive lowercased)."""
-    found: dict[bytes, bytes] = {}
-    for name, value in raw:
-        if name in _READ and name not in found:
-            found[name] = value
-    return found
-
-
-def _text(value: bytes | None) -> str | None:
-    return None if value is None else value.decode("latin-1")  # as Starlette reads headers
-
-
 class RequestGate:
     """CORS, token, Basic-auth user and the last-resort 500, then the request's handler:
     `services` maps a Connect service's path prefix ("/filesystem.Filesystem/") to its app,
-    and any other request goes to `app`."""
+    `endpoints` a method and exact path to theirs, and any other request goes to `app`."""
 
     def __init__(
         self,
@@ -66,22 +55,24 @@ class RequestGate:
         state: SandboxState,
         users: UserCache,
         services: Mapping[str, ASGIApp],
+        endpoints: Mapping[tuple[str, str], ASGIApp],
     ) -> None:
         self.app = app
         self.state = state
         self.users = users
         self.services = services
+        self.endpoints = endpoints
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers = _first_values(scope["headers"])
+        headers = first_values(scope["headers"], _READ)
         method: str = scope["method"]
         has_origin = _ORIGIN in headers
         requested = headers.get(_PREFLIGHT_METHOD)
         if method == "OPTIONS" and requested:
-            preflight_headers = _text(headers.get(_PREFLIGHT_HEADERS))
+            preflight_headers = text(headers.get(_PREFLIGHT_HEADERS))
             await cors.answer_preflight(
                 has_origin, requested.decode("latin-1").upper(), preflight_headers, send
             )
@@ -106,13 +97,16 @@ class RequestGate:
     async def _authorized(
         self, scope: Scope, receive: Receive, send: Send, headers: dict[bytes, bytes]
     ) -> None:
+        method: str = scope["method"]
         path: str = scope["path"]
-        if token_refused(self.state, scope["method"], path, headers.get(_ACCESS_TOKEN)):
+        if token_refused(self.state, method, path, headers.get(_ACCESS_TOKEN)):
             await send_token_refusal(scope, receive, send)
             return
-        refusal = unknown_user_message(self.users, _text(headers.get(_AUTHORIZATION)))
+        refusal = unknown_user_message(self.users, text(headers.get(_AUTHORIZATION)))
         if refusal is not None:
-            await send_unauthenticated(_text(headers.get(_CONTENT_TYPE)), refusal, send)
+            await send_unauthenticated(text(headers.get(_CONTENT_TYPE)), refusal, send)
             return
-        service = self.services.get(path[: path.find("/", 1) + 1])
-        await (self.app if service is None else service)(scope, receive, send)
+        handler = self.endpoints.get((method, path))
+        if handler is None:
+            handler = self.services.get(path[: path.find("/", 1) + 1], self.app)
+        await handler(scope, receive, send)

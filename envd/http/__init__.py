@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from starlette.routing import Route
+
 from envd.http import compose, download, envs, health, init, metrics, upload
+from envd.http.endpoint import Endpoint
 
 if TYPE_CHECKING:
     from starlette.routing import BaseRoute
+    from starlette.types import ASGIApp
 
     from envd.settings import Settings
     from envd.state import SandboxState
@@ -26,3 +30,15 @@ def routes(settings: Settings, state: SandboxState, users: UserCache) -> list[Ba
         *init.routes(settings, state),
         *compose.routes(state, users),
     ]
+
+
+def direct_endpoints(routes: list[BaseRoute]) -> dict[tuple[str, str], ASGIApp]:
+    """(method, path) -> app of every route that is an Endpoint, for the request gate to call
+    directly. The router keeps them too, so that another method on their path still gets its
+    405 (with Allow)."""
+    return {
+        (method, route.path): route.app
+        for route in routes
+        if isinstance(route, Route) and isinstance(route.app, Endpoint)
+        for method in route.methods or ()
+    }

@@ -34,14 +34,16 @@ _SAMPLE_LEVEL: Final = 1
 def gzip_compressor() -> isal_zlib.Compress:
     """A streaming compressor that writes a gzip member (header, deflate, CRC-32 trailer).
 
-    Its compress and flush release the GIL: call them from a worker thread, one at a time.
+    Its compress and flush release the GIL: call them from a worker thread, one at a time
+    (but for a small body, where the thread's round trip would cost more than compressing).
     """
     return isal_zlib.compressobj(GZIP_LEVEL, isal_zlib.DEFLATED, 16 + isal_zlib.MAX_WBITS)
 
 
 def worth_compressing(fd: int, size: int) -> bool:
-    """Whether the first `size` bytes of `fd` compress, judged from SAMPLE_COUNT samples spread
-    evenly over them (the first and last included). Blocking: run in a worker thread."""
+    """Whether the first `size` bytes of `fd` compress: always below ALWAYS_GZIP_BELOW (at
+    once, reading nothing), else judged from SAMPLE_COUNT samples spread evenly over them (the
+    first and last included), which blocks: then run it in a worker thread."""
     if size < ALWAYS_GZIP_BELOW:
         return True
     raw = compressed = 0

@@ -4,8 +4,8 @@ The identity body is streamed with `os.pread` in chunks of almost 1 MiB straight
 loop: reads of cached pages take about 0.1 ms, while Starlette's FileResponse (64 KiB chunks, a
 thread hop per chunk) caps near 150 MiB/s. A gzip body is read and compressed in a worker
 thread (milliseconds per chunk, GIL released), one chunk ahead of the event loop sending the
-last one. Only files that compress are gzipped unless the client rejects identity
-(envd.http.compression says why and how).
+last one; a small one at once on the event loop. Only files that compress are gzipped unless
+the client rejects identity (envd.http.compression says why and how).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import secrets
 import stat
+from functools import partial
 from typing import TYPE_CHECKING, Final
 
 import anyio
@@ -21,7 +22,8 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from envd.errors import EnvdHTTPError, http_os_errors
-from envd.http.compression import gzip_compressor, worth_compressing
+from envd.http.compression import ALWAYS_GZIP_BELOW, gzip_compressor, worth_compressing
+from envd.http.endpoint import Endpoint
 from envd.http.file_request import authorize_file_request, resolve_path
 from envd.http.media import (
     SNIFF_BYTES,
@@ -54,6 +56,8 @@ if TYPE_CHECKING:
 # memory: 1 MiB chunks (plus the bytes object's header) were a fresh mmap each, faulted in page
 # by page, which doubled the daemon's CPU per MiB (identity, curl: 1.5 against 0.7 ms).
 READ_CHUNK_BYTES: Final = 960 * 1024
+# Gzip bodies up to this size are compressed on the event loop (igzip: about 0.1 ms).
+INLINE_GZIP_MAX_BYTES: Final = 64 * 1024
 PSEUDO_FILE_SIZE_LIMIT: Final = 64 * 1024
 PSEUDO_FILE_MAX_BYTES: Final = 16 * 1024 * 1024
 _CONDITIONAL_HEADERS: Final = ("range", "if-modified-since", "if-none-match", "if-range")
@@ -113,7 +117,14 @@ class FileBodyResponse(Response):
 
     async def _send_gzip(self, send: Send, disconnected: anyio.Event) -> None:
         """Send what `_compress` produces; the channel holds one block, so the next chunk is
-        compressed while this one is sent."""
+        compressed while this one is sent. A small body is compressed at once instead, on the
+        event loop: two worker-thread round trips cost more CPU than compressing it."""
+        [(_, offset, length)] = self.segments  # the whole file: gzip has no ranges
+        if length <= INLINE_GZIP_MAX_BYTES:
+            compressor = gzip_compressor()
+            body = compressor.compress(os.pread(self.fd, length, offset)) + compressor.flush()
+            await send({"type": "http.response.body", "body": body, "more_body": False})
+            return
         blocks, received = anyio.create_memory_object_stream[bytes](1)
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._compress, blocks, disconnected)
@@ -239,11 +250,15 @@ async def _gzip_pays(fd: int, path: str, identity_rejected: bool) -> bool:
     if identity_rejected:
         return True
     with http_os_errors("reading file", path):
-        return await anyio.to_thread.run_sync(worth_compressing, fd, os.fstat(fd).st_size)
+        size = os.fstat(fd).st_size
+        if size < ALWAYS_GZIP_BELOW:  # answered without reading: no thread
+            return worth_compressing(fd, size)
+        return await anyio.to_thread.run_sync(worth_compressing, fd, size)
 
 
 async def download(request: Request, state: SandboxState, users: UserCache) -> Response:
-    file_request = authorize_file_request(request, state, users, "read")
+    header_token = request.headers.get("x-access-token")
+    file_request = authorize_file_request(request, state, users, "read", header_token)
     path = resolve_path(file_request.raw_path, file_request.user, state)
     _stat_target(path)
     encoding, identity_rejected = _choose_encoding(request)
@@ -339,7 +354,4 @@ def _multipart_ranges(
 
 
 def routes(state: SandboxState, users: UserCache) -> list[BaseRoute]:
-    async def get_files(request: Request) -> Response:
-        return await download(request, state, users)
-
-    return [Route("/files", get_files, methods=["GET"])]
+    return [Route("/files", Endpoint(partial(download, state=state, users=users)), methods=["GET"])]

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from envd.errors import EnvdHTTPError
+from envd.http.query import parse_query
 from envd.http.signing import check_file_access
 from envd.users import UnknownUserError, User, UserCache, expand_path
 from envd.utf8 import valid_utf8
@@ -37,8 +38,13 @@ class InvalidParameterError(Exception):
 @dataclass(frozen=True, slots=True)
 class FileRequest:
     user: User
-    # The `path` query value as sent ("" when absent); signatures and some messages use it.
-    raw_path: str
+    # The `path` query value as sent, None when absent.
+    path_param: str | None
+
+    @property
+    def raw_path(self) -> str:
+        """The `path` query value, "" when absent, as signatures and messages use it."""
+        return self.path_param or ""
 
 
 def _parse_int64(name: str, value: str) -> int:
@@ -73,31 +79,36 @@ def resolve_path(path: str, user: User, state: SandboxState) -> str:
 
 
 def authorize_file_request(
-    request: Request, state: SandboxState, users: UserCache, operation: str
+    request: Request,
+    state: SandboxState,
+    users: UserCache,
+    operation: str,
+    header_token: str | None,
 ) -> FileRequest:
-    """Check the signature (or header token) of a GET/POST /files request and find its user.
+    """Check the signature (or `header_token`, the X-Access-Token header) of a GET/POST
+    /files request and find its user.
 
     Raises:
         InvalidParameterError: `signature_expiration` is not a 64-bit integer.
         EnvdHTTPError: 401 for a bad signature or an unknown user.
     """
-    query = request.query_params
+    query = parse_query(request.scope["query_string"])
     raw_expiration = query.get("signature_expiration")
     expiration = (
         None if raw_expiration is None else _parse_int64("signature_expiration", raw_expiration)
     )
-    raw_path = query.get("path", "")
+    path_param = query.get("path")
     username = query.get("username")
     check_file_access(
         state,
         operation=operation,
-        path=raw_path,
+        path=path_param or "",
         username=username or "",
-        header_token=request.headers.get("x-access-token"),
+        header_token=header_token,
         signature=query.get("signature"),
         expiration=expiration,
     )
-    return FileRequest(resolve_user(username, state, users), raw_path)
+    return FileRequest(resolve_user(username, state, users), path_param)
 
 
 def entry_json(path: str, metadata: dict[str, str] | None = None) -> dict[str, object]:

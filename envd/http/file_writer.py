@@ -25,7 +25,7 @@ from envd.metadata import XATTR_PREFIX, read_metadata
 from envd.users import ensure_dirs
 
 if TYPE_CHECKING:
-    from starlette.datastructures import Headers
+    from collections.abc import Iterable
 
     from envd.users import User
 
@@ -52,14 +52,15 @@ def _printable_ascii(text: str) -> bool:
     return all(" " <= c <= "~" for c in text)
 
 
-def parse_metadata(headers: Headers) -> dict[str, str]:
-    """The X-Metadata-* request headers as {lowercased key: value}; first value wins.
+def parse_metadata(headers: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
+    """The X-Metadata-* request headers (raw ASGI ones) as {lowercased key: value}; first
+    value wins.
 
     Raises:
         EnvdHTTPError: 400 "invalid metadata: …" for bad characters or sizes.
     """
     metadata: dict[str, str] = {}
-    for raw_name, raw_value in headers.raw:  # only these few are decoded
+    for raw_name, raw_value in headers:  # only these few are decoded
         if not raw_name.startswith(METADATA_HEADER_PREFIX):
             continue
         key = raw_name[len(METADATA_HEADER_PREFIX) :].decode("latin-1")
@@ -170,7 +171,8 @@ def ensure_parent_dirs(path: str, user: User) -> None:
 def open_upload_target(
     path: str, user: User, content_length: int | None, *, may_block: bool = True
 ) -> UploadTarget | None:
-    """Ensure the parents, then open `path` for writing as processFile does.
+    """Ensure the parents, then open `path` for writing as processFile does (or create it at
+    once when that is sure to end the same way).
 
     With `may_block` False (called on the event loop) only a regular file is opened, and
     None is returned for anything else, before it is touched: opening a FIFO waits for a
@@ -179,6 +181,15 @@ def open_upload_target(
     Raises:
         EnvdHTTPError: 400 for a directory target, 507 when no inode is left, 500 otherwise.
     """
+    # The common case first: a new file in an existing directory, created in one syscall
+    # where the checks below take three. Failing leaves nothing behind, and the checks then
+    # find and answer the cause in the reference's order.
+    try:
+        fd = _create_new(path)
+    except OSError:
+        fd = -1
+    if fd >= 0:
+        return _owned_target(path, fd, user, created=True, content_length=content_length)
     ensure_parent_dirs(path, user)
     try:
         info: os.stat_result | None = os.stat(path)
@@ -212,11 +223,19 @@ def open_upload_target(
         message = f"error opening file: {go_error('open', path, exc)}"
         raise EnvdHTTPError(http_status(exc, only=_CALLER_ERRORS), message) from exc
     if info is None:
-        try:
-            os.fchown(fd, user.uid, user.gid)
-        except OSError as exc:
-            UploadTarget(path, fd, created=created, content_length=None).abort()
-            raise EnvdHTTPError(500, f"error changing ownership: {exc.strerror}") from exc
+        return _owned_target(path, fd, user, created=created, content_length=content_length)
+    return UploadTarget(path, fd, created=created, content_length=content_length)
+
+
+def _owned_target(
+    path: str, fd: int, user: User, *, created: bool, content_length: int | None
+) -> UploadTarget:
+    """The target of a file that did not exist before the open, given to the user."""
+    try:
+        os.fchown(fd, user.uid, user.gid)
+    except OSError as exc:
+        UploadTarget(path, fd, created=created, content_length=None).abort()
+        raise EnvdHTTPError(500, f"error changing ownership: {exc.strerror}") from exc
     return UploadTarget(path, fd, created=created, content_length=content_length)
 
 

@@ -12,6 +12,7 @@ import json
 import logging
 import re
 import zlib
+from functools import partial
 from typing import TYPE_CHECKING, Final
 from urllib.parse import unquote
 
@@ -23,7 +24,10 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from envd.errors import EnvdHTTPError
+from envd.header_bytes import first_values, text
+from envd.http.endpoint import BytesResponse, Endpoint
 from envd.http.file_request import (
+    FileRequest,
     authorize_file_request,
     entry_json,
     resolve_path,
@@ -44,6 +48,10 @@ log = logging.getLogger("envd.http.files")
 INFLATE_CHUNK_BYTES: Final = 4 * 1024 * 1024
 # Bound on one part's headers, as Go's multipart reader has (it allows 10 MiB).
 PART_HEADERS_MAX_BYTES: Final = 1024 * 1024
+# The request headers an upload reads (the X-Metadata-* ones aside).
+_READ: Final = frozenset(
+    {b"content-type", b"content-encoding", b"content-length", b"x-access-token"}
+)
 # Built once: json.dumps() with options builds a new encoder per call.
 _ENTRIES_JSON: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 # Uploads up to this size are closed on the event loop (see _finish).
@@ -78,8 +86,8 @@ async def _gunzip(body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         raise EnvdHTTPError(400, "error decompressing request body: unexpected EOF")
 
 
-def _decoded_body(request: Request) -> AsyncIterator[bytes]:
-    raw = request.headers.get("content-encoding", "")
+def _decoded_body(request: Request, raw: str) -> AsyncIterator[bytes]:
+    """The body as a stream of bytes, inflated as its Content-Encoding (`raw`) says."""
     encoding = raw.split(";", 1)[0].strip().lower()
     if encoding in ("", "identity"):
         return request.stream()
@@ -90,8 +98,7 @@ def _decoded_body(request: Request) -> AsyncIterator[bytes]:
     )
 
 
-def _content_length(request: Request) -> int | None:
-    value = request.headers.get("content-length")
+def _content_length(value: bytes | None) -> int | None:
     return int(value) if value is not None and value.isdigit() else None
 
 
@@ -117,12 +124,16 @@ async def _finish(target: UploadTarget, metadata: dict[str, str]) -> dict[str, o
 
 
 async def _upload_raw(
-    request: Request, body: AsyncIterator[bytes], path: str, user: User, metadata: dict[str, str]
+    body: AsyncIterator[bytes],
+    path: str,
+    user: User,
+    metadata: dict[str, str],
+    content_length: int | None,
 ) -> list[dict[str, object]]:
     # The first chunk is read before the target is opened (and an existing file truncated),
     # so a body that fails at once, such as a corrupt gzip header, leaves the file untouched.
     first = await anext(body, b"")
-    target = await _open(path, user, _content_length(request))
+    target = await _open(path, user, content_length)
     try:
         target.write(first)
         async for chunk in body:
@@ -229,13 +240,17 @@ class _MultipartUpload:
     """Writes each `file` part of one multipart request, in order."""
 
     def __init__(
-        self, request: Request, state: SandboxState, user: User, metadata: dict[str, str]
+        self,
+        state: SandboxState,
+        file_request: FileRequest,
+        metadata: dict[str, str],
+        content_length: int | None,
     ) -> None:
-        self.request = request
         self.state = state
-        self.user = user
+        self.content_length = content_length
+        self.user = file_request.user
         self.metadata = metadata
-        self.path_param = request.query_params.get("path")
+        self.path_param = file_request.path_param
         self.entries: list[dict[str, object]] = []
         self.target: UploadTarget | None = None
 
@@ -297,27 +312,34 @@ class _MultipartUpload:
             if len(others) > 1:
                 message += f", also the following files were uploaded: {', '.join(others)}"
             raise EnvdHTTPError(400, message)
-        self.target = await _open(path, self.user, _content_length(self.request))
+        self.target = await _open(path, self.user, self.content_length)
 
 
-async def upload(request: Request, state: SandboxState, users: UserCache) -> Response:
-    file_request = authorize_file_request(request, state, users, "write")
+async def upload(
+    request: Request, state: SandboxState, users: UserCache
+) -> Response | BytesResponse:
+    raw_headers = request.scope["headers"]
+    headers = first_values(raw_headers, _READ)
+    header_token = text(headers.get(b"x-access-token"))
+    file_request = authorize_file_request(request, state, users, "write", header_token)
     user = file_request.user
-    body = _decoded_body(request)
-    metadata = parse_metadata(request.headers)
-    content_type = request.headers.get("content-type", "")
+    body = _decoded_body(request, headers.get(b"content-encoding", b"").decode("latin-1"))
+    content_length = _content_length(headers.get(b"content-length"))
+    metadata = parse_metadata(raw_headers)
+    content_type = headers.get(b"content-type", b"").decode("latin-1")
     media_type, options = parse_options_header(content_type)
     try:
         if media_type == b"application/octet-stream":
-            if "path" not in request.query_params:
+            if file_request.path_param is None:
                 raise EnvdHTTPError(400, "path query parameter is required for raw body upload")
             path = resolve_path(file_request.raw_path, user, state)
-            entries = await _upload_raw(request, body, path, user, metadata)
+            entries = await _upload_raw(body, path, user, metadata, content_length)
         elif media_type.startswith(b"multipart/"):
             boundary = options.get(b"boundary")
             if not boundary:
                 raise EnvdHTTPError(400, "error parsing multipart body: no boundary parameter")
-            entries = await _MultipartUpload(request, state, user, metadata).run(body, boundary)
+            multipart = _MultipartUpload(state, file_request, metadata, content_length)
+            entries = await multipart.run(body, boundary)
         else:
             raise EnvdHTTPError(
                 400,
@@ -331,11 +353,8 @@ async def upload(request: Request, state: SandboxState, users: UserCache) -> Res
         return Response(status_code=400)  # nobody is left to read it
     # The reference sets no Content-Type; Go's server then sniffs this one.
     body_json = _ENTRIES_JSON.encode(entries) + "\n"
-    return Response(body_json, media_type="text/plain; charset=utf-8")
+    return BytesResponse(body_json.encode(), b"text/plain; charset=utf-8")
 
 
 def routes(state: SandboxState, users: UserCache) -> list[BaseRoute]:
-    async def post_files(request: Request) -> Response:
-        return await upload(request, state, users)
-
-    return [Route("/files", post_files, methods=["POST"])]
+    return [Route("/files", Endpoint(partial(upload, state=state, users=users)), methods=["POST"])]

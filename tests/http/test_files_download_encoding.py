@@ -97,6 +97,18 @@ def test_small_files_are_gzipped_whatever_they_hold(http: httpx.Client, workdir:
     assert _gunzip(body) == payload
 
 
+@pytest.mark.parametrize("size", [0, 1, 64 * 1024, 64 * 1024 + 1])
+def test_gzip_bodies_around_the_inline_limit_decode_exactly(
+    http: httpx.Client, workdir: Path, size: int
+) -> None:
+    # Up to 64 KiB the body is compressed on the event loop, above it in worker threads.
+    payload = _text(size)
+    (workdir / "edge.txt").write_bytes(payload)
+    r, body = _raw_get(http, workdir / "edge.txt", **{"Accept-Encoding": "gzip"})
+    assert r.headers["content-encoding"] == "gzip"
+    assert _gunzip(body) == payload
+
+
 def test_mostly_random_file_with_text_at_one_end_is_judged_by_its_samples(
     http: httpx.Client, workdir: Path
 ) -> None:

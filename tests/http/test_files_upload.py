@@ -43,6 +43,15 @@ def test_raw_upload_creates_parents_and_answers_entries(http: httpx.Client, work
     assert target.read_bytes() == b"payload"
 
 
+def test_query_is_percent_and_plus_decoded(http: httpx.Client, workdir: Path) -> None:
+    target = workdir / "a b é.txt"
+    encoded = quote(str(target), safe="").replace("%20", "+")
+    r = http.post(f"/files?path={encoded}", content=b"payload", headers=OCTET)
+    assert r.status_code == 200
+    assert r.json() == [{"path": str(target), "name": "a b é.txt", "type": "file"}]
+    assert target.read_bytes() == b"payload"
+
+
 def test_raw_upload_requires_path(http: httpx.Client) -> None:
     r = http.post("/files", content=b"x", headers=OCTET)
     assert r.status_code == 400

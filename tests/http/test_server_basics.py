@@ -35,6 +35,15 @@ def test_wrong_method_is_405(http: httpx.Client) -> None:
     assert http.post("/health").status_code == 405
 
 
+@pytest.mark.parametrize("method", ["PUT", "DELETE", "PATCH"])
+def test_wrong_method_on_files_is_405(http: httpx.Client, method: str) -> None:
+    # GET and POST /files skip the router (envd.http.endpoint); other methods still reach it.
+    r = http.request(method, "/files", params={"path": "/tmp/x"})
+    assert r.status_code == 405
+    assert r.content == b""
+    assert set(r.headers["allow"].split(", ")) == {"GET", "HEAD"}  # the first /files route's
+
+
 def test_version_flag_prints_claimed_version() -> None:
     import subprocess
     import sys
