@@ -84,6 +84,22 @@ class _VictimSearch:
 _victims = _VictimSearch()
 
 
+class _OpenPeak:
+    """The most connections open at once since the server last asked (connections_peak)."""
+
+    highest = 0
+
+
+_open_peak = _OpenPeak()
+
+
+def connections_peak() -> int:
+    """The most connections open at once since the last call. The server samples the open
+    count once a tick; a burst that opens and closes between two ticks shows only here."""
+    highest, _open_peak.highest = _open_peak.highest, 0
+    return highest
+
+
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol plus the limits of the module docstring.
 
@@ -131,6 +147,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             transport.close()
             return
         super().connection_made(transport)
+        _open_peak.highest = max(_open_peak.highest, open_connections + 1)
         self._last_data = self.loop.time()
         self._arm_header_timer()
 

@@ -57,14 +57,15 @@ def release_free_heap() -> None:
 
 
 class BurstWatch:
-    """Sees the number of open connections once a tick; says when enough have closed since
-    the highest count seen that the heap is worth trimming."""
+    """Sees the number of open connections once a tick, and the most open at once since the
+    last tick; says when enough have closed since the highest count seen that the heap is
+    worth trimming."""
 
     def __init__(self) -> None:
         self._peak = 0
 
-    def burst_ended(self, open_now: int) -> bool:
-        self._peak = max(self._peak, open_now)
+    def burst_ended(self, peak_since_last: int, open_now: int) -> bool:
+        self._peak = max(self._peak, peak_since_last, open_now)
         if self._peak - open_now < TRIM_AFTER_CLOSED:
             return False
         log.debug("%d connections closed since the peak: trimming the heap", self._peak - open_now)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Final
 import uvicorn
 
 from envd.app import create_app, run_shutdown_hooks
-from envd.connection import GuardedHttpToolsProtocol
+from envd.connection import GuardedHttpToolsProtocol, connections_peak
 from envd.connection_limits import ConnectionLimits
 from envd.logs import setup_logging
 from envd.memory import BurstWatch, release_free_heap
@@ -61,7 +61,8 @@ class _Server(uvicorn.Server):
                 await asyncio.wait_for(self._exit_requested.wait(), TICK_S)
 
     def _trim_heap_after_bursts(self) -> None:
-        if not self._bursts.burst_ended(len(self.server_state.connections)):
+        open_now = len(self.server_state.connections)
+        if not self._bursts.burst_ended(connections_peak(), open_now):
             return
         if self._trimming is None or self._trimming.done():
             assert self._loop is not None  # noqa: S101  # set by main_loop, the only caller
