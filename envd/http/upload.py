@@ -22,6 +22,7 @@ from python_multipart.exceptions import FormParserError, MultipartParseError
 from python_multipart.multipart import (
     DEFAULT_MAX_HEADER_COUNT,
     DEFAULT_MAX_HEADER_SIZE,
+    MAX_BOUNDARY_LENGTH,
     TOKEN_CHARS,
     MultipartParser,
     parse_options_header,
@@ -288,7 +289,8 @@ def _part_filename(headers: dict[str, bytes]) -> tuple[bool, str | None]:
     _, options = parse_options_header(disposition)
     if options.get(b"name") != b"file":
         return False, None
-    extended = _EXTENDED_FILENAME.search(disposition)
+    # Without a `*` there is no extended parameter, and the test costs less than the search.
+    extended = _EXTENDED_FILENAME.search(disposition) if "*" in disposition else None
     if extended:
         charset = extended.group(1) or "utf-8"
         try:
@@ -298,6 +300,13 @@ def _part_filename(headers: dict[str, bytes]) -> tuple[bool, str | None]:
     filename = options.get(b"filename")
     # Header bytes are UTF-8 on the wire; undecodable bytes survive as surrogates.
     return True, None if filename is None else filename.decode("utf-8", "surrogateescape")
+
+
+def _parser(parts: _PartEvents, boundary: bytes) -> MultipartParser:
+    try:
+        return parts.parser(boundary)
+    except FormParserError as exc:  # a boundary over python-multipart's 256-byte limit
+        raise EnvdHTTPError(400, f"error parsing multipart body: {exc}") from exc
 
 
 class _MultipartUpload:
@@ -320,10 +329,10 @@ class _MultipartUpload:
 
     async def run(self, body: AsyncIterator[bytes], boundary: bytes) -> list[dict[str, object]]:
         parts = _PartEvents()
-        try:
-            parser = parts.parser(boundary)
-        except FormParserError as exc:  # a boundary over python-multipart's 256-byte limit
-            raise EnvdHTTPError(400, f"error parsing multipart body: {exc}") from exc
+        # The parser is built only for a body that needs it (building one costs more than
+        # splitting a small body), but a boundary it refuses is refused before the body is read.
+        if len(boundary) > MAX_BOUNDARY_LENGTH:
+            _parser(parts, boundary)  # raises
         try:
             first = await anext(body, b"")
             events = _whole_body_events(first, boundary)
@@ -333,6 +342,7 @@ class _MultipartUpload:
                 async for _ in body:
                     pass  # what follows the closing delimiter, which python-multipart ignores
                 return self.entries
+            parser = _parser(parts, boundary)
             await self._parse(parser, parts, first)
             async for chunk in body:
                 await self._parse(parser, parts, chunk)
