@@ -64,6 +64,10 @@ _READ: Final = frozenset(
 _ENTRIES_JSON: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 # Uploads up to this size are closed on the event loop (see _finish).
 INLINE_FINISH_MAX_BYTES: Final = 1024 * 1024
+# A multipart body up to this size (its Content-Length) is gathered whole before it is parsed:
+# httpx, and so the SDK, writes a part's headers and its data separately, so they often
+# arrive as two chunks.
+WHOLE_BODY_MAX_BYTES: Final = 64 * 1024
 
 
 async def _gunzip(body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
@@ -302,6 +306,19 @@ def _part_filename(headers: dict[str, bytes]) -> tuple[bool, str | None]:
     return True, None if filename is None else filename.decode("utf-8", "surrogateescape")
 
 
+async def _gather(body: AsyncIterator[bytes], first: bytes, size: int) -> bytes:
+    """`first` and the chunks after it, until they hold `size` bytes or the body ends."""
+    pieces = [first]
+    held = len(first)
+    while held < size:
+        chunk = await anext(body, None)
+        if chunk is None:
+            break
+        pieces.append(chunk)
+        held += len(chunk)
+    return first if len(pieces) == 1 else b"".join(pieces)
+
+
 def _parser(parts: _PartEvents, boundary: bytes) -> MultipartParser:
     try:
         return parts.parser(boundary)
@@ -335,6 +352,8 @@ class _MultipartUpload:
             _parser(parts, boundary)  # raises
         try:
             first = await anext(body, b"")
+            if self.content_length is not None and self.content_length <= WHOLE_BODY_MAX_BYTES:
+                first = await _gather(body, first, self.content_length)
             events = _whole_body_events(first, boundary)
             if events is not None:
                 for event in events:

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, assume, given, settings, strategies as st
 from envd.http.upload import _whole_body_events
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from pathlib import Path
 
 BOUNDARY = b"b0und"
@@ -130,7 +131,9 @@ def _snapshot(workdir: Path) -> dict[str, bytes | None]:
     }
 
 
-def _upload(http: httpx.Client, workdir: Path, content: bytes, params: dict[str, str]) -> object:
+def _upload(
+    http: httpx.Client, workdir: Path, content: bytes | Iterator[bytes], params: dict[str, str]
+) -> object:
     """The answer (status, JSON) and the files left, from a clean `workdir` holding `a`."""
     for entry in workdir.iterdir():
         shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
@@ -158,12 +161,13 @@ def test_whole_and_streamed_bodies_agree(
     assume(body.startswith(OPENING))
     params = {"path": f"{workdir}/p"} if with_path else {}
     # One gzip member arrives as one chunk of the decoded body (the whole-body path when the
-    # body is plain); two members arrive as two chunks, the first just the opening delimiter,
+    # body is plain). Two members arrive as two chunks, the first just the opening delimiter,
     # too short for that path, so python-multipart parses the body (split where its state
-    # does not depend on where a chunk ends).
+    # does not depend on where a chunk ends); sent chunked, without a Content-Length, so that
+    # envd does not gather them into one.
     whole = _upload(http, workdir, gzip.compress(body), params)
-    split = gzip.compress(OPENING) + gzip.compress(body[len(OPENING) :])
-    assert whole == _upload(http, workdir, split, params)
+    split = [gzip.compress(OPENING) + gzip.compress(body[len(OPENING) :])]
+    assert whole == _upload(http, workdir, iter(split), params)
 
 
 def test_sdk_body_takes_the_whole_body_path() -> None:
