@@ -3,7 +3,7 @@
 
 Bodies are streamed: each received chunk (about 250 KiB from uvicorn) is written with one
 `os.write` from the event loop, and multipart bodies are parsed incrementally, so memory stays
-flat whatever the size (a small multipart body that arrives whole is split in one pass
+flat whatever the size (a small multipart body is gathered whole and split in one pass
 instead: _whole_body_events). What a failed upload leaves behind is described in file_writer.
 """
 
@@ -233,8 +233,8 @@ def _whole_body_events(chunk: bytes, boundary: bytes) -> list[Event] | None:
     its plain form (opening delimiter first, header lines `Name: value`, delimiters followed by
     CRLF, a closing delimiter), else None: python-multipart then parses it as before.
 
-    A small upload arrives in one chunk; python-multipart's parser, pure Python, costs more
-    than the rest of such an upload. Anything unusual (preamble, transport padding, a delimiter
+    A small body is gathered into one chunk (_gather); python-multipart's parser, pure Python,
+    costs more than the rest of such an upload. Anything unusual (preamble, transport padding, a delimiter
     look-alike in the data, a bad or oversized header, a cut body) is left to python-multipart,
     so errors and their messages stay its own (tests/http/test_files_multipart_paths.py feeds
     the same bodies to both paths).
