@@ -3,7 +3,8 @@
 
 Bodies are streamed: each received chunk (about 250 KiB from uvicorn) is written with one
 `os.write` from the event loop, and multipart bodies are parsed incrementally, so memory stays
-flat whatever the size. What a failed upload leaves behind is described in file_writer.
+flat whatever the size (a small multipart body is gathered whole and split in one pass
+instead: _whole_body_events). What a failed upload leaves behind is described in file_writer.
 """
 
 from __future__ import annotations
@@ -18,7 +19,14 @@ from urllib.parse import unquote
 
 import anyio.to_thread
 from python_multipart.exceptions import FormParserError, MultipartParseError
-from python_multipart.multipart import MultipartParser, parse_options_header
+from python_multipart.multipart import (
+    DEFAULT_MAX_HEADER_COUNT,
+    DEFAULT_MAX_HEADER_SIZE,
+    MAX_BOUNDARY_LENGTH,
+    TOKEN_CHARS,
+    MultipartParser,
+    parse_options_header,
+)
 from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
@@ -56,6 +64,10 @@ _READ: Final = frozenset(
 _ENTRIES_JSON: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 # Uploads up to this size are closed on the event loop (see _finish).
 INLINE_FINISH_MAX_BYTES: Final = 1024 * 1024
+# A multipart body up to this size (its Content-Length) is gathered whole before it is parsed:
+# httpx, and so the SDK, writes a part's headers and its data separately, so they often
+# arrive as two chunks.
+WHOLE_BODY_MAX_BYTES: Final = 64 * 1024
 
 
 async def _gunzip(body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
@@ -150,7 +162,7 @@ class _PartEvents:
 
     def __init__(self) -> None:
         # A part's headers (dict) when it begins, its data, None when it ends.
-        self.events: list[dict[str, bytes] | memoryview | None] = []
+        self.events: list[Event] = []
         # The chunk being parsed: data inside it is passed on without a copy.
         self.chunk = b""
         self.finished = False
@@ -162,7 +174,9 @@ class _PartEvents:
     def parser(self, boundary: bytes) -> MultipartParser:
         return MultipartParser(
             boundary,
-            {
+            max_header_count=DEFAULT_MAX_HEADER_COUNT,  # the limits _whole_body_events keeps
+            max_header_size=DEFAULT_MAX_HEADER_SIZE,
+            callbacks={
                 "on_part_begin": self._begin,
                 "on_header_field": self._header_field,
                 "on_header_value": self._header_value,
@@ -211,6 +225,61 @@ class _PartEvents:
         self.finished = True
 
 
+Event = dict[str, bytes] | memoryview | None
+
+
+def _whole_body_events(chunk: bytes, boundary: bytes) -> list[Event] | None:
+    """The events _PartEvents would queue for `chunk` when it holds a whole multipart body in
+    its plain form (opening delimiter first, header lines `Name: value`, delimiters followed by
+    CRLF, a closing delimiter), else None: python-multipart then parses it as before.
+
+    A small body is gathered into one chunk (_gather); python-multipart's parser, pure Python,
+    costs more than the rest of such an upload. Anything unusual (preamble, transport padding, a delimiter
+    look-alike in the data, a bad or oversized header, a cut body) is left to python-multipart,
+    so errors and their messages stay its own (tests/http/test_files_multipart_paths.py feeds
+    the same bodies to both paths).
+    """
+    opening = b"--" + boundary + b"\r\n"
+    if not chunk.startswith(opening):
+        return None
+    delimiter = b"\r\n--" + boundary
+    view = memoryview(chunk)
+    events: list[Event] = []
+    pos = len(opening)
+    while True:
+        headers: dict[str, bytes] = {}
+        count = 0
+        while not chunk.startswith(b"\r\n", pos):
+            end = chunk.find(b"\r\n", pos)
+            # python-multipart refuses a line over its size limit, and a ninth header.
+            if (
+                end == -1
+                or end - pos >= DEFAULT_MAX_HEADER_SIZE
+                or count == DEFAULT_MAX_HEADER_COUNT
+            ):
+                return None
+            field, colon, value = chunk[pos:end].partition(b":")
+            if not colon or not field or field.translate(None, TOKEN_CHARS) or b"\r" in value:
+                return None
+            headers.setdefault(field.decode("latin-1").lower(), value.lstrip(b" "))
+            count += 1
+            pos = end + 2
+        events.append(headers)
+        start = pos + 2
+        end = chunk.find(delimiter, start)
+        if end == -1:
+            return None
+        if end > start:
+            events.append(view[start:end])
+        events.append(None)
+        pos = end + len(delimiter)
+        if chunk.startswith(b"--", pos):
+            return events  # python-multipart ignores what follows the closing delimiter
+        if not chunk.startswith(b"\r\n", pos):
+            return None
+        pos += 2
+
+
 # RFC 2231 `filename*=charset'language'percent-encoded`, which Go's mime.ParseMediaType
 # decodes and prefers over a plain `filename`.
 _EXTENDED_FILENAME: Final = re.compile(
@@ -224,7 +293,8 @@ def _part_filename(headers: dict[str, bytes]) -> tuple[bool, str | None]:
     _, options = parse_options_header(disposition)
     if options.get(b"name") != b"file":
         return False, None
-    extended = _EXTENDED_FILENAME.search(disposition)
+    # Without a `*` there is no extended parameter, and the test costs less than the search.
+    extended = _EXTENDED_FILENAME.search(disposition) if "*" in disposition else None
     if extended:
         charset = extended.group(1) or "utf-8"
         try:
@@ -234,6 +304,26 @@ def _part_filename(headers: dict[str, bytes]) -> tuple[bool, str | None]:
     filename = options.get(b"filename")
     # Header bytes are UTF-8 on the wire; undecodable bytes survive as surrogates.
     return True, None if filename is None else filename.decode("utf-8", "surrogateescape")
+
+
+async def _gather(body: AsyncIterator[bytes], first: bytes, size: int) -> bytes:
+    """`first` and the chunks after it, until they hold `size` bytes or the body ends."""
+    pieces = [first]
+    held = len(first)
+    while held < size:
+        chunk = await anext(body, None)
+        if chunk is None:
+            break
+        pieces.append(chunk)
+        held += len(chunk)
+    return first if len(pieces) == 1 else b"".join(pieces)
+
+
+def _parser(parts: _PartEvents, boundary: bytes) -> MultipartParser:
+    try:
+        return parts.parser(boundary)
+    except FormParserError as exc:  # a boundary over python-multipart's 256-byte limit
+        raise EnvdHTTPError(400, f"error parsing multipart body: {exc}") from exc
 
 
 class _MultipartUpload:
@@ -256,20 +346,25 @@ class _MultipartUpload:
 
     async def run(self, body: AsyncIterator[bytes], boundary: bytes) -> list[dict[str, object]]:
         parts = _PartEvents()
+        # The parser is built only for a body that needs it (building one costs more than
+        # splitting a small body), but a boundary it refuses is refused before the body is read.
+        if len(boundary) > MAX_BOUNDARY_LENGTH:
+            _parser(parts, boundary)  # raises
         try:
-            parser = parts.parser(boundary)
-        except FormParserError as exc:  # a boundary over python-multipart's 256-byte limit
-            raise EnvdHTTPError(400, f"error parsing multipart body: {exc}") from exc
-        try:
-            async for chunk in body:
-                parts.chunk = chunk
-                try:
-                    parser.write(chunk)
-                except MultipartParseError as exc:
-                    raise EnvdHTTPError(400, f"error parsing multipart body: {exc}") from exc
-                for event in parts.events:
+            first = await anext(body, b"")
+            if self.content_length is not None and self.content_length <= WHOLE_BODY_MAX_BYTES:
+                first = await _gather(body, first, self.content_length)
+            events = _whole_body_events(first, boundary)
+            if events is not None:
+                for event in events:
                     await self._handle(event)
-                parts.events.clear()
+                async for _ in body:
+                    pass  # what follows the closing delimiter, which python-multipart ignores
+                return self.entries
+            parser = _parser(parts, boundary)
+            await self._parse(parser, parts, first)
+            async for chunk in body:
+                await self._parse(parser, parts, chunk)
             if not parts.finished:
                 # A quirk fix: the reference answers 500 for a truncated multipart body.
                 raise EnvdHTTPError(400, "error parsing multipart body: unexpected EOF")
@@ -279,7 +374,17 @@ class _MultipartUpload:
             raise
         return self.entries
 
-    async def _handle(self, event: dict[str, bytes] | memoryview | None) -> None:
+    async def _parse(self, parser: MultipartParser, parts: _PartEvents, chunk: bytes) -> None:
+        parts.chunk = chunk
+        try:
+            parser.write(chunk)
+        except MultipartParseError as exc:
+            raise EnvdHTTPError(400, f"error parsing multipart body: {exc}") from exc
+        for event in parts.events:
+            await self._handle(event)
+        parts.events.clear()
+
+    async def _handle(self, event: Event) -> None:
         if isinstance(event, dict):
             await self._begin_part(event)
         elif self.target is None:
