@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from sandboxd.cgroups import Limits
+from sandboxd import nspawn
+from sandboxd.cgroups import Limits, SandboxCgroups
 from sandboxd.errors import BootError, SandboxError, TemplateError
 from sandboxd.health import health_status
 from sandboxd.runtime import Runtime
@@ -138,12 +139,32 @@ async def test_bad_and_duplicate_ids_are_refused(runtime: Runtime, base_template
     assert await health_status(box.netns) == 204  # the refused boot touched nothing of it
 
 
-@pytest.mark.parametrize("after_s", [0, 0.05, 0.3])
+async def _container_init_up(runtime: Runtime, sandbox_id: str) -> None:
+    """Until the container's PID 1 runs: the boot is then waiting for envd, which starts some
+    hundreds of milliseconds later, after systemd's early units."""
+    cgroups = SandboxCgroups(runtime.host, runtime.cgroup_parent, sandbox_id)
+    while True:
+        supervisor = nspawn.supervisor(cgroups) if cgroups.exists() else None
+        if supervisor is not None and nspawn.leader(supervisor) is not None:
+            return
+        await asyncio.sleep(0.005)
+
+
+# Cancelled as soon as the boot has claimed its id, while the launch thread runs, and while the boot
+# waits for envd (a fixed delay would not do: boots got faster than any safe guess).
+@pytest.mark.parametrize("cancel_at", ["at once", "launching", "waiting for envd"])
 async def test_a_cancelled_boot_leaves_nothing(
-    runtime: Runtime, base_template: Path, after_s: float
+    runtime: Runtime, base_template: Path, cancel_at: str
 ) -> None:
-    boot = asyncio.ensure_future(runtime.boot(new_id(), base_template))
-    await asyncio.sleep(after_s)
+    sandbox_id = new_id()
+    boot = asyncio.ensure_future(runtime.boot(sandbox_id, base_template))
+    if cancel_at == "at once":
+        await asyncio.sleep(0)  # the boot claims its id and hands the launch to its thread
+    elif cancel_at == "launching":
+        await asyncio.sleep(0.05)
+    elif cancel_at == "waiting for envd":
+        await asyncio.wait_for(_container_init_up(runtime, sandbox_id), 60)
+    assert not boot.done(), f"the boot ended before it could be cancelled {cancel_at}"
     boot.cancel()
     with pytest.raises(asyncio.CancelledError):
         await boot
