@@ -46,6 +46,7 @@ from bench.peer_jupyter import JupyterServer, venv_home
 from bench.peer_procs import CpuCgroups, ServerProcess
 from bench.peer_sshd import FAST_CIPHER, HOST, ControlMaster, SshServer
 from bench.process_start import RawStart
+from bench.sdk_process import SDK_PYTHON, require_sdk_python
 from envd._gen.process.process_pb import ProcessConfig, StartRequest
 from tests.envd_process import TRACEBACK_MARKER, start_envd
 
@@ -55,7 +56,6 @@ if TYPE_CHECKING:
 MIB = 1024 * 1024
 GIB = 1024 * MIB
 REPO = Path(__file__).resolve().parents[1]
-SDK_PYTHON = REPO / "tests" / "sdk" / ".venv" / "bin" / "python"
 SMALL_COUNT, SMALL_SIZE = 1000, 4096
 JUPYTER_SIZE = 64 * MIB
 FRESH_SSH_CALLS, KEPT_CALLS = 20, 50
@@ -480,8 +480,7 @@ def main() -> None:
     parser.add_argument("--only", nargs="+", choices=["transfer", "small", "echo", "jupyter"])
     args = parser.parse_args()
     rounds = 1 if args.quick else args.rounds
-    if not SDK_PYTHON.exists():
-        sys.exit("tests/sdk/.venv is missing: build it as scripts/test-sdk does")
+    require_sdk_python()
     work = Path(tempfile.mkdtemp(prefix="bench-peers-", dir="/dev/shm"))
     setup = Path(tempfile.mkdtemp(prefix="bench-peers-"))
     # The login user reads its authorized_keys here (sshd reads it with that user's rights)

@@ -22,7 +22,6 @@ import contextlib
 import os
 import re
 import statistics
-import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from bench.sdk_process import SdkProcess
 from sandboxd.cgroups import CgroupHost
 from sandboxd.health import health_status
 from sandboxd.removal import remove_tree
@@ -38,9 +38,6 @@ from tests.sandboxd.serving import API_KEY, Sandboxd
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Iterator
-
-REPO = Path(__file__).resolve().parents[1]
-SDK_PYTHON = REPO / "tests" / "sdk" / ".venv" / "bin" / "python"
 
 
 @dataclass(frozen=True)
@@ -50,39 +47,18 @@ class Created:
     total_s: float  # Sandbox.create() → commands.run("true") done
 
 
-class SdkCreator:
+class SdkCreator(SdkProcess):
     """The SDK client process (bench/sdk_creator.py): one create and first command per request."""
 
     def __init__(self) -> None:
-        if not SDK_PYTHON.exists():
-            raise SystemExit(f"{SDK_PYTHON} is missing: build it with scripts/sdk-env")
-        env = {k: v for k, v in os.environ.items() if not k.startswith("E2B_")}
-        self.proc = subprocess.Popen(
-            [str(SDK_PYTHON), str(REPO / "bench" / "sdk_creator.py")],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
+        super().__init__("sdk_creator.py")
 
     async def create(self, server: Sandboxd) -> Created:
         return await asyncio.to_thread(self._create, server.url)
 
     def _create(self, url: str) -> Created:
-        assert self.proc.stdin is not None
-        assert self.proc.stdout is not None
-        self.proc.stdin.write(f"{url} {API_KEY}\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError("the SDK creator exited")
-        sandbox_id, create_s, total_s = line.split()
+        sandbox_id, create_s, total_s = self.ask(url, API_KEY)
         return Created(sandbox_id, float(create_s), float(total_s))
-
-    def close(self) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.close()
-        self.proc.wait(30)
 
 
 async def timed(samples: list[float], step: Awaitable[Any]) -> Any:

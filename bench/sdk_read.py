@@ -24,7 +24,6 @@ from __future__ import annotations
 import hashlib
 import os
 import statistics
-import subprocess
 import sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,14 +32,13 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from bench.idle import cpu_seconds
+from bench.sdk_process import SdkProcess
 from bench.transfer import MIB, make_payload, start_baseline, stop, transfer_main
 from tests.envd_process import start_envd
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-REPO = Path(__file__).resolve().parents[1]
-SDK_PYTHON = REPO / "tests" / "sdk" / ".venv" / "bin" / "python"
 READ_CHUNK_BYTES = MIB
 SDK_HEADERS = {"Accept-Encoding": "gzip, deflate"}  # what the SDK's httpx client sends
 
@@ -91,34 +89,15 @@ class Variant:
     encoding: str = ""
 
 
-class SdkReader:
+class SdkReader(SdkProcess):
     """The SDK client process: one `files.read` per request line."""
 
     def __init__(self) -> None:
-        if not SDK_PYTHON.exists():
-            raise SystemExit(f"{SDK_PYTHON} is missing: build it as scripts/test-sdk does")
-        self.proc = subprocess.Popen(
-            [str(SDK_PYTHON), str(REPO / "bench" / "sdk_reader.py")],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
+        super().__init__("sdk_reader.py")
 
     def read(self, url: str, path: str, read_format: str) -> tuple[float, float, int, str]:
-        assert self.proc.stdin is not None
-        assert self.proc.stdout is not None
-        self.proc.stdin.write(f"{url} {path} {read_format}\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError("the SDK reader exited")
-        wall, cpu, length, digest = line.split()
+        wall, cpu, length, digest = self.ask(url, path, read_format)
         return float(wall), float(cpu), int(length), digest
-
-    def close(self) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.close()
-        self.proc.wait(10)
 
 
 def source_text(size: int) -> Iterator[bytes]:
