@@ -2,7 +2,9 @@
 connection), B2 download of a 256 MiB hot file (curl) and B4 stdout of `head -c 256M
 /dev/zero` through Process/Start (curl, proto). Targets: Stat p50 +<= 1 ms; B2 and B4 >= 0.8x.
 Also the proxy's CPU time per Stat request and per MiB relayed in B2 and B4 (this process's,
-user and system): on a busy machine steadier figures than latency and throughput.
+user and system): on a busy machine steadier figures than latency and throughput. And B2 and B4
+through bench.copy_relay, the least work a user-space relay can do (at the proxy's priority),
+against direct: the ceiling for any proxy on this machine.
 
 "Direct" runs the same client inside the sandbox's network namespace (nsenter -n) against
 127.0.0.1:49983; "proxied" runs it on the host against the proxy (uvicorn, uvloop, httptools,
@@ -19,8 +21,10 @@ import contextlib
 import json
 import os
 import re
+import socket
 import statistics
 import struct
+import sys
 import tempfile
 import time
 import uuid
@@ -98,6 +102,25 @@ async def proxied_mib_s(cpu: list[float], url: str, headers: dict[str, str], *ex
     return mib_s
 
 
+async def copy_relay_mib_s(box: Box, path: str, headers: dict[str, str], *extra: str,
+                           stdin: bytes | None = None) -> float:  # fmt: skip
+    """curl_mib_s through bench.copy_relay, over a new connection to envd in the sandbox."""
+    upstream = await box.netns.connect(49983)
+    listener = socket.create_server(("127.0.0.1", 0))
+    with upstream, listener:
+        fds = (listener.fileno(), upstream.fileno())
+        relay = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bench.copy_relay", *map(str, fds), pass_fds=fds
+        )
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}{path}"
+    try:
+        return await curl_mib_s(None, url, headers, *extra, stdin=stdin)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            relay.kill()  # normally gone already: the client closed its connection
+        await relay.wait()
+
+
 def stdout_request() -> bytes:
     body = StartRequest(process=ProcessConfig(cmd="head", args=["-c", str(SIZE), "/dev/zero"]))
     payload = body.to_binary()
@@ -129,6 +152,14 @@ async def one_round(box: Box, proxy_url: str, lua: Path) -> dict[str, tuple[floa
                                 "--data-binary", "@-", stdin=stdout_request()),
         ),
     }  # fmt: skip
+    rows["B2 via copy relay (MiB/s)"] = (
+        rows["B2 download (MiB/s)"][0],
+        await copy_relay_mib_s(box, download, {}),
+    )
+    rows["B4 via copy relay (MiB/s)"] = (
+        rows["B4 stdout, proto (MiB/s)"][0],
+        await copy_relay_mib_s(box, start, proto, "--data-binary", "@-", stdin=stdout_request()),
+    )
     rows["proxy CPU, Stat (us/req)"] = (0.0, stat_cpu[0])
     rows["proxy CPU, B2 (ms/MiB)"] = (0.0, b2_cpu[0])
     rows["proxy CPU, B4 (ms/MiB)"] = (0.0, b4_cpu[0])
@@ -156,6 +187,7 @@ async def bench(template: Path, runs: int, work: Path) -> None:
             with contextlib.suppress(FileNotFoundError):
                 (mount / runtime.cgroup_parent).rmdir()
     print(f"{'median of ' + str(runs) + ' rounds':28} {'direct':>9} {'proxied':>9} {'ratio':>7}")
+    print(f"{'(copy relay rows: relayed)':28}")
     for name in rounds[0]:
         direct = statistics.median(r[name][0] for r in rounds)
         proxied = statistics.median(r[name][1] for r in rounds)
@@ -167,6 +199,13 @@ async def bench(template: Path, runs: int, work: Path) -> None:
         else:
             ratio = f"{statistics.median(r[name][1] / r[name][0] for r in rounds):.2f}"
         print(f"{name:28} {direct:9.2f} {proxied:9.2f} {ratio:>7}")
+    for kind in ("B2", "B4"):
+        proxied_row = next(
+            name for name in rounds[0] if name.startswith(f"{kind} ") and "relay" not in name
+        )
+        relay_row = f"{kind} via copy relay (MiB/s)"
+        share = statistics.median(r[proxied_row][1] / r[relay_row][1] for r in rounds)
+        print(f"{kind} proxied / copy relay: {share:.2f}")
     for name in rounds[0]:
         print(f"  {name}, per round: " + "; ".join(f"{r[name][0]:.2f} / {r[name][1]:.2f}"
                                                   for r in rounds))  # fmt: skip
