@@ -187,7 +187,6 @@ async def bench(template: Path, runs: int, work: Path) -> None:
             with contextlib.suppress(FileNotFoundError):
                 (mount / runtime.cgroup_parent).rmdir()
     print(f"{'median of ' + str(runs) + ' rounds':28} {'direct':>9} {'proxied':>9} {'ratio':>7}")
-    print(f"{'(copy relay rows: relayed)':28}")
     for name in rounds[0]:
         direct = statistics.median(r[name][0] for r in rounds)
         proxied = statistics.median(r[name][1] for r in rounds)
@@ -205,7 +204,7 @@ async def bench(template: Path, runs: int, work: Path) -> None:
         )
         relay_row = f"{kind} via copy relay (MiB/s)"
         share = statistics.median(r[proxied_row][1] / r[relay_row][1] for r in rounds)
-        print(f"{kind} proxied / copy relay: {share:.2f}")
+        print(f"{kind} proxied / copy relay: {share:.2f} (copy relay rows: relayed in 'proxied')")
     for name in rounds[0]:
         print(f"  {name}, per round: " + "; ".join(f"{r[name][0]:.2f} / {r[name][1]:.2f}"
                                                   for r in rounds))  # fmt: skip
