@@ -35,7 +35,7 @@ PTY_CHUNK_BYTES: Final = 16 * 1024  # Go: pty reads
 EOF_GRACE_S: Final = 0.25
 # envd runs at nice -20 and its children at 0 (packaging/envd.service, the spawn helper), as the
 # reference does. On a shared core every write of a streaming child then wakes envd, which
-# preempts the child at once and reads just that write (8 KiB for head or cat): four times the
+# preempts the child at once and reads just that write (8 KiB for `head -c`): four times the
 # events per MiB, twice envd's CPU and half the throughput. A short read that comes within
 # STREAMING_GAP_S of the previous one means output is streaming in small pieces: envd gives its
 # core back once (sched_yield) so the child can fill the pipe before the next read. A lone
