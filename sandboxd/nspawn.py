@@ -96,9 +96,20 @@ def _comm(pid: int) -> str | None:
 def supervisor(cgroups: SandboxCgroups) -> int | None:
     """nspawn's own pid: the nspawn in the sandbox whose parent is outside it (the container's
     processes and nspawn's transient outer child all descend from it). None when nspawn is
-    gone, even if the container's processes were orphaned and live on."""
+    gone, even if the container's processes were orphaned and live on.
+
+    The cgroup tree is read one directory at a time while nspawn moves itself into
+    `supervisor`, a directory it creates then: a read can miss nspawn and see only its outer
+    child, whose parent then looks outside too. A parent that is itself an nspawn rules that
+    child out (a wrong pid here would be waited on until the boot timed out)."""
     pids = cgroups.pids()
-    roots = [p for p in pids if _ppid(p) not in pids and _comm(p) == "systemd-nspawn"]
+    roots = [
+        p
+        for p in pids
+        if _comm(p) == "systemd-nspawn"
+        and (parent := _ppid(p)) not in pids
+        and (parent is None or _comm(parent) != "systemd-nspawn")
+    ]
     return roots[0] if len(roots) == 1 else None
 
 

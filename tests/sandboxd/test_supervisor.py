@@ -1,0 +1,76 @@
+"""Finding nspawn among a sandbox's processes. The cgroup tree is read a directory at a time while
+nspawn moves itself into a subgroup it has just made, so a read can list nspawn's outer child
+without nspawn; that child must not be taken for nspawn (a boot once waited 30 s on it)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from sandboxd import nspawn
+from sandboxd.cgroups import CgroupHost, Limits, SandboxCgroups
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+pytestmark = pytest.mark.root
+
+# A process named as nspawn with a child of the same name (inherited) that it places in the
+# sandbox's cgroups, as nspawn does with its outer child; prints the child's pid once it is there.
+NSPAWN_AND_CHILD = """
+import os, sys, time
+with open("/proc/self/comm", "w") as f:
+    f.write("systemd-nspawn")
+r, w = os.pipe()
+child = os.fork()
+if child == 0:
+    for d in sys.argv[1:]:
+        with open(os.path.join(d, "cgroup.procs"), "w") as f:
+            f.write(str(os.getpid()))
+    os.write(w, b".")
+    time.sleep(120)
+    os._exit(0)
+os.read(r, 1)
+print(child, flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.fixture
+def cgroups(cgroup_parent: str) -> Iterator[SandboxCgroups]:
+    made = SandboxCgroups(CgroupHost.detect(), cgroup_parent, f"sv{uuid.uuid4().hex[:10]}")
+    made.create(Limits())
+    try:
+        yield made
+    finally:
+        made.kill()
+        made.wait_empty(timeout_s=10)
+        made.remove()
+
+
+def test_nspawns_child_seen_without_nspawn_is_not_taken_for_it(cgroups: SandboxCgroups) -> None:
+    parent = subprocess.Popen(
+        [sys.executable, "-c", NSPAWN_AND_CHILD, *map(str, cgroups.dirs)],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
+        assert cgroups.pids() == {child}  # what a read that missed nspawn lists
+        assert Path(f"/proc/{child}/comm").read_text() == "systemd-nspawn\n"
+        assert nspawn.supervisor(cgroups) is None
+
+        for d in cgroups.dirs:  # nspawn found as well: it is the one
+            (d / "cgroup.procs").write_text(str(parent.pid))
+        assert cgroups.pids() == {parent.pid, child}
+        assert nspawn.supervisor(cgroups) == parent.pid
+    finally:
+        parent.kill()
+        parent.wait()
+        if parent.stdout is not None:
+            parent.stdout.close()
