@@ -143,7 +143,7 @@ class Answer:
             status,
             media,
             len(body),
-            body,
+            b"" if request.head.method == "HEAD" else body,  # the length only, as for GET
         )
 
     def start(self) -> None:

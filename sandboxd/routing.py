@@ -131,7 +131,9 @@ def is_sandbox_host(host: str, domain: str) -> bool:
 
 
 def _port(text: str) -> int:
-    if not text.isdigit() or not 0 < int(text) < 65536:
+    # isdigit alone admits digits int() refuses ("²"): the error would escape as a dropped
+    # connection instead of this 400.
+    if not (text.isascii() and text.isdigit()) or not 0 < int(text) < 65536:
         raise RouteError(f"Invalid sandbox port {text!r}")
     return int(text)
 

@@ -24,6 +24,7 @@ IDLE_TIMEOUT_S = 60.0
 # What one read may take: a download's reads came to 0.66 MiB on average with it (uvloop's own
 # buffer for a plain Protocol is 250 KB).
 READ_BUFFER = 1 << 20
+MIN_READ = 64 * 1024  # a read smaller than this would cost more in calls than it saves
 MAX_IDLE_PER_PORT = 16
 FRAMING_HEADERS = (b"content-length", b"transfer-encoding")
 
@@ -47,14 +48,28 @@ class ResponseSink(Protocol):
 
 class ReadBuffer:
     """Memory the loop reads into, shared by a pool's connections: each read is handed on
-    before the next one starts (the loop runs one callback at a time)."""
+    before the next one starts (the loop runs one callback at a time).
+
+    A read the client's transport keeps (queued, not copied) pins the whole bytearray it is a
+    slice of, so the next read goes after it in the same memory, and new memory is taken only
+    when little is left: what queued reads hold stays close to their size. (A new 1 MiB per
+    kept read let a slow client of a stream of small events pin gigabytes before its
+    transport's 1 MiB high-water mark paused the relay.)"""
 
     def __init__(self) -> None:
-        self.view = memoryview(bytearray(READ_BUFFER))
+        self._memory = memoryview(bytearray(READ_BUFFER))
+        self._start = 0
 
-    def renew(self) -> None:
-        """Read into new memory from now on: a transport still holds the last read's."""
-        self.view = memoryview(bytearray(READ_BUFFER))
+    def free(self) -> memoryview:
+        """Where the next read goes."""
+        return self._memory[self._start :]
+
+    def keep(self, nbytes: int) -> None:
+        """The last read's `nbytes` stay referenced: later reads go after them."""
+        self._start += nbytes
+        if READ_BUFFER - self._start < MIN_READ:
+            self._memory = memoryview(bytearray(READ_BUFFER))
+            self._start = 0
 
 
 class UpstreamConnection(asyncio.BufferedProtocol):
@@ -83,10 +98,10 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self._transport = cast("asyncio.Transport", transport)
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        return self._buffer.view
+        return self._buffer.free()
 
     def buffer_updated(self, nbytes: int) -> None:
-        data = self._buffer.view[:nbytes]
+        data = self._buffer.free()[:nbytes]
         sink = self._sink
         if sink is None:  # nothing was asked, or answered already: out of step, drop it
             self.abort()
@@ -98,7 +113,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
             self.abort()
             return
         if sink.response_bytes(data):  # queued by the client's transport, not copied
-            self._buffer.renew()
+            self._buffer.keep(nbytes)
         if self._complete:
             self._sink = None
             sink.response_complete(self._keep_alive)

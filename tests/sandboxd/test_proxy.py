@@ -9,6 +9,7 @@ import hashlib
 import itertools
 import json
 import os
+import re
 import struct
 import subprocess
 import time
@@ -308,6 +309,35 @@ async def test_errors_as_e2b_s_proxy_answers_them(served: tuple[ServedProxy, Box
             assert (await client.get("/health", headers=bad)).status_code == 400
         r = await client.get("/health", headers={"host": "nodot:3000"})
         assert (r.status_code, r.content) == (404, CONTROL_API_STAND_IN)  # not a sandbox host
+
+
+async def test_the_proxy_s_own_answers_keep_the_connection_usable(
+    served: tuple[ServedProxy, Box],
+) -> None:
+    proxy, box = served
+    host, routing = raw_routing(proxy, box)
+    reader, writer = await asyncio.open_connection(*host.decode().split(":"))
+    try:
+        # E2B's 502 to a HEAD: its length, no body; then a port in a digit int() does not
+        # read (latin-1 superscript two): a 400, not a dropped connection; then envd.
+        writer.write(b"HEAD /health HTTP/1.1\r\nHost: %s\r\nE2b-Sandbox-Id: nosuchsandbox\r\n"
+                     b"E2b-Sandbox-Port: 49983\r\n\r\n" % host)  # fmt: skip
+        writer.write(b"GET /health HTTP/1.1\r\nHost: %s\r\nE2b-Sandbox-Id: %s\r\n"
+                     b"E2b-Sandbox-Port: \xb2\r\n\r\n" % (host, box.id.encode()))  # fmt: skip
+        writer.write(b"GET /health HTTP/1.1\r\nHost: %s\r\n%s\r\n" % (host, routing))
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+        assert head.startswith(b"HTTP/1.1 502"), head
+        assert b"content-length: 0" not in head.lower()
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+        assert head.startswith(b"HTTP/1.1 400"), head
+        length = re.search(rb"content-length: (\d+)", head, re.IGNORECASE)
+        assert length, head
+        body = await asyncio.wait_for(reader.readexactly(int(length[1])), 10)
+        assert body.startswith(b"Invalid sandbox port"), body
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+        assert head.startswith(b"HTTP/1.1 204"), head
+    finally:
+        writer.close()
 
 
 async def test_envd_control_paths_are_refused_after_cleaning(
