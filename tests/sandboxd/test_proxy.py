@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
 import itertools
 import json
@@ -110,6 +111,18 @@ def raw_routing(proxy: ServedProxy, box: Box) -> tuple[bytes, bytes]:
     return host, b"E2b-Sandbox-Id: %s\r\nE2b-Sandbox-Port: 49983\r\n" % box.id.encode()
 
 
+@contextlib.asynccontextmanager
+async def raw_connection(
+    host: bytes,
+) -> AsyncIterator[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
+    """A plain TCP connection to the proxy at `host` (as raw_routing gives it)."""
+    reader, writer = await asyncio.open_connection(*host.decode().split(":"))
+    try:
+        yield reader, writer
+    finally:
+        writer.close()
+
+
 async def read_responses(reader: asyncio.StreamReader, count: int) -> list[tuple[int, bytes]]:
     """`count` HTTP/1.1 responses from one connection: (status, body) each, in order."""
     responses: list[tuple[int, bytes]] = []
@@ -149,12 +162,9 @@ async def test_control_api_and_sandbox_requests_pipelined_on_one_connection(
         b"E2b-Sandbox-Port: 49983\r\n\r\n" % host,
         b"GET /health HTTP/1.1\r\nHost: %s\r\n%s\r\n" % (host, routing),
     ]
-    reader, writer = await asyncio.open_connection(*host.decode().split(":"))
-    try:
+    async with raw_connection(host) as (reader, writer):
         writer.write(b"".join(requests))  # all at once: each waits for the one before
         responses = await read_responses(reader, len(requests))
-    finally:
-        writer.close()
     assert [status for status, _ in responses] == [204, 404, 200, 502, 204]
     assert responses[1][1] == CONTROL_API_STAND_IN
     assert json.loads(responses[2][1])["entry"]["name"] == "hostname"
@@ -167,8 +177,7 @@ async def test_head_http_1_0_and_expect_continue_keep_their_meaning(
 ) -> None:
     proxy, box = served
     host, routing = raw_routing(proxy, box)
-    reader, writer = await asyncio.open_connection(*host.decode().split(":"))
-    try:
+    async with raw_connection(host) as (reader, writer):
         # A HEAD answer announces a length but has no body: the next response follows it.
         writer.write(b"HEAD /health HTTP/1.1\r\nHost: %s\r\n%s\r\n" % (host, routing))
         writer.write(b"GET /health HTTP/1.1\r\nHost: %s\r\n%s\r\n" % (host, routing))
@@ -186,16 +195,11 @@ async def test_head_http_1_0_and_expect_continue_keep_their_meaning(
         writer.write(b"continued")
         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
         assert head.startswith(b"HTTP/1.1 200"), head
-    finally:
-        writer.close()
     # An HTTP/1.0 client gets a response it can read: no chunked body, the end by close.
-    reader, writer = await asyncio.open_connection(*host.decode().split(":"))
-    try:
+    async with raw_connection(host) as (reader, writer):
         writer.write(b"GET /files?path=/tmp/continued.txt&username=root HTTP/1.0\r\n"
                      b"Host: %s\r\n%s\r\n" % (host, routing))  # fmt: skip
         response = await asyncio.wait_for(reader.read(), 10)  # to the end: closed after it
-    finally:
-        writer.close()
     assert response.startswith(b"HTTP/1.1 200"), response
     assert b"chunked" not in response.lower()
     assert response.endswith(b"\r\n\r\ncontinued")
@@ -316,8 +320,7 @@ async def test_the_proxy_s_own_answers_keep_the_connection_usable(
 ) -> None:
     proxy, box = served
     host, routing = raw_routing(proxy, box)
-    reader, writer = await asyncio.open_connection(*host.decode().split(":"))
-    try:
+    async with raw_connection(host) as (reader, writer):
         # E2B's 502 to a HEAD: its length, no body; then a port in a digit int() does not
         # read (latin-1 superscript two): a 400, not a dropped connection; then envd.
         writer.write(b"HEAD /health HTTP/1.1\r\nHost: %s\r\nE2b-Sandbox-Id: nosuchsandbox\r\n"
@@ -336,8 +339,6 @@ async def test_the_proxy_s_own_answers_keep_the_connection_usable(
         assert body.startswith(b"Invalid sandbox port"), body
         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
         assert head.startswith(b"HTTP/1.1 204"), head
-    finally:
-        writer.close()
 
 
 async def test_envd_control_paths_are_refused_after_cleaning(
