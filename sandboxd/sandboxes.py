@@ -221,7 +221,10 @@ class SandboxManager:
             self._sandboxes[row.sandbox_id] = sandbox
         for box in boxes.values():  # warm-pool leftovers and boots that never got a record
             log.info("sandbox %s has no record: killing it", box.id)
-            await self.runtime.kill(box)
+            try:
+                await self.runtime.kill(box)
+            except SandboxError:  # one stuck leftover must not keep sandboxd from serving
+                log.exception("sandbox %s: removing the leftover left something", box.id)
 
     # Create
 
@@ -255,12 +258,10 @@ class SandboxManager:
             raise
         row.started_at = now_us()
         row.end_at = row.started_at + spec.timeout_s * 1_000_000
-        template.last_spawned_at = row.started_at
-        template.spawn_count += 1
         await self.store.write(
             functools.partial(self.store.put_sandbox, row),
             functools.partial(self.store.add_event, row.started_at, box.id, "created"),
-            functools.partial(self.store.put_template, template),
+            functools.partial(self.store.count_spawn, template.template_id, row.started_at),
         )
         self._spawn(self._first_sample(sandbox))  # the first metrics point, without waiting 5 s
         return sandbox
@@ -346,15 +347,27 @@ class SandboxManager:
             return False
         self._gone(sandbox_id)
         async with sandbox.lock:
-            await self.store.write(
-                functools.partial(self.store.delete_sandbox, sandbox_id),
-                functools.partial(self.store.add_event, now_us(), sandbox_id, reason),
-            )
-            try:
-                await self._end(sandbox.box)
-            except SandboxError as exc:
-                raise RequestError(500, f"killing {sandbox_id}: {exc}") from exc
+            await self._remove(sandbox, reason)
         return True
+
+    async def _remove(self, sandbox: Sandbox, reason: str) -> None:
+        """The rest of a kill, under the sandbox's lock, once it is out of `_sandboxes` (the
+        API and the proxy no longer see it): the host's teardown, then the row. A teardown that
+        fails puts the sandbox back, so that a retried kill (or the evictor) continues it; the
+        row stays until the host is clean.
+
+        Raises:
+            RequestError: 500 when the host could not remove everything.
+        """
+        try:
+            await self._end(sandbox.box)
+        except SandboxError as exc:
+            self._sandboxes.setdefault(sandbox.id, sandbox)
+            raise RequestError(500, f"killing {sandbox.id}: {exc}") from exc
+        await self.store.write(
+            functools.partial(self.store.delete_sandbox, sandbox.id),
+            functools.partial(self.store.add_event, now_us(), sandbox.id, reason),
+        )
 
     async def pause(self, sandbox_id: str) -> None:
         """Freeze a running sandbox: processes and memory kept, no CPU, no answers.
@@ -365,20 +378,24 @@ class SandboxManager:
         sandbox = self._existing(sandbox_id)
         async with sandbox.lock:
             self._existing(sandbox_id)  # killed while this waited for the lock?
-            if not sandbox.running:
-                raise RequestError(409, f"Sandbox {sandbox_id} is already paused")
-            sandbox.row.state = "paused"  # listed as paused while pausing, as the reference
-            self._gone(sandbox_id)
-            try:
-                await self.runtime.freeze(sandbox.box)
-            except SandboxError as exc:
-                sandbox.row.state = "running"
-                raise RequestError(500, f"pausing {sandbox_id}: {exc}") from exc
-            sandbox.row.end_at = now_us()
-            await self.store.write(
-                functools.partial(self.store.put_sandbox, sandbox.row),
-                functools.partial(self.store.add_event, sandbox.row.end_at, sandbox_id, "paused"),
-            )
+            await self._pause(sandbox)
+
+    async def _pause(self, sandbox: Sandbox) -> None:
+        """`pause` under the sandbox's lock."""
+        if not sandbox.running:
+            raise RequestError(409, f"Sandbox {sandbox.id} is already paused")
+        sandbox.row.state = "paused"  # listed as paused while pausing, as the reference
+        self._gone(sandbox.id)
+        try:
+            await self.runtime.freeze(sandbox.box)
+        except SandboxError as exc:
+            sandbox.row.state = "running"
+            raise RequestError(500, f"pausing {sandbox.id}: {exc}") from exc
+        sandbox.row.end_at = now_us()
+        await self.store.write(
+            functools.partial(self.store.put_sandbox, sandbox.row),
+            functools.partial(self.store.add_event, sandbox.row.end_at, sandbox.id, "paused"),
+        )
 
     async def resume(self, sandbox_id: str, timeout_s: int) -> Sandbox:
         """Thaw a paused sandbox for `timeout_s` (POST /sandboxes/{id}/resume).
@@ -416,11 +433,18 @@ class SandboxManager:
     async def _thaw(self, sandbox: Sandbox, timeout_s: int) -> None:
         try:
             await self.runtime.thaw(sandbox.box)
+        except SandboxError as exc:
+            raise RequestError(500, f"resuming {sandbox.id}: {exc}") from exc
+        try:
             # A thawed envd still has everything /init gave it; sending it again (the same env
             # vars, token and user) is idempotent and restores an envd that restarted.
             await self._init(sandbox)
-        except SandboxError as exc:
-            raise RequestError(500, f"resuming {sandbox.id}: {exc}") from exc
+        except RequestError:
+            # Still paused as far as anyone was told: frozen again (no CPU, no TTL to miss),
+            # and the next resume tries again.
+            with contextlib.suppress(SandboxError):
+                await self.runtime.freeze(sandbox.box)
+            raise
         row = sandbox.row
         row.state = "running"
         row.started_at = now_us()
@@ -466,13 +490,22 @@ class SandboxManager:
 
     async def _expire(self, sandbox: Sandbox) -> None:
         try:
-            if sandbox.row.auto_pause:
-                await self.pause(sandbox.id)
-            else:
-                await self.kill(sandbox.id, reason="expired")
+            async with sandbox.lock:
+                # Looked at again under the lock: a connect or set_timeout since the evictor's
+                # look may have moved the end, and a pause or kill may have come first.
+                row = sandbox.row
+                if self._sandboxes.get(sandbox.id) is not sandbox or not sandbox.running:
+                    return
+                if row.end_at > now_us():
+                    return
+                if row.auto_pause:
+                    await self._pause(sandbox)
+                    return
+                self._sandboxes.pop(sandbox.id)
+                self._gone(sandbox.id)
+                await self._remove(sandbox, "expired")
         except RequestError as exc:
-            if exc.status != 404 and exc.status != 409:  # killed or paused meanwhile: done
-                log.warning("sandbox %s at its end: %s", sandbox.id, exc.message)
+            log.warning("sandbox %s at its end: %s", sandbox.id, exc.message)
         finally:
             self._expiring.discard(sandbox.id)
 
@@ -482,21 +515,28 @@ class SandboxManager:
         one burst (20 at once held /health back by several ms); the round's rows are written
         in one transaction."""
         while True:
-            started, now_s = time.monotonic(), int(time.time())
-            running = [s for s in self._sandboxes.values() if s.running]
-            gap = SAMPLE_EVERY_S / max(1, len(running))
-            async with asyncio.TaskGroup() as group:
-                samples = []
-                for i, sandbox in enumerate(running):
-                    await asyncio.sleep(max(0.0, started + i * gap - time.monotonic()))
-                    samples.append(group.create_task(self._sample(sandbox)))
-            changes = [functools.partial(self.store.add_team_sample, now_s, len(running))]
-            for sandbox, task in zip(running, samples, strict=True):
-                sample = task.result()
-                if sample is not None and sandbox.id in self._sandboxes:
-                    changes.append(functools.partial(self.store.add_metric, sandbox.id, sample))
-            await self.store.write(*changes)
+            started = time.monotonic()
+            try:
+                await self._sample_round(started)
+            except Exception:  # a store that is busy or full now: the next round tries again
+                log.exception("sampling metrics")
             await asyncio.sleep(max(0.0, SAMPLE_EVERY_S - (time.monotonic() - started)))
+
+    async def _sample_round(self, started: float) -> None:
+        now_s = int(time.time())
+        running = [s for s in self._sandboxes.values() if s.running]
+        gap = SAMPLE_EVERY_S / max(1, len(running))
+        async with asyncio.TaskGroup() as group:
+            samples = []
+            for i, sandbox in enumerate(running):
+                await asyncio.sleep(max(0.0, started + i * gap - time.monotonic()))
+                samples.append(group.create_task(self._sample(sandbox)))
+        changes = [functools.partial(self.store.add_team_sample, now_s, len(running))]
+        for sandbox, task in zip(running, samples, strict=True):
+            sample = task.result()
+            if sample is not None and sandbox.id in self._sandboxes:
+                changes.append(functools.partial(self.store.add_metric, sandbox.id, sample))
+        await self.store.write(*changes)
 
     async def _first_sample(self, sandbox: Sandbox) -> None:
         sample = await self._sample(sandbox)

@@ -161,6 +161,15 @@ class Store:
         names = ", ".join(f.name for f in dataclasses.fields(t))
         self._writes.execute(f"INSERT OR REPLACE INTO templates ({names}) VALUES ({marks})", values)  # noqa: S608  # column names are ours
 
+    def count_spawn(self, template_id: str, at_us: int) -> None:
+        """One more sandbox of the template; nothing when it was deleted meanwhile (a create
+        reads the template before its boot and must not write that copy back)."""
+        self._writes.execute(
+            "UPDATE templates SET spawn_count = spawn_count + 1, last_spawned_at = ? "
+            "WHERE template_id = ?",
+            (at_us, template_id),
+        )
+
     def template(self, id_or_alias: str) -> TemplateRow | None:
         row = self.db.execute(
             "SELECT * FROM templates WHERE template_id = ? OR alias = ? "

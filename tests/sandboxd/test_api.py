@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -391,6 +392,18 @@ def test_templates(api: httpx.Client) -> None:
     assert "cpuCount" in bad.json()["message"]
 
 
+def test_creates_at_once_each_count_a_spawn(server: Sandboxd, api: httpx.Client) -> None:
+    made = api.post("/v2/templates", json={"alias": "counted", "cpuCount": 1, "memoryMB": 256})
+    template_id = made.json()["templateID"]
+    with ThreadPoolExecutor(3) as pool:  # boots overlap: each create read the count before
+        sandboxes = list(pool.map(lambda _: create(api, templateID="counted"), range(3)))
+    listed = {t["templateID"]: t for t in api.get("/templates").json()}
+    assert listed[template_id]["spawnCount"] == 3
+    for sandbox in sandboxes:
+        kill(api, sandbox["sandboxID"])
+    assert api.delete(f"/templates/{template_id}").status_code == 204
+
+
 def test_a_create_that_cannot_boot_leaves_nothing(server: Sandboxd, api: httpx.Client) -> None:
     missing = server.state_dir / "no-such-rootfs"
     with sqlite3.connect(server.state_dir / "sandboxd.db") as db:
@@ -405,6 +418,26 @@ def test_a_create_that_cannot_boot_leaves_nothing(server: Sandboxd, api: httpx.C
     assert "no template root filesystem" in response.json()["message"]
     assert list((server.state_dir / "sandboxes").iterdir()) == []
     assert api.get("/v2/sandboxes", params={"template": "broken"}).json() == []
+
+
+def test_a_kill_that_could_not_remove_everything_is_continued_by_the_next(
+    server: Sandboxd, api: httpx.Client
+) -> None:
+    sandbox_id = str(create(api)["sandboxID"])
+    blocker = server.box_dir(sandbox_id) / "blocker"  # a mount the teardown does not expect
+    blocker.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "blocker", str(blocker)], check=True)
+    try:
+        response = api.delete(f"/sandboxes/{sandbox_id}")
+        assert response.status_code == 500
+        assert "still mounted" in response.json()["message"]
+        assert api.get(f"/sandboxes/{sandbox_id}").status_code == 200  # known until removed
+    finally:
+        subprocess.run(["umount", str(blocker)], check=True)
+    kill(api, sandbox_id)
+    assert api.get(f"/sandboxes/{sandbox_id}").status_code == 404
+    assert not server.box_dir(sandbox_id).exists()
+    wait_until(lambda: server.traces(sandbox_id) == [], 10, "the sandbox's traces to go")
 
 
 def test_api_key_create_prints_a_key_that_works(server: Sandboxd) -> None:
