@@ -47,6 +47,9 @@ HOP_BY_HOP = frozenset(
      b"transfer-encoding", b"upgrade", b"proxy-authorization", b"proxy-authenticate")
 )  # fmt: skip
 NEVER_FORWARDED = frozenset((b"x-api-key",))  # the control API's key stays with sandboxd
+# Sent again on a new connection when a kept-alive one closed before any answer (RFC 9110
+# §9.2.2); only without a body, which the relay does not keep.
+IDEMPOTENT_WITHOUT_BODY = frozenset(("GET", "HEAD", "OPTIONS"))
 
 
 class Client(Protocol):
@@ -182,6 +185,8 @@ class Relay:
         self.response_begun = False
         self.finished = False  # answered, failed or abandoned: nothing more to do
         self.client_full = False  # the client's transport holds too much: do not read
+        self.body_seen = False
+        self.reused = False  # sent on a kept-alive connection, which its server may be closing
         self._connecting: asyncio.Task[None] | None = None
 
     # Exchange
@@ -189,12 +194,13 @@ class Relay:
     def start(self) -> None:
         upstream = self.proxy.pool.take_idle(self.box.id, self.target.port)
         if upstream is not None:
+            self.reused = True
             self._send(upstream)
             return
-        self.client.hold_reading("connecting", True)
-        self._connecting = asyncio.ensure_future(self._connect())
+        self._connect_soon()
 
     def body(self, data: bytes) -> None:
+        self.body_seen = self.body_seen or bool(data)
         if self.chunked:
             data = b"%x\r\n%s\r\n" % (len(data), data)
         if self.pending:
@@ -248,6 +254,14 @@ class Relay:
             self.proxy.pool.drop(upstream)
         if self.finished:
             return
+        if self._retryable():
+            # A server closes an idle kept-alive connection when it likes (Node after 5 s,
+            # gunicorn after 2); a request sent as it did so never reached it. RFC 9110 §9.2.2
+            # lets an idempotent one be sent again, as clients do, on a new connection.
+            self.reused = False
+            self.pending = [self.head]
+            self._connect_soon()
+            return
         self._finish()
         if self.response_begun:
             log.debug("sandbox %s: response cut: %s", self.target.sandbox_id, reason)
@@ -260,6 +274,23 @@ class Relay:
 
     # internals
 
+    def _sandbox_running(self) -> bool:
+        return self.proxy.lookup.running_box(self.target.sandbox_id) is self.box
+
+    def _retryable(self) -> bool:
+        return (
+            self._sandbox_running()  # not a cut by kill or pause
+            and self.reused
+            and not self.response_begun
+            and self.request_ended
+            and not self.body_seen
+            and self.request.head.method in IDEMPOTENT_WITHOUT_BODY
+        )
+
+    def _connect_soon(self) -> None:
+        self.client.hold_reading("connecting", True)
+        self._connecting = asyncio.ensure_future(self._connect())
+
     async def _connect(self) -> None:
         try:
             upstream = await self.proxy.pool.connect(self.box, self.target.port)
@@ -271,6 +302,11 @@ class Relay:
             self.client.hold_reading("connecting", False)
         if self.finished:  # the client left meanwhile
             self.proxy.pool.drop(upstream)
+            return
+        if not self._sandbox_running():  # paused or killed meanwhile: its cut missed this one
+            self.proxy.pool.drop(upstream)
+            self._finish()
+            self._answer_502("The sandbox was not found")
             return
         self._send(upstream)
         self.flush()

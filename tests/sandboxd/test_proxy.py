@@ -23,6 +23,7 @@ import pytest
 
 from envd.http.signing import file_signature
 from tests.client import AS_USER
+from tests.sandboxd.inside import run
 from tests.sandboxd.proxied import CONTROL_API_STAND_IN, ServedProxy, envd_init, serve_proxy
 from tests.waiting import wait_until_async
 
@@ -339,6 +340,46 @@ async def test_the_proxy_s_own_answers_keep_the_connection_usable(
         assert body.startswith(b"Invalid sandbox port"), body
         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
         assert head.startswith(b"HTTP/1.1 204"), head
+
+
+# Answers the first request on each connection and keeps it open; a second request on it finds
+# the connection closed unanswered, as by a server closing an idle kept-alive connection.
+ONE_ANSWER_PER_CONNECTION = """
+import socket, threading
+server = socket.create_server(("127.0.0.1", 8081))
+def serve(conn):
+    lines = conn.makefile("rb")
+    while lines.readline() not in (b"\\r\\n", b""):
+        pass
+    conn.sendall(b"HTTP/1.1 200 OK\\r\\ncontent-length: 5\\r\\n\\r\\nfirst")
+    lines.readline()
+    conn.close()
+while True:
+    threading.Thread(target=serve, args=(server.accept()[0],)).start()
+"""
+
+
+async def test_a_request_on_a_connection_its_server_closed_is_sent_again(
+    served: tuple[ServedProxy, Box],
+) -> None:
+    proxy, box = served
+    script = box.dir / "root/root/one_answer.py"  # the sandbox's /root, seen from the host
+    script.write_text(ONE_ANSWER_PER_CONNECTION)
+    run(box, "systemd-run -q --unit one-answer python3 /root/one_answer.py")
+    async with httpx.AsyncClient(base_url=proxy.url, headers=routed(box, 8081)) as client:
+        await wait_until_async(lambda: port_answers(client), 10, "the server in the sandbox")
+        # A GET on the kept-alive connection the server closes: sent again on a new one.
+        for _ in range(3):
+            r = await client.get("/")
+            assert (r.status_code, r.content) == (200, b"first")
+        # A request with a body is not (its body is gone): E2B's 502.
+        r = await client.post("/", content=b"body")
+        assert r.status_code == 502
+        assert r.json()["message"] == "The sandbox closed the connection without answering"
+
+
+async def port_answers(client: httpx.AsyncClient) -> bool:
+    return (await client.get("/")).status_code == 200
 
 
 async def test_envd_control_paths_are_refused_after_cleaning(
