@@ -81,6 +81,8 @@ class Listener(asyncio.Protocol):
             # Upgrades (websockets) are not relayed: the request was handled as plain HTTP
             # without its Upgrade header, and the bytes after it have no meaning here.
             self._close_after = True
+            if self._answering is None and not self._waiting:
+                self._close()  # answered already (the proxy's own answers are synchronous)
         except httptools.HttpParserError:
             if self._answering is None and self.transport is not None:
                 self.transport.write(BAD_REQUEST)
@@ -135,7 +137,8 @@ class Listener(asyncio.Protocol):
         parser = self._parser
         method = parser.get_method()
         request = Request(RequestHead.parse(method, self._url, self._headers), self._headers,
-                          parser.get_http_version(), parser.should_keep_alive())  # fmt: skip
+                          parser.get_http_version(), parser.should_keep_alive(),
+                          parser.should_upgrade())  # fmt: skip
         exchange = self.proxy.exchange(request, self) or _ControlExchange(self, request)
         self._receiving = exchange
         if self._answering is None:

@@ -50,6 +50,7 @@ NEVER_FORWARDED = frozenset((b"x-api-key",))  # the control API's key stays with
 # Sent again on a new connection when a kept-alive one closed before any answer (RFC 9110
 # §9.2.2); only without a body, which the relay does not keep.
 IDEMPOTENT_WITHOUT_BODY = frozenset(("GET", "HEAD", "OPTIONS"))
+FRAMING = frozenset((b"content-length", b"transfer-encoding"))
 
 
 class Client(Protocol):
@@ -93,9 +94,11 @@ class Request:
     """What the proxy needs of a request besides its routing head."""
 
     def __init__(self, head: RequestHead, raw_headers: list[tuple[bytes, bytes]],
-                 version: str, keep_alive: bool) -> None:  # fmt: skip
+                 version: str, keep_alive: bool, upgrade: bool = False) -> None:  # fmt: skip
         self.head, self.raw_headers = head, raw_headers
         self.version, self.keep_alive = version, keep_alive
+        # An upgrade's bytes after its head are the new protocol's: httptools hands on no body.
+        self.upgrade = upgrade
 
 
 class SandboxProxy:
@@ -345,6 +348,8 @@ def _request_head(request: Request, target: Target) -> tuple[bytes, bool]:
     chunked = has_host = has_length = False
     for name, value in raw:
         lower = name.lower()
+        if request.upgrade and lower in FRAMING:
+            continue  # relayed without a body: the length must not make the server wait for one
         if lower == b"transfer-encoding":
             chunked = True
         if lower in HOP_BY_HOP or lower in NEVER_FORWARDED or lower in connection_named:
