@@ -204,9 +204,9 @@ class Listener(asyncio.Protocol):
 
     def _begin(self, exchange: Exchange) -> None:
         self._answering = exchange
-        if not self._writable:  # still full from the response before
-            exchange.client_writable(False)
         exchange.start()
+        if not self._writable:  # still full from the response before (told once started: a
+            exchange.client_writable(False)  # control exchange has no server to tell before)
 
     def _idle(self) -> None:
         """Between requests: closed after uvicorn's keep-alive timeout without a new one."""

@@ -34,13 +34,23 @@ class WarmPool:
         self._boxes: dict[Path, list[Box]] = {}
         self._fillers: dict[Path, asyncio.Task[None]] = {}
 
-    def take(self, rootfs: Path, limits: Limits) -> Box | None:
+    async def take(self, rootfs: Path, limits: Limits) -> Box | None:
         """A booted sandbox of `rootfs` with `limits` applied, or None; starts a refill."""
         boxes = self._boxes.get(rootfs, [])
         box = boxes.pop() if boxes else None
-        if box is not None:
-            self.runtime.set_limits(box, limits)
         self.fill(rootfs, limits, after_s=REFILL_AFTER_TAKE_S)
+        if box is None:
+            return None
+        try:
+            self.runtime.set_limits(box, limits)
+        except OSError as exc:  # e.g. a memory limit below what the waiting sandbox uses
+            log.warning("warm sandbox %s cannot take the limits %s (%s): booting one instead",
+                        box.id, limits, exc.strerror)  # fmt: skip
+            try:
+                await self.runtime.kill(box)
+            except SandboxError as kill_error:
+                log.warning("warm pool: killing %s: %s", box.id, kill_error)
+            return None
         return box
 
     def fill(self, rootfs: Path, limits: Limits, after_s: float = 0) -> None:

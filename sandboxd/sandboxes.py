@@ -269,7 +269,7 @@ class SandboxManager:
     async def _boot(self, template: TemplateRow) -> Box:
         limits = template_limits(template)
         rootfs = Path(template.rootfs)
-        box = self.pool.take(rootfs, limits)
+        box = await self.pool.take(rootfs, limits)
         if box is not None:
             return box
         try:
