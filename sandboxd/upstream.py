@@ -157,8 +157,12 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self._keep_alive = self._parser.should_keep_alive()
         if self._head_only:
             # A HEAD answer's Content-Length announces no body; the parser cannot be told, so
-            # this connection is not used again (the client's may be: it knows).
+            # this connection is not used again. The client's is not either, unless the status
+            # has no body by definition: a server that sends a body anyway (do_HEAD = do_GET)
+            # would have it read as the start of the next response, and httptools does not say
+            # where in the read the head ended.
             self._complete = True
+            self._keep_alive = self._keep_alive and status in (204, 304)
 
     def on_message_complete(self) -> None:
         if self._final_head:

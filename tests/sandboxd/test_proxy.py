@@ -400,6 +400,40 @@ async def test_an_upgrade_with_a_body_is_relayed_without_it(
         await asyncio.wait_for(reader.read(), 10)  # then the connection ends (no upgrade)
 
 
+# A server that answers HEAD with GET's body too, as `do_HEAD = do_GET` handlers do.
+HEAD_WITH_A_BODY = """
+from http.server import BaseHTTPRequestHandler, HTTPServer
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("content-length", "4")
+        self.end_headers()
+        self.wfile.write(b"body")
+    do_HEAD = do_GET
+HTTPServer(("127.0.0.1", 8082), Handler).serve_forever()
+"""
+
+
+async def test_a_head_answered_with_a_body_ends_the_connection(
+    served: tuple[ServedProxy, Box],
+) -> None:
+    proxy, box = served
+    (box.dir / "root/root/head_body.py").write_text(HEAD_WITH_A_BODY)
+    run(box, "systemd-run -q --unit head-body python3 /root/head_body.py")
+    async with httpx.AsyncClient(base_url=proxy.url, headers=routed(box, 8082)) as client:
+        await wait_until_async(lambda: port_answers(client), 10, "the server in the sandbox")
+    host, _ = raw_routing(proxy, box)
+    routing = b"E2b-Sandbox-Id: %s\r\nE2b-Sandbox-Port: 8082\r\n" % box.id.encode()
+    async with raw_connection(host) as (reader, writer):
+        writer.write(b"HEAD / HTTP/1.1\r\nHost: %s\r\n%s\r\n" % (host, routing))
+        writer.write(b"GET / HTTP/1.1\r\nHost: %s\r\n%s\r\n" % (host, routing))
+        received = await asyncio.wait_for(reader.read(), 10)  # to the end: closed after HEAD
+    # Only the HEAD's answer: the body after it would have been read as the GET's answer.
+    assert received.startswith(b"HTTP/1.1 200"), received
+    assert received.count(b"HTTP/1.1 ") == 1, received
+
+
 async def test_envd_control_paths_are_refused_after_cleaning(
     served: tuple[ServedProxy, Box],
 ) -> None:
