@@ -46,6 +46,7 @@ DEFAULT_WORKDIR = "/home/user"
 INIT_DEADLINE_S = 10
 INIT_RETRY_S = 0.005
 EVICT_POLL_S = 0.05
+EXPIRE_RETRY_S = 30.0  # after a pause or kill at the end failed
 SAMPLE_EVERY_S = 5
 # The reference gives envd 100 ms; a Python envd on a busy host needs more now and then.
 SAMPLE_TIMEOUT_S = 1
@@ -489,6 +490,7 @@ class SandboxManager:
                     self._spawn(self._expire(sandbox))
 
     async def _expire(self, sandbox: Sandbox) -> None:
+        retry_in = 0.0
         try:
             async with sandbox.lock:
                 # Looked at again under the lock: a connect or set_timeout since the evictor's
@@ -505,9 +507,13 @@ class SandboxManager:
                 self._gone(sandbox.id)
                 await self._remove(sandbox, "expired")
         except RequestError as exc:
-            log.warning("sandbox %s at its end: %s", sandbox.id, exc.message)
+            # Again later, not at every poll: a mount that will not go fails the same way 20
+            # times a second.
+            retry_in = EXPIRE_RETRY_S
+            log.warning("sandbox %s at its end: %s (again in %g s)", sandbox.id, exc.message,
+                        retry_in)  # fmt: skip
         finally:
-            self._expiring.discard(sandbox.id)
+            asyncio.get_running_loop().call_later(retry_in, self._expiring.discard, sandbox.id)
 
     async def _sample_loop(self) -> None:
         """Every 5 s: each running sandbox's envd /metrics, and the running count. The requests
