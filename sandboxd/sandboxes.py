@@ -94,6 +94,9 @@ class Sandbox:
     box: Box
     token: str | None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # A kill that could not remove everything: listed (its record stays) until a retry does,
+    # but neither running nor reachable; the evictor retries it.
+    dying: bool = False
 
     @property
     def id(self) -> str:
@@ -101,7 +104,7 @@ class Sandbox:
 
     @property
     def running(self) -> bool:
-        return self.row.state == "running"
+        return self.row.state == "running" and not self.dying
 
 
 class SandboxManager:
@@ -333,7 +336,7 @@ class SandboxManager:
 
     def _existing(self, sandbox_id: str) -> Sandbox:
         sandbox = self._sandboxes.get(sandbox_id)
-        if sandbox is None:
+        if sandbox is None or sandbox.dying:
             raise not_found(sandbox_id)
         return sandbox
 
@@ -354,8 +357,8 @@ class SandboxManager:
     async def _remove(self, sandbox: Sandbox, reason: str) -> None:
         """The rest of a kill, under the sandbox's lock, once it is out of `_sandboxes` (the
         API and the proxy no longer see it): the host's teardown, then the row. A teardown that
-        fails puts the sandbox back, so that a retried kill (or the evictor) continues it; the
-        row stays until the host is clean.
+        fails puts the sandbox back as dying, so that a retried kill (or the evictor) continues
+        it; the row stays until the host is clean.
 
         Raises:
             RequestError: 500 when the host could not remove everything.
@@ -363,7 +366,13 @@ class SandboxManager:
         try:
             await self._end(sandbox.box)
         except SandboxError as exc:
+            sandbox.dying = True
             self._sandboxes.setdefault(sandbox.id, sandbox)
+            # The evictor carries on in EXPIRE_RETRY_S; a DELETE may come sooner.
+            self._expiring.add(sandbox.id)
+            asyncio.get_running_loop().call_later(
+                EXPIRE_RETRY_S, self._expiring.discard, sandbox.id
+            )
             raise RequestError(500, f"killing {sandbox.id}: {exc}") from exc
         await self.store.write(
             functools.partial(self.store.delete_sandbox, sandbox.id),
@@ -475,17 +484,15 @@ class SandboxManager:
     # Background: the evictor and the metrics sampler
 
     async def _evict_loop(self) -> None:
-        """At endAt: kill, or pause when autoPause (the reference polls every 50 ms too)."""
+        """At endAt: kill, or pause when autoPause (the reference polls every 50 ms too); and
+        kills that stopped halfway, again."""
         while True:
             await asyncio.sleep(EVICT_POLL_S)
             now = now_us()
             for sandbox in list(self._sandboxes.values()):
                 row = sandbox.row
-                if (
-                    row.state == "running"
-                    and row.end_at <= now
-                    and row.sandbox_id not in self._expiring
-                ):
+                ended = sandbox.running and row.end_at <= now
+                if (ended or sandbox.dying) and row.sandbox_id not in self._expiring:
                     self._expiring.add(row.sandbox_id)
                     self._spawn(self._expire(sandbox))
 
@@ -496,9 +503,13 @@ class SandboxManager:
                 # Looked at again under the lock: a connect or set_timeout since the evictor's
                 # look may have moved the end, and a pause or kill may have come first.
                 row = sandbox.row
-                if self._sandboxes.get(sandbox.id) is not sandbox or not sandbox.running:
+                if self._sandboxes.get(sandbox.id) is not sandbox:
                     return
-                if row.end_at > now_us():
+                if sandbox.dying:  # a kill that stopped halfway: carry on with it
+                    self._sandboxes.pop(sandbox.id)
+                    await self._remove(sandbox, "killed")
+                    return
+                if not sandbox.running or row.end_at > now_us():
                     return
                 if row.auto_pause:
                     await self._pause(sandbox)

@@ -431,7 +431,9 @@ def test_a_kill_that_could_not_remove_everything_is_continued_by_the_next(
         response = api.delete(f"/sandboxes/{sandbox_id}")
         assert response.status_code == 500
         assert "still mounted" in response.json()["message"]
-        assert api.get(f"/sandboxes/{sandbox_id}").status_code == 200  # known until removed
+        assert api.get(f"/sandboxes/{sandbox_id}").status_code == 200  # listed until removed
+        # but no longer usable
+        assert api.post(f"/sandboxes/{sandbox_id}/connect", json={"timeout": 30}).status_code == 404
     finally:
         subprocess.run(["umount", str(blocker)], check=True)
     kill(api, sandbox_id)
