@@ -167,6 +167,10 @@ class Listener(asyncio.Protocol):
         transport.write(data)
         return transport.get_write_buffer_size() > 0
 
+    def backed_up(self) -> bool:
+        transport = self.transport
+        return transport is not None and transport.get_write_buffer_size() > 0
+
     def answered(self, keep_alive: bool) -> None:
         self._answering = None
         if self.transport is None or self.transport.is_closing():

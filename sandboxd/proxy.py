@@ -33,7 +33,7 @@ from sandboxd.routing import (
     is_sandbox_request,
     resolve,
 )
-from sandboxd.upstream import UpstreamConnection, UpstreamPool
+from sandboxd.upstream import COPY_BELOW, UpstreamConnection, UpstreamPool
 
 if TYPE_CHECKING:
     from sandboxd.runtime import Box, Runtime
@@ -58,6 +58,9 @@ class Client(Protocol):
 
     def write(self, data: bytes | memoryview) -> bool:
         """True when the transport keeps `data` queued (the client is slower)."""
+
+    def backed_up(self) -> bool:
+        """The transport holds bytes not yet sent: a write now is queued behind them."""
 
     def answered(self, keep_alive: bool) -> None:
         """The response is complete; the connection may carry the next one if `keep_alive`."""
@@ -238,6 +241,9 @@ class Relay:
 
     def response_bytes(self, data: memoryview) -> bool:
         self.response_begun = True
+        if len(data) < COPY_BELOW and self.client.backed_up():
+            self.client.write(bytes(data))  # see upstream.ReadBuffer: not to pin its 1 MiB
+            return False
         return self.client.write(data)
 
     def response_complete(self, keep_alive: bool) -> None:
@@ -251,16 +257,16 @@ class Relay:
         # The head went to the client as the sandbox sent it: a "close" there is the client's.
         self.client.answered(keep_alive and self.request.keep_alive)
 
-    def response_failed(self, reason: str) -> None:
+    def response_failed(self, reason: str, received: bool) -> None:
         upstream, self.upstream = self.upstream, None
         if upstream is not None:
             self.proxy.pool.drop(upstream)
         if self.finished:
             return
-        if self._retryable():
+        if not received and self._retryable():
             # A server closes an idle kept-alive connection when it likes (Node after 5 s,
-            # gunicorn after 2); a request sent as it did so never reached it. RFC 9110 §9.2.2
-            # lets an idempotent one be sent again, as clients do, on a new connection.
+            # gunicorn after 2); a request sent as it did so may not have reached it. RFC 9110
+            # §9.2.2 lets an idempotent one be sent again, as clients do, on a new connection.
             self.reused = False
             self.pending = [self.head]
             self._connect_soon()
@@ -287,6 +293,7 @@ class Relay:
             and not self.response_begun
             and self.request_ended
             and not self.body_seen
+            and not self.chunked  # its last chunk went with the first try
             and self.request.head.method in IDEMPOTENT_WITHOUT_BODY
         )
 

@@ -25,6 +25,9 @@ IDLE_TIMEOUT_S = 60.0
 # buffer for a plain Protocol is 250 KB).
 READ_BUFFER = 1 << 20
 MIN_READ = 64 * 1024  # a read smaller than this would cost more in calls than it saves
+# A read smaller than this that a backed-up client would queue is copied instead (the proxy's
+# Relay): a kept slice pins the whole 1 MiB it is part of, whichever connection read after it.
+COPY_BELOW = 256 * 1024
 MAX_IDLE_PER_PORT = 16
 FRAMING_HEADERS = (b"content-length", b"transfer-encoding")
 
@@ -39,8 +42,9 @@ class ResponseSink(Protocol):
     def response_complete(self, keep_alive: bool) -> None:
         """The response ended; `keep_alive` when its head did not ask to close."""
 
-    def response_failed(self, reason: str) -> None:
-        """The connection ended (reset, cut, bad HTTP) before the response did."""
+    def response_failed(self, reason: str, received: bool) -> None:
+        """The connection ended (reset, cut, bad HTTP) before the response did; `received`
+        when any byte of a response had come (the request reached the server)."""
 
     def upstream_writable(self, writable: bool) -> None:
         """The sandbox stopped (False) or resumed (True) taking request bytes."""
@@ -52,7 +56,8 @@ class ReadBuffer:
 
     A read the client's transport keeps (queued, not copied) pins the whole bytearray it is a
     slice of, so the next read goes after it in the same memory, and new memory is taken only
-    when little is left: what queued reads hold stays close to their size. (A new 1 MiB per
+    when little is left. Reads under COPY_BELOW for a backed-up client are copied instead, so
+    what a stalled client pins stays within a few times what it has queued. (A new 1 MiB per
     kept read let a slow client of a stream of small events pin gigabytes before its
     transport's 1 MiB high-water mark paused the relay.)"""
 
@@ -88,6 +93,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self._final_head = False  # the head being parsed is not an interim (1xx) one
         self._complete = False
         self._keep_alive = False
+        self._received = False
         self._reading_paused = False
         self._idle_timer: asyncio.TimerHandle | None = None
 
@@ -102,6 +108,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         data = self._buffer.free()[:nbytes]
+        self._received = True
         sink = self._sink
         if sink is None:  # nothing was asked, or answered already: out of step, drop it
             self.abort()
@@ -177,7 +184,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
             self._idle_timer = None
         self._sink = sink
         self._head_only = head_only
-        self._head_seen = self._complete = self._keep_alive = False
+        self._head_seen = self._complete = self._keep_alive = self._received = False
 
     def write(self, data: bytes) -> None:
         """Send request body bytes (the sink hears when the sandbox stops taking them)."""
@@ -212,7 +219,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
     def _fail(self, reason: str) -> None:
         sink, self._sink = self._sink, None
         if sink is not None and not self._complete:
-            sink.response_failed(reason)
+            sink.response_failed(reason, self._received)
 
 
 class UpstreamPool:

@@ -376,6 +376,18 @@ async def test_a_request_on_a_connection_its_server_closed_is_sent_again(
         r = await client.post("/", content=b"body")
         assert r.status_code == 502
         assert r.json()["message"] == "The sandbox closed the connection without answering"
+    # Nor a chunked one, even empty (its last chunk went with the first try).
+    host, _ = raw_routing(proxy, box)
+    routing = b"E2b-Sandbox-Id: %s\r\nE2b-Sandbox-Port: 8081\r\n" % box.id.encode()
+    async with raw_connection(host) as (reader, writer):
+        writer.write(b"GET / HTTP/1.1\r\nHost: %s\r\n%s\r\n" % (host, routing))
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+        assert head.startswith(b"HTTP/1.1 200"), head
+        assert await asyncio.wait_for(reader.readexactly(5), 10) == b"first"
+        writer.write(b"GET / HTTP/1.1\r\nHost: %s\r\n%sTransfer-Encoding: chunked\r\n\r\n"
+                     b"0\r\n\r\n" % (host, routing))  # fmt: skip
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+        assert head.startswith(b"HTTP/1.1 502"), head
 
 
 async def port_answers(client: httpx.AsyncClient) -> bool:
