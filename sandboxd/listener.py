@@ -165,7 +165,7 @@ class Listener(asyncio.Protocol):
         if transport is None or transport.is_closing():
             return False
         transport.write(data)
-        return transport.get_write_buffer_size() > 0
+        return self.backed_up()
 
     def backed_up(self) -> bool:
         transport = self.transport

@@ -33,7 +33,7 @@ from sandboxd.routing import (
     is_sandbox_request,
     resolve,
 )
-from sandboxd.upstream import COPY_BELOW, UpstreamConnection, UpstreamPool
+from sandboxd.upstream import COPY_BELOW, FRAMING_HEADERS, UpstreamConnection, UpstreamPool
 
 if TYPE_CHECKING:
     from sandboxd.runtime import Box, Runtime
@@ -50,7 +50,6 @@ NEVER_FORWARDED = frozenset((b"x-api-key",))  # the control API's key stays with
 # Sent again on a new connection when a kept-alive one closed before any answer (RFC 9110
 # §9.2.2); only without a body, which the relay does not keep.
 IDEMPOTENT_WITHOUT_BODY = frozenset(("GET", "HEAD", "OPTIONS"))
-FRAMING = frozenset((b"content-length", b"transfer-encoding"))
 
 
 class Client(Protocol):
@@ -355,7 +354,7 @@ def _request_head(request: Request, target: Target) -> tuple[bytes, bool]:
     chunked = has_host = has_length = False
     for name, value in raw:
         lower = name.lower()
-        if request.upgrade and lower in FRAMING:
+        if request.upgrade and lower in FRAMING_HEADERS:
             continue  # relayed without a body: the length must not make the server wait for one
         if lower == b"transfer-encoding":
             chunked = True

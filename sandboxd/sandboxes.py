@@ -368,11 +368,7 @@ class SandboxManager:
         except SandboxError as exc:
             sandbox.dying = True
             self._sandboxes.setdefault(sandbox.id, sandbox)
-            # The evictor carries on in EXPIRE_RETRY_S; a DELETE may come sooner.
-            self._expiring.add(sandbox.id)
-            asyncio.get_running_loop().call_later(
-                EXPIRE_RETRY_S, self._expiring.discard, sandbox.id
-            )
+            self._evict_again_in(sandbox.id, EXPIRE_RETRY_S)  # a DELETE may come sooner
             raise RequestError(500, f"killing {sandbox.id}: {exc}") from exc
         await self.store.write(
             functools.partial(self.store.delete_sandbox, sandbox.id),
@@ -524,7 +520,12 @@ class SandboxManager:
             log.warning("sandbox %s at its end: %s (again in %g s)", sandbox.id, exc.message,
                         retry_in)  # fmt: skip
         finally:
-            asyncio.get_running_loop().call_later(retry_in, self._expiring.discard, sandbox.id)
+            self._evict_again_in(sandbox.id, retry_in)
+
+    def _evict_again_in(self, sandbox_id: str, seconds: float) -> None:
+        """Keep the evictor off the sandbox for `seconds`."""
+        self._expiring.add(sandbox_id)
+        asyncio.get_running_loop().call_later(seconds, self._expiring.discard, sandbox_id)
 
     async def _sample_loop(self) -> None:
         """Every 5 s: each running sandbox's envd /metrics, and the running count. The requests

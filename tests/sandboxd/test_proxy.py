@@ -106,10 +106,12 @@ async def test_requests_with_a_body_reuse_the_kept_alive_connection(
             assert established_to_envd(box) == 1
 
 
-def raw_routing(proxy: ServedProxy, box: Box) -> tuple[bytes, bytes]:
-    """The proxy's host:port and the routing header lines to envd in `box`, for raw requests."""
+def raw_routing(proxy: ServedProxy, box: Box, port: int = 49983) -> tuple[bytes, bytes]:
+    """The proxy's host:port and the routing header lines to `port` (envd's by default) in
+    `box`, for raw requests."""
     host = proxy.url.removeprefix("http://").encode()
-    return host, b"E2b-Sandbox-Id: %s\r\nE2b-Sandbox-Port: 49983\r\n" % box.id.encode()
+    routing = b"E2b-Sandbox-Id: %s\r\nE2b-Sandbox-Port: %d\r\n" % (box.id.encode(), port)
+    return host, routing
 
 
 @contextlib.asynccontextmanager
@@ -377,8 +379,7 @@ async def test_a_request_on_a_connection_its_server_closed_is_sent_again(
         assert r.status_code == 502
         assert r.json()["message"] == "The sandbox closed the connection without answering"
     # Nor a chunked one, even empty (its last chunk went with the first try).
-    host, _ = raw_routing(proxy, box)
-    routing = b"E2b-Sandbox-Id: %s\r\nE2b-Sandbox-Port: 8081\r\n" % box.id.encode()
+    host, routing = raw_routing(proxy, box, 8081)
     async with raw_connection(host) as (reader, writer):
         writer.write(b"GET / HTTP/1.1\r\nHost: %s\r\n%s\r\n" % (host, routing))
         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
@@ -435,8 +436,7 @@ async def test_a_head_answered_with_a_body_ends_the_connection(
     run(box, "systemd-run -q --unit head-body python3 /root/head_body.py")
     async with httpx.AsyncClient(base_url=proxy.url, headers=routed(box, 8082)) as client:
         await wait_until_async(lambda: port_answers(client), 10, "the server in the sandbox")
-    host, _ = raw_routing(proxy, box)
-    routing = b"E2b-Sandbox-Id: %s\r\nE2b-Sandbox-Port: 8082\r\n" % box.id.encode()
+    host, routing = raw_routing(proxy, box, 8082)
     async with raw_connection(host) as (reader, writer):
         writer.write(b"HEAD / HTTP/1.1\r\nHost: %s\r\n%s\r\n" % (host, routing))
         writer.write(b"GET / HTTP/1.1\r\nHost: %s\r\n%s\r\n" % (host, routing))
