@@ -9,6 +9,7 @@ hierarchies; freezing `payload` stops the container while nspawn stays responsiv
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from dataclasses import dataclass
@@ -22,6 +23,10 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 # would land in the same /payload.
 V1_CONTROLLERS = ("memory", "cpu", "cpuacct", "pids", "freezer", "name=systemd")
 V2_CONTROLLERS = ("memory", "cpu", "pids")
+# What a container's systemd needs to own to manage its own cgroups (isolation.md §3): the
+# directory (to make children) and the files that move processes and pass controllers down.
+# Never a limit file: the sandbox must not raise its own limits.
+DELEGATED_FILES = ("cgroup.procs", "cgroup.threads", "cgroup.subtree_control")
 CPU_PERIOD_US = 100_000
 
 
@@ -122,6 +127,17 @@ class SandboxCgroups:
             d.mkdir(parents=True, exist_ok=True)
         self.set_limits(limits)
 
+    def delegate(self, uid: int) -> None:
+        """Hand the sandbox's cgroup in the hierarchies systemd manages (name=systemd and
+        cgroup2) to `uid`, its root's host uid, as DELEGATED_FILES says."""
+        for d in {self.unified, self._v1.get("name=systemd", self.unified)}:
+            os.chown(d, uid, uid)
+            for name in DELEGATED_FILES:
+                try:
+                    os.chown(d / name, uid, uid)
+                except FileNotFoundError:
+                    continue  # cgroup v1 has no cgroup.threads or subtree_control
+
     def _enable_controllers(self) -> None:
         """On a pure cgroup2 host the limits' files exist only once the parents pass the
         controllers down (root → PARENT → ID)."""
@@ -157,6 +173,29 @@ class SandboxCgroups:
                 os.write(fd, pid.encode())
             finally:
                 os.close(fd)
+
+    def prioritise(self, unit: str) -> None:
+        """Give the container's `unit` the priority its unit file asks for in a VM (nice -20,
+        OOM score adjustment -1000), which the kernel refuses to the container's own root in
+        its user namespace: envd must keep answering while the sandbox's code uses every CPU
+        and all its memory. Every thread of it; nothing to do for a template without the unit.
+        A restart of the unit inside the sandbox runs it at the default priority again."""
+        for d, _, _ in os.walk(self.payload / "system.slice" / unit):
+            try:
+                with open(os.path.join(d, "cgroup.procs")) as f:
+                    pids = [int(line) for line in f]
+            except FileNotFoundError:
+                continue
+            for pid in pids:
+                try:
+                    for task in os.listdir(f"/proc/{pid}/task"):
+                        os.setpriority(os.PRIO_PROCESS, int(task), -20)
+                    # Needs CAP_SYS_RESOURCE, which root in some containers lacks: the
+                    # sandbox's other processes (children get 100 from envd) go first anyway.
+                    with contextlib.suppress(PermissionError):
+                        _write(Path(f"/proc/{pid}/oom_score_adj"), "-1000")
+                except (FileNotFoundError, ProcessLookupError):
+                    continue  # ended meanwhile
 
     def pids(self) -> set[int]:
         """Every process in the sandbox (the whole cgroup2 subtree)."""

@@ -9,9 +9,10 @@ import sys
 import time
 from pathlib import Path
 
+from sandboxd.disk import MIN_DISK_MB
 from sandboxd.errors import SandboxError
 from sandboxd.images import build_base
-from sandboxd.serve import ServeOptions, base_rootfs, new_api_key, serve
+from sandboxd.serve import BASE_DISK_MB, ServeOptions, base_rootfs, new_api_key, serve
 from sandboxd.store import Store
 
 DEFAULT_STATE_DIR = Path("/var/lib/sandboxd")
@@ -28,6 +29,16 @@ def _state_dir_option(p: argparse.ArgumentParser) -> None:
         default=DEFAULT_STATE_DIR,
         help=f"sandboxd's state directory (default {DEFAULT_STATE_DIR})",
     )
+
+
+def _disk_size(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0 or (0 < value < MIN_DISK_MB):
+        raise argparse.ArgumentTypeError(f"0 (no limit) or at least {MIN_DISK_MB}, not {text!r}")
+    return value
 
 
 def _serve_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -63,6 +74,14 @@ def _serve_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser])
         type=Path,
         metavar="PATH",
         help="use this root filesystem as the base template instead of building one",
+    )
+    p.add_argument(
+        "--disk-size-mb",
+        type=_disk_size,
+        default=BASE_DISK_MB,
+        metavar="MIB",
+        help=f"the base template's disk: each sandbox's writable layer (default {BASE_DISK_MB}; "
+        "0: no limit, a sandbox may fill the host's disk)",
     )
     p.add_argument(
         "--cgroup-parent",
@@ -131,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.pool < 0 or args.max_timeout < 1:
                 raise SandboxError("--pool must be 0 or more and --max-timeout 1 or more")
             serve(ServeOptions(state_dir, args.bind, args.port, args.pool, args.max_timeout,
-                               args.base_rootfs, args.cgroup_parent, args.domain))  # fmt: skip
+                               args.base_rootfs, args.cgroup_parent, args.domain,
+                               args.disk_size_mb))  # fmt: skip
         elif args.command == "api-key":
             _create_key(state_dir)
         else:

@@ -1,4 +1,5 @@
-"""The few system calls Python 3.11's os module lacks (setns, mount, umount2), through ctypes."""
+"""The few system calls Python 3.11's os module lacks (setns, unshare, mount, umount2, and the
+new mount API's open_tree, mount_setattr and move_mount), through ctypes."""
 
 from __future__ import annotations
 
@@ -6,20 +7,53 @@ import ctypes
 import os
 
 CLONE_NEWNET = 0x40000000
+CLONE_NEWUSER = 0x10000000
 MNT_DETACH = 2
 
+# The new mount API has no libc wrappers in glibc 2.36: raw system calls (x86-64 numbers).
+SYS_OPEN_TREE = 428
+SYS_MOVE_MOUNT = 429
+SYS_MOUNT_SETATTR = 442
+AT_FDCWD = -100
+AT_EMPTY_PATH = 0x1000
+AT_RECURSIVE = 0x8000
+OPEN_TREE_CLONE = 1
+OPEN_TREE_CLOEXEC = os.O_CLOEXEC
+MOVE_MOUNT_F_EMPTY_PATH = 0x4
+MOUNT_ATTR_RDONLY = 0x1
+MOUNT_ATTR_IDMAP = 0x00100000
+
 _libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
 
 
-def _check(result: int, what: str) -> None:
-    if result != 0:
+class _MountAttr(ctypes.Structure):
+    """struct mount_attr (linux/mount.h), MOUNT_ATTR_SIZE_VER0."""
+
+    _fields_ = (
+        ("attr_set", ctypes.c_uint64),
+        ("attr_clr", ctypes.c_uint64),
+        ("propagation", ctypes.c_uint64),
+        ("userns_fd", ctypes.c_uint64),
+    )
+
+
+def _check(result: int, what: str) -> int:
+    if result < 0:
         errno = ctypes.get_errno()
         raise OSError(errno, f"{what}: {os.strerror(errno)}")
+    return result
 
 
 def setns(fd: int, nstype: int) -> None:
     """Move the calling thread (only that thread) into the namespace `fd` refers to."""
     _check(_libc.setns(fd, nstype), "setns")
+
+
+def unshare(flags: int) -> None:
+    """Move the calling process into new namespaces (CLONE_NEWUSER needs a single thread:
+    call it between fork and exec)."""
+    _check(_libc.unshare(flags), "unshare")
 
 
 def mount(source: str, target: str, fstype: str, options: str) -> None:
@@ -31,3 +65,34 @@ def mount(source: str, target: str, fstype: str, options: str) -> None:
 
 def umount(target: str, flags: int = 0) -> None:
     _check(_libc.umount2(target.encode(), flags), f"umount {target}")
+
+
+def idmapped_bind(source: str, target: str, userns_fd: int) -> None:
+    """Bind `source` (recursively) at `target`, read-only, its ownership shown through the
+    uid/gid maps of the user namespace `userns_fd`: on-disk uid N appears as the host uid that
+    namespace maps N to. The mount keeps a reference to the namespace, so the fd may be closed
+    afterwards."""
+    tree = _check(
+        _libc.syscall(
+            SYS_OPEN_TREE, AT_FDCWD, source.encode(),
+            OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE,
+        ),
+        f"open_tree {source}",
+    )  # fmt: skip
+    try:
+        attr = _MountAttr(MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY, 0, 0, userns_fd)
+        _check(
+            _libc.syscall(
+                SYS_MOUNT_SETATTR, tree, b"", AT_EMPTY_PATH | AT_RECURSIVE,
+                ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)),
+            ),
+            f"mount_setattr (idmap) {source}",
+        )  # fmt: skip
+        _check(
+            _libc.syscall(
+                SYS_MOVE_MOUNT, tree, b"", AT_FDCWD, target.encode(), MOVE_MOUNT_F_EMPTY_PATH
+            ),
+            f"move_mount to {target}",
+        )
+    finally:
+        os.close(tree)

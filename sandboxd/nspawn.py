@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from sandboxd.errors import BootError, HostError
 from sandboxd.removal import remove_tree
+from sandboxd.uid_ranges import RANGE_SIZE
 
 if TYPE_CHECKING:
     from sandboxd.cgroups import SandboxCgroups
@@ -22,11 +23,14 @@ if TYPE_CHECKING:
 PROPAGATE_DIR = Path("/run/systemd/nspawn/propagate")
 
 
-def command(root: Path, machine: str) -> list[str]:
+def command(root: Path, machine: str, uid_base: int) -> list[str]:
     """The nspawn command line. --register=no and --keep-unit: no systemd or D-Bus needed on
     the host (nspawn then uses the cgroup it starts in); --private-network: a network namespace
-    with only a loopback; a unique --machine, or containers would share a propagate directory.
-    No --bind of any kind: nothing of the host is visible inside."""
+    with only a loopback; a unique --machine, or containers would share a propagate directory;
+    --private-users: a user namespace mapping the container's ids 0..65535 to the sandbox's
+    range, with ownership left alone (the root is already seen owned by the range through its
+    idmapped layers and its upper directory). No --bind of any kind: nothing of the host is
+    visible inside. nspawn's system-call filter stays on."""
     return [
         "systemd-nspawn",
         "--quiet",
@@ -38,10 +42,14 @@ def command(root: Path, machine: str) -> list[str]:
         "--register=no",
         "--keep-unit",
         "--private-network",
+        f"--private-users={uid_base}:{RANGE_SIZE}",
+        "--private-users-ownership=off",
     ]
 
 
-def start(root: Path, machine: str, console_log: Path, cgroups: SandboxCgroups) -> None:
+def start(
+    root: Path, machine: str, console_log: Path, cgroups: SandboxCgroups, uid_base: int
+) -> None:
     """Start nspawn detached: `setsid --fork` makes it a grandchild that PID 1 adopts.
 
     Raises:
@@ -61,7 +69,7 @@ def start(root: Path, machine: str, console_log: Path, cgroups: SandboxCgroups) 
     with open(console_log, "ab") as log, open(os.devnull, "rb") as null:
         try:
             launcher = subprocess.run(
-                ["setsid", "--fork", *command(root, machine)],
+                ["setsid", "--fork", *command(root, machine, uid_base)],
                 stdin=null,
                 stdout=log,
                 stderr=log,

@@ -1,5 +1,6 @@
-"""The warm pool: sandboxes booted ahead of time per template root filesystem, envd up but not
-yet given its /init, so a create only needs the /init. Refilled in the background."""
+"""The warm pool: sandboxes booted ahead of time per template root filesystem and disk size
+(everything on the host made: uid range, disk, idmapped layers, overlay, container), envd up
+but not yet given its /init, so a create only needs the /init. Refilled in the background."""
 
 from __future__ import annotations
 
@@ -25,20 +26,21 @@ REFILL_AFTER_TAKE_S = 0.5
 
 
 class WarmPool:
-    """Up to `size` booted sandboxes per root filesystem."""
+    """Up to `size` booted sandboxes per root filesystem and disk size."""
 
     def __init__(self, runtime: Runtime, size: int, new_id: Callable[[], str]) -> None:
         self.runtime = runtime
         self.size = size
         self._new_id = new_id
-        self._boxes: dict[Path, list[Box]] = {}
-        self._fillers: dict[Path, asyncio.Task[None]] = {}
+        self._boxes: dict[tuple[Path, int], list[Box]] = {}
+        self._fillers: dict[tuple[Path, int], asyncio.Task[None]] = {}
 
-    async def take(self, rootfs: Path, limits: Limits) -> Box | None:
-        """A booted sandbox of `rootfs` with `limits` applied, or None; starts a refill."""
-        boxes = self._boxes.get(rootfs, [])
+    async def take(self, rootfs: Path, limits: Limits, disk_mb: int) -> Box | None:
+        """A booted sandbox of `rootfs` with a disk of `disk_mb` and `limits` applied, or None;
+        starts a refill."""
+        boxes = self._boxes.get((rootfs, disk_mb), [])
         box = boxes.pop() if boxes else None
-        self.fill(rootfs, limits, after_s=REFILL_AFTER_TAKE_S)
+        self.fill(rootfs, limits, disk_mb, after_s=REFILL_AFTER_TAKE_S)
         if box is None:
             return None
         try:
@@ -53,21 +55,23 @@ class WarmPool:
             return None
         return box
 
-    def fill(self, rootfs: Path, limits: Limits, after_s: float = 0) -> None:
-        """Boot in the background, starting in `after_s`, until `rootfs` has `size` waiting
-        sandboxes."""
+    def fill(self, rootfs: Path, limits: Limits, disk_mb: int, after_s: float = 0) -> None:
+        """Boot in the background, starting in `after_s`, until `rootfs` with `disk_mb` has
+        `size` waiting sandboxes."""
         if self.size <= 0:
             return
-        filler = self._fillers.get(rootfs)
+        key = (rootfs, disk_mb)
+        filler = self._fillers.get(key)
         if filler is None or filler.done():
-            self._fillers[rootfs] = asyncio.create_task(self._fill(rootfs, limits, after_s))
+            self._fillers[key] = asyncio.create_task(self._fill(key, limits, after_s))
 
-    async def _fill(self, rootfs: Path, limits: Limits, after_s: float) -> None:
+    async def _fill(self, key: tuple[Path, int], limits: Limits, after_s: float) -> None:
         await asyncio.sleep(after_s)
-        boxes = self._boxes.setdefault(rootfs, [])
+        rootfs, disk_mb = key
+        boxes = self._boxes.setdefault(key, [])
         while len(boxes) < self.size:
             try:
-                boxes.append(await self.runtime.boot(self._new_id(), rootfs, limits))
+                boxes.append(await self.runtime.boot(self._new_id(), rootfs, limits, disk_mb))
             except SandboxError as exc:
                 log.warning("warm pool for %s: %s", rootfs, exc)
                 await asyncio.sleep(RETRY_AFTER_FAILURE_S)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import subprocess
 from typing import TYPE_CHECKING
 
@@ -33,6 +34,24 @@ def mounts_under(path: Path) -> list[str]:
         points = [_unescape(line.split()[4]) for line in f]
     inside = {p for p in points if p == prefix or p.startswith(prefix + "/")}
     return sorted(inside, key=lambda p: p.count("/"), reverse=True)
+
+
+def bound_somewhere(path: Path) -> bool:
+    """Whether `path` is the root of a bind mount anywhere in this mount namespace (a template
+    layer a running sandbox has idmapped): a mount of the same filesystem whose root within it
+    is `path`."""
+    st = os.stat(path)
+    device = f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
+    top = path = path.absolute()
+    while top != top.parent and os.stat(top.parent).st_dev == st.st_dev:
+        top = top.parent
+    within = "/" + str(path.relative_to(top)) if path != top else "/"
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            if fields[2] == device and _unescape(fields[3]) == within and fields[4] != str(top):
+                return True
+    return False
 
 
 def is_mountpoint(path: Path) -> bool:

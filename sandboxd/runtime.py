@@ -1,42 +1,45 @@
 """The sandbox runtime the API drives: boot a template into a sandbox, freeze and thaw it,
 connect to its ports, read its usage, kill it, and adopt the running ones after a restart.
 
-Each sandbox is `SANDBOXES_DIR/ID` (its record, overlay dirs and console log) plus the cgroups
-`PARENT/ID` in every hierarchy; nothing else on the host is made, and nothing of the host is
-bound into it. The cgroup tree and the directory are the whole truth: a new `Runtime` on the same
-directory finds every sandbox again with `adopt()`.
+Each sandbox is `SANDBOXES_DIR/ID` (its record, disk, layers, overlay root and console log),
+the cgroups `PARENT/ID` in every hierarchy and the claim of its uid range; nothing else on the
+host is made, and nothing of the host is bound into it. Its record (sandboxd.spec) says what it
+is made of and drives every undo (sandboxd.host_steps). The cgroup tree and the directory are
+the whole truth: a new `Runtime` on the same directory finds every sandbox again with
+`adopt()`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
+import dataclasses
 import logging
 import re
 import time
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sandboxd import nspawn
+from sandboxd import nspawn, uid_ranges
 from sandboxd.cgroups import CgroupHost, Limits, SandboxCgroups, Usage, existing_sandboxes
 from sandboxd.errors import BootError, SandboxError, TeardownError
 from sandboxd.health import ENVD_PORT, health_status
+from sandboxd.host_steps import SandboxDirs, boot_steps, make_all, undo_all
 from sandboxd.netns import NetNamespace
-from sandboxd.overlay import Overlay, require_rootfs
+from sandboxd.overlay import require_rootfs
 from sandboxd.removal import mounts_under, remove_tree
+from sandboxd.spec import RECORD, SandboxSpec, read_record, write_record
 from sandboxd.sysctl import ensure_inotify_instances
 
 if TYPE_CHECKING:
     import socket
+    from pathlib import Path
 
 log = logging.getLogger("sandboxd.runtime")
 
 SANDBOX_ID = re.compile(r"^[a-z0-9]{1,63}$")
-RECORD = "sandbox.json"
-CONSOLE_LOG = "console.log"
 POLL_S = 0.01
+ENVD_UNIT = "envd.service"
 
 
 @dataclass
@@ -44,18 +47,33 @@ class Box:
     """One running (or frozen) sandbox. Owned by the Runtime that booted or adopted it; call
     `Runtime.kill` to end it (that also closes `netns`)."""
 
-    id: str
+    spec: SandboxSpec
     dir: Path
-    template: Path
-    limits: Limits
     nspawn_pid: int
     leader_pid: int
     netns: NetNamespace
     cgroups: SandboxCgroups
 
     @property
+    def id(self) -> str:
+        return self.spec.id
+
+    @property
+    def template(self) -> Path:
+        return self.spec.layers[-1]
+
+    @property
+    def limits(self) -> Limits:
+        return self.spec.limits
+
+    @property
+    def uid_base(self) -> int:
+        assert self.spec.uid_base is not None  # noqa: S101  # a booted sandbox has its range
+        return self.spec.uid_base
+
+    @property
     def console_log(self) -> Path:
-        return self.dir / CONSOLE_LOG
+        return SandboxDirs(self.dir).console_log
 
     @property
     def frozen(self) -> bool:
@@ -81,13 +99,20 @@ class Runtime:
         self.boot_timeout_s = boot_timeout_s
         self.envd_port = envd_port
         self.host = CgroupHost.detect()
+        self.steps = boot_steps(self.host, cgroup_parent)
 
     def _cgroups(self, sandbox_id: str) -> SandboxCgroups:
         return SandboxCgroups(self.host, self.cgroup_parent, sandbox_id)
 
-    async def boot(self, sandbox_id: str, template: Path, limits: Limits | None = None) -> Box:
-        """Boot `template` (a root filesystem) as sandbox `sandbox_id`; return once envd inside
-        answers `/health` with 204.
+    def _dirs(self, sandbox_id: str) -> SandboxDirs:
+        return SandboxDirs(self.sandboxes_dir / sandbox_id)
+
+    async def boot(
+        self, sandbox_id: str, template: Path, limits: Limits | None = None, disk_mb: int = 0
+    ) -> Box:
+        """Boot `template` (a root filesystem) as sandbox `sandbox_id`, in a user namespace of
+        a uid range of its own, with a writable layer of `disk_mb` (0: no limit); return once
+        envd inside answers `/health` with 204.
 
         Raises:
             SandboxError: the id is malformed or already in use (nothing was touched).
@@ -95,15 +120,12 @@ class Runtime:
             BootError: the sandbox did not come up within `boot_timeout_s`, or nspawn exited;
                 everything the boot made has been removed.
         """
-        template = self._claim(sandbox_id, template)
-        limits = limits or Limits()
         started = time.monotonic()
-        launch = asyncio.ensure_future(
-            asyncio.to_thread(self._launch, sandbox_id, template, limits)
-        )
+        spec = self._claim(sandbox_id, template, limits or Limits(), disk_mb)
+        launch = asyncio.ensure_future(asyncio.to_thread(self._launch, spec))
         try:
             await asyncio.shield(launch)
-            box = await self._await_boot(sandbox_id, template, limits, started)
+            box = await self._await_boot(spec, started)
         except BaseException as exc:
             # A cancelled boot must not clean up while the launch thread (which cannot be
             # interrupted) may still start nspawn afterwards.
@@ -116,11 +138,13 @@ class Runtime:
         log.info("sandbox %s up in %.2f s", sandbox_id, time.monotonic() - started)
         return box
 
-    def _claim(self, sandbox_id: str, template: Path) -> Path:
-        """Check the id and template and make the sandbox's directory: the claim that makes
-        one boot per id. Returns the template's absolute path."""
+    def _claim(self, sandbox_id: str, template: Path, limits: Limits, disk_mb: int) -> SandboxSpec:
+        """Check the id and template, make the sandbox's directory (the claim that makes one
+        boot per id), claim a uid range and write the record. Returns the spec."""
         if not SANDBOX_ID.match(sandbox_id):
             raise SandboxError(f"sandbox id {sandbox_id!r}: only a-z and 0-9, 1 to 63 of them")
+        if disk_mb < 0:
+            raise SandboxError(f"disk size {disk_mb} MiB: 0 (no limit) or more")
         template = template.absolute()
         require_rootfs(template)
         box_dir = self.sandboxes_dir / sandbox_id
@@ -132,24 +156,23 @@ class Runtime:
         if self._cgroups(sandbox_id).exists():
             box_dir.rmdir()
             raise SandboxError(f"sandbox {sandbox_id} already has cgroups (not adopted?)")
-        return template
+        try:
+            uid_base = uid_ranges.claim(box_dir / RECORD, _holds_range)
+            spec = SandboxSpec(sandbox_id, (template,), limits, uid_base, disk_mb)
+            write_record(box_dir, spec)
+        except BaseException:
+            remove_tree(box_dir)
+            raise
+        return spec
 
-    def _launch(self, sandbox_id: str, template: Path, limits: Limits) -> None:
-        """cgroups, overlay, record, then nspawn inside the cgroups (the order of §8)."""
-        box_dir = self.sandboxes_dir / sandbox_id
+    def _launch(self, spec: SandboxSpec) -> None:
+        """Every host step, in order (sandboxd.host_steps)."""
         ensure_inotify_instances(len(existing_sandboxes(self.host, self.cgroup_parent)) + 1)
-        record = {"id": sandbox_id, "template": str(template), "limits": asdict(limits)}
-        (box_dir / RECORD).write_text(json.dumps(record))
-        cgroups = self._cgroups(sandbox_id)
-        cgroups.create(limits)
-        overlay = Overlay(box_dir)
-        overlay.mount(template)
-        nspawn.start(overlay.root, sandbox_id, box_dir / CONSOLE_LOG, cgroups)
+        make_all(self.steps, spec, self._dirs(spec.id))
 
-    async def _await_boot(
-        self, sandbox_id: str, template: Path, limits: Limits, started: float
-    ) -> Box:
+    async def _await_boot(self, spec: SandboxSpec, started: float) -> Box:
         """Find nspawn and the container's leader, then poll envd's /health every 10 ms."""
+        sandbox_id = spec.id
         cgroups = self._cgroups(sandbox_id)
         deadline = started + self.boot_timeout_s
         nspawn_pid = leader = None
@@ -161,8 +184,7 @@ class Runtime:
                 await asyncio.sleep(POLL_S)
         assert nspawn_pid is not None  # noqa: S101  # found together with the leader
         netns = NetNamespace(leader)
-        box = Box(sandbox_id, self.sandboxes_dir / sandbox_id, template, limits, nspawn_pid,
-                  leader, netns, cgroups)  # fmt: skip
+        box = Box(spec, self.sandboxes_dir / sandbox_id, nspawn_pid, leader, netns, cgroups)
         try:
             while await health_status(netns, self.envd_port, timeout_s=1) != 204:
                 self._check_boot(sandbox_id, cgroups, deadline, "envd's /health")
@@ -170,6 +192,7 @@ class Runtime:
         except BaseException:
             netns.close()
             raise
+        cgroups.prioritise(ENVD_UNIT)
         return box
 
     def _check_boot(
@@ -185,7 +208,7 @@ class Runtime:
 
     def _console_tail(self, sandbox_id: str, lines: int = 5) -> str:
         try:
-            text = (self.sandboxes_dir / sandbox_id / CONSOLE_LOG).read_text(errors="replace")
+            text = self._dirs(sandbox_id).console_log.read_text(errors="replace")
         except FileNotFoundError:
             return ""
         tail = [line for line in text.splitlines() if line.strip()][-lines:]
@@ -228,7 +251,8 @@ class Runtime:
 
     async def kill(self, box: Box) -> None:
         """End the sandbox at once and remove everything it had: processes (cgroup.kill, frozen
-        or not), the overlay mount, its directory, its cgroups and nspawn's leftovers.
+        or not), nspawn's leftovers, its mounts and disk, its cgroups, its directory and the
+        claim of its uid range.
 
         Raises:
             TeardownError: something could not be removed; calling `kill` again retries.
@@ -237,16 +261,17 @@ class Runtime:
         await asyncio.to_thread(self._teardown, box.id)
 
     def _teardown(self, sandbox_id: str) -> None:
-        box_dir = self.sandboxes_dir / sandbox_id
-        cgroups = self._cgroups(sandbox_id)
-        cgroups.kill()
-        cgroups.wait_empty(timeout_s=10)
-        Overlay(box_dir).unmount()
-        if left := mounts_under(box_dir):
+        """Undo every host step from the sandbox's record (or, for a directory without one,
+        what can be undone knowing only the id), then remove the directory and the record in
+        it, and last the claim of the uid range the record held."""
+        dirs = self._dirs(sandbox_id)
+        spec = read_record(dirs.dir) or SandboxSpec.unknown(sandbox_id)
+        undo_all(self.steps, spec, dirs)
+        if left := mounts_under(dirs.dir):
             raise TeardownError(f"sandbox {sandbox_id}: still mounted: {', '.join(left)}")
-        remove_tree(box_dir)
-        cgroups.remove()
-        nspawn.remove_leftovers(sandbox_id)
+        remove_tree(dirs.dir)
+        if spec.uid_base is not None:
+            uid_ranges.release(dirs.dir / RECORD, spec.uid_base)
 
     def adopt(self) -> list[Box]:
         """The sandboxes a previous sandboxd left running (frozen ones included), found from
@@ -273,9 +298,8 @@ class Runtime:
 
     def _find(self, sandbox_id: str) -> Box | None:
         cgroups = self._cgroups(sandbox_id)
-        try:
-            record = json.loads((self.sandboxes_dir / sandbox_id / RECORD).read_text())
-        except (OSError, ValueError):
+        spec = read_record(self.sandboxes_dir / sandbox_id)
+        if spec is None or spec.uid_base is None:
             return None
         nspawn_pid = nspawn.supervisor(cgroups)
         leader = nspawn.leader(nspawn_pid) if nspawn_pid else None
@@ -285,10 +309,7 @@ class Runtime:
             netns = NetNamespace(leader)
         except OSError:
             return None
-        limits = Limits(**record["limits"])
-        template = Path(record["template"])
-        box_dir = self.sandboxes_dir / sandbox_id
-        return Box(sandbox_id, box_dir, template, limits, nspawn_pid, leader, netns, cgroups)
+        return Box(spec, self.sandboxes_dir / sandbox_id, nspawn_pid, leader, netns, cgroups)
 
     async def connect(self, box: Box, port: int) -> socket.socket:
         """A non-blocking socket connected to 127.0.0.1:`port` inside the sandbox.
@@ -316,6 +337,17 @@ class Runtime:
             raise SandboxError(f"sandbox {box.id} is gone") from None
 
     def set_limits(self, box: Box, limits: Limits) -> None:
-        """Change the limits of a running sandbox."""
+        """Change the limits of a running sandbox (and its record).
+
+        Raises:
+            OSError: the kernel refused a limit (e.g. memory below what the sandbox uses).
+        """
         box.cgroups.set_limits(limits)
-        box.limits = limits
+        box.spec = dataclasses.replace(box.spec, limits=limits)
+        write_record(box.dir, box.spec)
+
+
+def _holds_range(record: Path, uid_base: int) -> bool:
+    """Whether the sandbox record at `record` still holds uid range `uid_base`."""
+    spec = read_record(record.parent)
+    return spec is not None and spec.uid_base == uid_base

@@ -191,7 +191,7 @@ class SandboxManager:
         self._spawn(self._evict_loop())
         self._spawn(self._sample_loop())
         for template in self.store.templates():
-            self.pool.fill(Path(template.rootfs), template_limits(template))
+            self.pool.fill(Path(template.rootfs), template_limits(template), template.disk_size_mb)
 
     async def stop(self) -> None:
         """Stop the background work; sandboxes keep running for the next start to adopt."""
@@ -216,6 +216,9 @@ class SandboxManager:
                 continue
             token = self.envd_token(row.sandbox_id) if row.secure else None
             sandbox = Sandbox(row, box, token)
+            if row.uid_base != box.uid_base:  # the record on the host is the truth
+                row.uid_base = box.uid_base
+                await self.store.write(functools.partial(self.store.put_sandbox, row))
             # A restart in the middle of a pause or resume: the record says what was asked.
             with contextlib.suppress(SandboxError):
                 if row.state == "paused" and not box.frozen:
@@ -250,7 +253,7 @@ class SandboxManager:
             box.id, template.template_id, template.alias, "running", started, end, spec.timeout_s,
             spec.secure, spec.auto_pause, template.cpu_count, template.memory_mb,
             template.disk_size_mb, template.envd_version, spec.metadata, spec.env_vars,
-            spec.options,
+            spec.options, box.uid_base,
         )  # fmt: skip
         sandbox = Sandbox(row, box, self.envd_token(box.id) if spec.secure else None)
         self._sandboxes[box.id] = sandbox
@@ -273,11 +276,12 @@ class SandboxManager:
     async def _boot(self, template: TemplateRow) -> Box:
         limits = template_limits(template)
         rootfs = Path(template.rootfs)
-        box = await self.pool.take(rootfs, limits)
+        disk_mb = template.disk_size_mb
+        box = await self.pool.take(rootfs, limits, disk_mb)
         if box is not None:
             return box
         try:
-            return await self.runtime.boot(new_sandbox_id(), rootfs, limits)
+            return await self.runtime.boot(new_sandbox_id(), rootfs, limits, disk_mb)
         except TemplateError as exc:
             raise RequestError(
                 500, f"template '{template.template_id}' is unusable: {exc}"

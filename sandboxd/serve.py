@@ -17,7 +17,7 @@ from envd.settings import ENVD_VERSION
 from sandboxd.api.app import create_app
 from sandboxd.dispatch import create_listener
 from sandboxd.errors import HostError, SandboxError
-from sandboxd.images import BUILD_FILE, build_base
+from sandboxd.images import BUILD_FILE, BUILD_STAMP, build_base
 from sandboxd.overlay import require_rootfs
 from sandboxd.runtime import Runtime
 from sandboxd.sandboxes import SandboxManager, now_us
@@ -33,6 +33,7 @@ API_KEY_ENV = "SANDBOXD_API_KEY"
 API_KEY_FORM = re.compile(r"^e2b_[0-9a-f]{40}$")
 BASE_CPUS = 2
 BASE_MEMORY_MB = 1024
+BASE_DISK_MB = 10240
 # The priority sandboxd serves at. On a busy host most of a slow `/health` or proxied request
 # was sandboxd's event loop waiting for a CPU, not working (its callbacks' run-queue wait was
 # 88 % of their wall time while 20 sandboxes were created); envd inside runs at -20 for the same
@@ -51,6 +52,7 @@ class ServeOptions:
     base_rootfs: Path | None
     cgroup_parent: str
     domain: str
+    disk_mb: int = BASE_DISK_MB
 
 
 def base_rootfs(state_dir: Path) -> Path:
@@ -78,8 +80,9 @@ def server_secret(state_dir: Path) -> bytes:
     return path.read_bytes()
 
 
-def ensure_base(store: Store, state_dir: Path, given: Path | None) -> None:
-    """Register the base template; build its root filesystem first when it is missing.
+def ensure_base(store: Store, state_dir: Path, given: Path | None, disk_mb: int) -> None:
+    """Register the base template with a disk of `disk_mb` (0: no limit); build its root
+    filesystem first when it is missing or was built for an older sandboxd.
 
     Raises:
         TemplateError: `given` is not a root filesystem, or the build failed.
@@ -89,15 +92,20 @@ def ensure_base(store: Store, state_dir: Path, given: Path | None) -> None:
         require_rootfs(rootfs)
     else:
         rootfs = base_rootfs(state_dir)
-        if not (rootfs / BUILD_FILE).is_file():
+        stamp = rootfs / BUILD_FILE
+        if not stamp.is_file():
             log.info("the base template is missing: building it (a few minutes the first time)")
+            build_base(rootfs, state_dir / "cache")
+        elif stamp.read_text() != BUILD_STAMP:
+            log.info("the base template was built for an older sandboxd: building it again")
             build_base(rootfs, state_dir / "cache")
     template = store.template("base")
     now = now_us()
     if template is None:
         template = TemplateRow("base", "base", secrets.token_hex(16), str(rootfs), BASE_CPUS,
-                               BASE_MEMORY_MB, 0, "ready", ENVD_VERSION, now, now)  # fmt: skip
+                               BASE_MEMORY_MB, disk_mb, "ready", ENVD_VERSION, now, now)  # fmt: skip
     template.rootfs, template.envd_version = str(rootfs), ENVD_VERSION
+    template.disk_size_mb = disk_mb
     store.put_template(template)
 
 
@@ -123,7 +131,7 @@ def serve(options: ServeOptions) -> None:
     store = Store(state_dir)
     try:
         register_env_key(store)
-        ensure_base(store, state_dir, options.base_rootfs)
+        ensure_base(store, state_dir, options.base_rootfs, options.disk_mb)
         # This thread's priority, inherited by the threads it starts (the event loop runs here).
         try:
             os.setpriority(os.PRIO_PROCESS, 0, SERVE_NICE)

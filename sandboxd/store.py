@@ -66,6 +66,7 @@ class SandboxRow:
     metadata: dict[str, str] = field(default_factory=dict)
     env_vars: dict[str, str] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)
+    uid_base: int | None = None  # the first host uid of the sandbox's range
 
 
 @dataclass(frozen=True)

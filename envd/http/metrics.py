@@ -14,6 +14,9 @@ import psutil  # type: ignore[import-untyped]  # no stubs in the pinned dev set
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from envd.http import cgroup
+from envd.http.cgroup import CpuMeter
+
 if TYPE_CHECKING:
     from starlette.requests import Request
 
@@ -64,19 +67,31 @@ def disk_bytes(path: str = "/") -> tuple[int, int]:
     return (st.f_blocks - st.f_bavail) * st.f_bsize, st.f_blocks * st.f_bsize
 
 
+_CPU = CpuMeter()
+
+
 def collect() -> Metrics:
-    """Sample the host now. CPU use is measured since the previous call (psutil keeps that).
+    """Sample the sandbox now: the machine's memory and CPUs, or the limits and use of its
+    cgroup where it is a container with limits (envd.http.cgroup); the disk of its `/` (a
+    container's overlay answers with its own disk). CPU use is measured since the previous
+    call (psutil, or CpuMeter, keeps that).
 
     Raises:
         OSError, KeyError, ValueError: /proc or statfs unreadable or unexpected.
     """
     with open(MEMINFO_PATH) as f:
         mem_total, mem_used, mem_cache = memory_bytes(parse_meminfo(f.read()))
+    if (limited := cgroup.memory(mem_total)) is not None:
+        mem_total, mem_used, mem_cache = limited.total, limited.used, limited.cache
     disk_used, disk_total = disk_bytes()
+    if (cpus := _CPU.count()) is not None:
+        cpu_used_pct = _CPU.used_pct(cpus)
+    else:
+        cpus, cpu_used_pct = os.cpu_count() or 1, psutil.cpu_percent(interval=None)
     return Metrics(
         ts=int(time.time()),
-        cpu_count=os.cpu_count() or 1,
-        cpu_used_pct=round(psutil.cpu_percent(interval=None), 2),
+        cpu_count=cpus,
+        cpu_used_pct=round(cpu_used_pct, 2),
         mem_total_mib=mem_total // MIB,
         mem_used_mib=mem_used // MIB,
         mem_total=mem_total,
@@ -103,4 +118,6 @@ async def metrics(_: Request) -> Response:
 def routes() -> list[BaseRoute]:
     # The first answer reports CPU use since start-up: psutil measures from its previous call.
     psutil.cpu_percent(interval=None)
+    if (cpus := _CPU.count()) is not None:
+        _CPU.used_pct(cpus)
     return [Route("/metrics", metrics, methods=["GET"])]

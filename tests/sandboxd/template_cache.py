@@ -11,8 +11,8 @@ import hashlib
 import os
 from pathlib import Path
 
-from sandboxd.images import BUILD_FILE, RECIPE, SOURCE_TREE, build_base, lowerdir_in_use
-from sandboxd.removal import remove_tree
+from sandboxd.images import BUILD_FILE, RECIPE, SOURCE_TREE, build_base
+from sandboxd.removal import bound_somewhere, remove_tree
 
 # The debootstrap stage is shared with scripts/test-image, so CI debootstraps once.
 IMAGE_CACHE = Path(os.environ.get("ENVD_IMAGE_CACHE", "/var/cache/envd-image"))
@@ -33,7 +33,7 @@ def _template_key() -> str:
 
 def _prune_old_templates(keep: Path) -> None:
     for old in IMAGE_CACHE.glob("sandboxd-base-*"):
-        if old != keep and not old.name.endswith(".new") and not lowerdir_in_use(old):
+        if old != keep and not old.name.endswith(".new") and not bound_somewhere(old):
             remove_tree(old)
 
 

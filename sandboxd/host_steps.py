@@ -1,0 +1,167 @@
+"""Booting a sandbox is an ordered list of host steps, and removing one is the same list undone
+in reverse. Each step makes one thing from the sandbox's spec and knows how to undo it; an undo
+is idempotent and does nothing for what was never made, so a failed boot, a kill, a retried
+kill and the removal of a dead sandbox's leftovers after a restart all run `undo_all` on the
+record, wherever the boot or an earlier teardown stopped.
+
+The order (sandbox-runtime.md §8, isolation.md §3): cgroups with the limits, handed to the
+sandbox's uid range; the writable layer (sandboxd.disk); the template's layers, idmapped to
+the range; the overlay root over them; nspawn in a user namespace of the range.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path  # noqa: TC003  # used at run time by dataclasses
+from typing import TYPE_CHECKING, Protocol
+
+from sandboxd import disk, libc, nspawn, overlay
+from sandboxd.cgroups import CgroupHost, SandboxCgroups
+from sandboxd.removal import detach_mounts
+from sandboxd.userns import mapped_namespace
+
+if TYPE_CHECKING:
+    from sandboxd.spec import SandboxSpec
+
+CONSOLE_LOG = "console.log"
+
+
+@dataclass(frozen=True)
+class SandboxDirs:
+    """Where a sandbox's parts live in its directory."""
+
+    dir: Path
+
+    @property
+    def console_log(self) -> Path:
+        return self.dir / CONSOLE_LOG
+
+    @property
+    def disk_image(self) -> Path:
+        return self.dir / "disk.img"
+
+    @property
+    def disk(self) -> Path:
+        """The writable layer's mount point (a plain directory when the disk has no limit)."""
+        return self.dir / "disk"
+
+    @property
+    def upper(self) -> Path:
+        return self.disk / "upper"
+
+    @property
+    def work(self) -> Path:
+        return self.disk / "work"
+
+    @property
+    def layers(self) -> Path:
+        """`layers/N`: the template's N-th layer, idmapped to the sandbox's range."""
+        return self.dir / "layers"
+
+    @property
+    def root(self) -> Path:
+        """The overlay: the container's `/`."""
+        return self.dir / "root"
+
+
+class Step(Protocol):
+    def make(self, spec: SandboxSpec, dirs: SandboxDirs) -> None:
+        """Raises OSError or SandboxError; what was made is undone by `undo`."""
+
+    def undo(self, spec: SandboxSpec, dirs: SandboxDirs) -> None:
+        """Raises TeardownError when something would not go (a retry continues)."""
+
+
+@dataclass(frozen=True)
+class Cgroups:
+    host: CgroupHost
+    parent: str
+
+    def of(self, sandbox_id: str) -> SandboxCgroups:
+        return SandboxCgroups(self.host, self.parent, sandbox_id)
+
+    def make(self, spec: SandboxSpec, dirs: SandboxDirs) -> None:
+        assert spec.uid_base is not None  # noqa: S101  # only leftovers have none
+        cgroups = self.of(spec.id)
+        cgroups.create(spec.limits)
+        cgroups.delegate(spec.uid_base)
+
+    def undo(self, spec: SandboxSpec, dirs: SandboxDirs) -> None:
+        self.of(spec.id).remove()
+
+
+class Disk:
+    def make(self, spec: SandboxSpec, dirs: SandboxDirs) -> None:
+        assert spec.uid_base is not None  # noqa: S101
+        disk.make(dirs.disk_image, dirs.disk, spec.disk_mb, spec.uid_base)
+
+    def undo(self, spec: SandboxSpec, dirs: SandboxDirs) -> None:
+        disk.undo(dirs.disk_image, dirs.disk)
+
+
+class Layers:
+    """Each read-only layer bound through an idmapped mount: the template's files (owned by host
+    uid 0..65535) appear owned by the sandbox's range, so sandbox root owns / without a chown or
+    a copy of the template."""
+
+    def make(self, spec: SandboxSpec, dirs: SandboxDirs) -> None:
+        assert spec.uid_base is not None  # noqa: S101
+        dirs.layers.mkdir(mode=0o700, exist_ok=True)
+        with mapped_namespace(spec.uid_base) as userns:
+            for i, layer in enumerate(spec.layers):
+                target = dirs.layers / str(i)
+                target.mkdir(exist_ok=True)
+                libc.idmapped_bind(str(layer), str(target), userns)
+
+    def undo(self, spec: SandboxSpec, dirs: SandboxDirs) -> None:
+        detach_mounts(dirs.layers)
+
+
+class Overlay:
+    def make(self, spec: SandboxSpec, dirs: SandboxDirs) -> None:
+        lowers = [dirs.layers / str(i) for i in range(len(spec.layers))]
+        overlay.mount(lowers, dirs.upper, dirs.work, dirs.root)
+
+    def undo(self, spec: SandboxSpec, dirs: SandboxDirs) -> None:
+        overlay.unmount(dirs.root)
+
+
+@dataclass(frozen=True)
+class Nspawn:
+    """The container, inside the sandbox's cgroups. Its undo ends every process of the
+    sandbox (cgroup.kill: nspawn and the container, frozen or not) and nspawn's leftovers."""
+
+    cgroups: Cgroups
+
+    def make(self, spec: SandboxSpec, dirs: SandboxDirs) -> None:
+        assert spec.uid_base is not None  # noqa: S101
+        nspawn.start(dirs.root, spec.id, dirs.console_log, self.cgroups.of(spec.id),
+                     spec.uid_base)  # fmt: skip
+
+    def undo(self, spec: SandboxSpec, dirs: SandboxDirs) -> None:
+        cgroups = self.cgroups.of(spec.id)
+        cgroups.kill()
+        cgroups.wait_empty(timeout_s=10)
+        nspawn.remove_leftovers(spec.id)
+
+
+def boot_steps(host: CgroupHost, cgroup_parent: str) -> list[Step]:
+    cgroups = Cgroups(host, cgroup_parent)
+    return [cgroups, Disk(), Layers(), Overlay(), Nspawn(cgroups)]
+
+
+def make_all(steps: list[Step], spec: SandboxSpec, dirs: SandboxDirs) -> None:
+    """Make every step in order; the first failure propagates (`undo_all` cleans up)."""
+    for step in steps:
+        step.make(spec, dirs)
+
+
+def undo_all(steps: list[Step], spec: SandboxSpec, dirs: SandboxDirs) -> None:
+    """Undo every step, last first.
+
+    Raises:
+        TeardownError: a step could not be undone; the ones before it in the list were not
+            tried (they depend on it), and calling this again continues.
+    """
+    for step in reversed(steps):
+        step.undo(spec, dirs)

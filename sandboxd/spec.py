@@ -1,0 +1,67 @@
+"""What one sandbox is made of on the host, frozen when it is claimed: its template's read-only
+layers, its limits, its uid range and its disk size. Written whole as the sandbox's record
+before anything of it is made, so that every undo (a failed boot, a kill, a retried kill, the
+leftovers an adopting sandboxd finds) is driven by the same record, and an adopted sandbox is
+exactly what was booted."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from sandboxd.cgroups import Limits
+
+RECORD = "sandbox.json"
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """One sandbox. `uid_base` is None only for leftovers found without a record (nothing is
+    known of them but their id and directory)."""
+
+    id: str
+    layers: tuple[Path, ...]  # read-only root filesystems, lowest first
+    limits: Limits
+    uid_base: int | None
+    disk_mb: int  # the writable layer's size; 0: no limit
+
+    @classmethod
+    def unknown(cls, sandbox_id: str) -> SandboxSpec:
+        return cls(sandbox_id, (), Limits(), None, 0)
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        data["layers"] = [str(p) for p in self.layers]
+        return json.dumps(data)
+
+    @classmethod
+    def from_json(cls, text: str) -> SandboxSpec:
+        """Raises ValueError, KeyError or TypeError for a record that is not one."""
+        data = json.loads(text)
+        return cls(
+            data["id"],
+            tuple(Path(p) for p in data["layers"]),
+            Limits(**data["limits"]),
+            None if data["uid_base"] is None else int(data["uid_base"]),
+            int(data["disk_mb"]),
+        )
+
+
+def write_record(box_dir: Path, spec: SandboxSpec) -> None:
+    """Write the record atomically (a crash leaves the old one or the new one)."""
+    tmp = box_dir / f".{RECORD}.new"
+    with open(tmp, "w") as f:
+        f.write(spec.to_json())
+        f.flush()
+        os.fsync(f.fileno())
+    tmp.rename(box_dir / RECORD)
+
+
+def read_record(box_dir: Path) -> SandboxSpec | None:
+    """The sandbox's spec, or None when it has no readable record."""
+    try:
+        return SandboxSpec.from_json((box_dir / RECORD).read_text())
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
