@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from sandboxd.disk import MIN_DISK_MB
 from sandboxd.errors import RequestError
 
 Model = TypeVar("Model", bound=BaseModel)
@@ -121,9 +122,14 @@ class NewTemplate(_Body):
     teamID: str | None = None
     cpuCount: int = Field(default=2, ge=1, le=32)
     memoryMB: int = Field(default=1024, ge=128, le=INT32_MAX)
+    # sandboxd's own: each sandbox's disk (its writable layer); absent: the base template's.
+    # 0 is no limit at all, so it must be asked for.
+    diskSizeMB: int | None = Field(default=None, ge=0, le=INT32_MAX)
 
     @model_validator(mode="after")
     def _check_sizes(self) -> NewTemplate:
+        if self.diskSizeMB is not None and 0 < self.diskSizeMB < MIN_DISK_MB:
+            raise ValueError(f"diskSizeMB: 0 (no limit) or at least {MIN_DISK_MB}")
         if self.cpuCount != 1 and self.cpuCount % 2:
             raise ValueError("cpuCount: must be 1 or even")
         if self.memoryMB % 2:

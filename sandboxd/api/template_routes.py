@@ -65,6 +65,8 @@ def routes(manager: SandboxManager, store: Store) -> list[Route]:
                                    build_count=0)  # fmt: skip
         template.build_id = new_build_id()
         template.cpu_count, template.memory_mb = body.cpuCount, body.memoryMB
+        if body.diskSizeMB is not None:
+            template.disk_size_mb = body.diskSizeMB
         template.build_count += 1
         template.updated_at = now
         await store.write(functools.partial(store.put_template, template))

@@ -10,7 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sandboxd import uid_ranges
 from sandboxd.removal import mounts_under
+from sandboxd.spec import RECORD
 
 if TYPE_CHECKING:
     from sandboxd.runtime import Box, Runtime
@@ -119,7 +121,22 @@ class Traces:
             left.append(f"directory {self.dir}")
         if Path("/run/systemd/nspawn/propagate", self.id).exists():
             left.append(f"/run/systemd/nspawn/propagate/{self.id}")
+        left += [f"uid range {base}" for base in uid_ranges.claimed_by(self.dir / RECORD)]
+        left += [f"loop device {device}" for device in loop_devices_of(self.dir)]
         return left
+
+
+def loop_devices_of(box_dir: Path) -> list[str]:
+    """Loop devices whose backing file is (or was, if deleted) in `box_dir`."""
+    found = subprocess.run(
+        ["losetup", "--noheadings", "--list", "--output", "NAME,BACK-FILE"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    prefix = str(box_dir) + "/"
+    return [
+        line.split()[0] for line in found.stdout.splitlines()
+        if len(line.split()) > 1 and line.split(None, 1)[1].startswith(prefix)
+    ]  # fmt: skip
 
 
 def sandbox_ids_left(runtime: Runtime) -> list[str]:

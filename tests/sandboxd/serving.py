@@ -16,12 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from sandboxd import nspawn
+from sandboxd import nspawn, uid_ranges
 from sandboxd.cgroups import CgroupHost, SandboxCgroups
 from sandboxd.envd_client import EnvdClient
 from sandboxd.netns import NetNamespace
 from sandboxd.removal import remove_tree
 from sandboxd.runtime import Runtime
+from sandboxd.spec import RECORD
+from tests.sandboxd.inside import loop_devices_of
 from tests.waiting import wait_until
 
 if TYPE_CHECKING:
@@ -172,6 +174,8 @@ class Sandboxd:
         mounts = Path("/proc/self/mountinfo").read_text()
         if str(self.box_dir(sandbox_id)) in mounts:
             left.append("a mount")
+        left += [f"uid range {b}" for b in uid_ranges.claimed_by(self.box_dir(sandbox_id) / RECORD)]
+        left += [f"loop device {d}" for d in loop_devices_of(self.box_dir(sandbox_id))]
         return left
 
 

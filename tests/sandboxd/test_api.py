@@ -4,6 +4,7 @@ network namespace)."""
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import subprocess
@@ -19,6 +20,7 @@ import httpx
 import pytest
 
 from sandboxd.serve import SERVE_NICE
+from sandboxd.uid_ranges import FIRST_BASE
 from tests.sandboxd.serving import API_KEY, Sandboxd, running_sandboxd, wait_gone
 from tests.waiting import wait_until
 
@@ -390,6 +392,33 @@ def test_templates(api: httpx.Client) -> None:
     bad = api.post("/v2/templates", json={"alias": "odd", "cpuCount": 3})
     assert bad.status_code == 400
     assert "cpuCount" in bad.json()["message"]
+    tiny = api.post("/v2/templates", json={"alias": "tiny", "diskSizeMB": 1})
+    assert tiny.status_code == 400
+    assert "diskSizeMB" in tiny.json()["message"]
+
+
+def test_a_templates_disk_size_bounds_its_sandboxes(server: Sandboxd, api: httpx.Client) -> None:
+    assert api.get("/templates/base").json()["builds"][0]["diskSizeMB"] == 10240
+    made = api.post("/v2/templates", json={"alias": "disk", "memoryMB": 256, "diskSizeMB": 200})
+    assert made.status_code == 202, made.text
+    assert made.json()["diskSizeMB"] == 200
+    sandbox = create(api, templateID="disk")
+    sandbox_id = str(sandbox["sandboxID"])
+    assert api.get(f"/sandboxes/{sandbox_id}").json()["diskSizeMB"] == 200
+    status, body = server.envd(sandbox_id, "GET", "/metrics")
+    assert status == 200
+    metrics = json.loads(body)
+    assert 0 < metrics["disk_total"] <= 200 << 20
+    assert metrics["mem_total"] == 256 << 20
+    with sqlite3.connect(server.state_dir / "sandboxd.db") as db:
+        (uid_base,) = db.execute(
+            "SELECT uid_base FROM sandboxes WHERE sandbox_id = ?", (sandbox_id,)
+        ).fetchone()
+    owner = (server.box_dir(sandbox_id) / "disk/upper").stat().st_uid
+    assert uid_base == owner >= FIRST_BASE
+    kill(api, sandbox_id)
+    assert server.traces(sandbox_id) == []
+    assert api.delete(f"/templates/{made.json()['templateID']}").status_code == 204
 
 
 def test_creates_at_once_each_count_a_spawn(server: Sandboxd, api: httpx.Client) -> None:

@@ -5,6 +5,7 @@ boot that fails leaves nothing behind."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import uuid
@@ -17,6 +18,7 @@ from sandboxd import nspawn
 from sandboxd.cgroups import Limits, SandboxCgroups
 from sandboxd.errors import BootError, SandboxError, TemplateError
 from sandboxd.health import health_status
+from sandboxd.host_steps import SandboxDirs
 from sandboxd.runtime import Runtime
 from tests.sandboxd.inside import processes_seen_from, run, sandbox_ids_left
 
@@ -66,7 +68,7 @@ async def test_sandboxes_see_neither_each_other_nor_the_host(
     assert run(b, "test -e /root/only-in-a || echo absent") == "absent\n"
     assert not Path("/root/only-in-a").exists()
     assert not (base_template / "root/only-in-a").exists()
-    assert (a.dir / "upper/root/only-in-a").exists()
+    assert (SandboxDirs(a.dir).upper / "root/only-in-a").exists()
 
     seen_by_a, seen_by_b = processes_seen_from(a), processes_seen_from(b)
     assert seen_by_a[1] == seen_by_b[1] == "systemd"  # each its own pid namespace
@@ -102,6 +104,23 @@ async def test_limits_are_written_to_the_sandbox_cgroups(
     assert 0 < usage.memory_bytes < 256 << 20
     assert 0 < usage.pids <= 150
     assert usage.cpu_usec > 0
+
+
+async def test_envd_metrics_report_the_sandbox_not_the_host(
+    runtime: Runtime, base_template: Path
+) -> None:
+    limits = Limits(memory_bytes=384 << 20, cpus=1, pids=500)
+    box = await runtime.boot(new_id(), base_template, limits, disk_mb=256)
+    metrics = json.loads(run(box, "curl -sf http://127.0.0.1:49983/metrics"))
+    assert metrics["mem_total"] == 384 << 20
+    assert metrics["mem_total_mib"] == 384
+    assert 0 < metrics["mem_used"] < 384 << 20
+    assert metrics["cpu_count"] == 1
+    assert 0 < metrics["disk_total"] <= 256 << 20  # the sandbox's disk, less ext4's own
+    assert 0 < metrics["disk_used"] < metrics["disk_total"]
+    run(box, "head -c 64M /dev/zero > /root/64m && sync")
+    grown = json.loads(run(box, "curl -sf http://127.0.0.1:49983/metrics"))
+    assert grown["disk_used"] >= metrics["disk_used"] + (60 << 20)
 
 
 async def test_a_missing_template_leaves_nothing(runtime: Runtime, tmp_path: Path) -> None:

@@ -97,6 +97,8 @@ async def test_a_new_runtime_adopts_running_and_frozen_sandboxes(
     a_running, a_frozen = adopted[running.id], adopted[frozen.id]
     assert (a_running.leader_pid, a_running.nspawn_pid) == (running.leader_pid, running.nspawn_pid)
     assert a_running.template == base_template
+    assert a_running.spec == running.spec  # the uid range and disk too, from the record
+    assert a_frozen.spec == frozen.spec
     assert not a_running.frozen
     assert a_frozen.frozen
     assert await health_status(a_running.netns) == 204

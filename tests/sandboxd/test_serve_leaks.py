@@ -15,8 +15,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from sandboxd import uid_ranges
 from sandboxd.nspawn import PROPAGATE_DIR
-from tests.sandboxd.inside import net_namespaces_held, start_time
+from sandboxd.spec import RECORD
+from tests.sandboxd.inside import loop_devices_of, net_namespaces_held, start_time
 from tests.sandboxd.serving import running_sandboxd
 from tests.waiting import wait_until
 
@@ -123,6 +125,10 @@ def traces_left(server: Sandboxd, seen: list[Seen]) -> list[str]:
     held = net_namespaces_held({p for p, t in recorded if start_time(p) == t})
     left += [f"network namespace {s.netns_inode} of {s.sandbox_id}"
              for s in seen if s.netns_inode in held]  # fmt: skip
+    sandboxes = server.state_dir / "sandboxes"
+    left += [f"uid range {base} of {i}" for i in ids
+             for base in uid_ranges.claimed_by(sandboxes / i / RECORD)]  # fmt: skip
+    left += [f"loop device {d}" for d in loop_devices_of(sandboxes)]
     return left
 
 
