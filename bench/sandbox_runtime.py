@@ -1,12 +1,16 @@
 """sandboxd's runtime on its own: boot (to envd /health 204), freeze, thaw and kill latency, and
 memory per idle sandbox (the memory cgroup's charge, nspawn included), from the base template.
+Boots alternate between a disk of --disk-mb and no disk limit, so the disk's create cost is
+their difference in one run; each boot also gives the size of its upper directory and of its
+disk image on the host after the boot.
 
 Each boot also gives its CPU time (the whole sandbox's cgroup when envd first answers, nspawn
 included: the figure a busy machine does not change much) and its timeline from the container's
 own systemd (whose monotonic clock is the host's): when PID 1 started, when envd's process
 started and when envd reported READY=1, counted from the start of the boot.
 
-Run as root: .venv/bin/python -m bench.sandbox_runtime [--runs 10] [--idle 3] [--template DIR]
+Run as root: .venv/bin/python -m bench.sandbox_runtime [--runs 10] [--idle 3] [--disk-mb 10240]
+[--template DIR]
 (without --template it builds or reuses the test suite's cached base template).
 """
 
@@ -22,6 +26,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
+from sandboxd.host_steps import SandboxDirs
 from sandboxd.runtime import Box, Runtime
 
 if TYPE_CHECKING:
@@ -70,19 +75,38 @@ def boot_timeline(box: Box, started: float) -> dict[str, float]:
     return {step: int(usec) / 1e6 - started for step, usec in stamps.items()}
 
 
-async def lifecycle(rt: Runtime, template: Path, runs: int) -> dict[str, list[float]]:
-    times: dict[str, list[float]] = {"boot": [], "boot CPU": [], "freeze": [], "thaw": [],
-                                     "kill": []}  # fmt: skip
-    for _ in range(runs):
+def _allocated_kib(path: Path) -> float:
+    """What `path` takes on its disk (du: allocated blocks, one filesystem)."""
+    out = subprocess.run(["du", "-s", "-B1", "-x", str(path)], capture_output=True, text=True,
+                         check=True).stdout  # fmt: skip
+    return int(out.split()[0]) / 1024
+
+
+async def lifecycle(
+    rt: Runtime, template: Path, runs: int, disk_mb: int
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Seconds per step, and KiB per boot (upper dir, disk image on the host)."""
+    times: dict[str, list[float]] = {"boot": [], "boot, no disk limit": [], "boot CPU": [],
+                                     "freeze": [], "thaw": [], "kill": []}  # fmt: skip
+    sizes: dict[str, list[float]] = {"upper dir": [], "disk image": []}
+    for run in range(runs * 2):
+        limited = run % 2 == 0
         started = time.monotonic()
-        box = await _timed(times["boot"], rt.boot(uuid.uuid4().hex[:16], template))
+        boot = rt.boot(uuid.uuid4().hex[:16], template, disk_mb=disk_mb if limited else 0)
+        box = await _timed(times["boot" if limited else "boot, no disk limit"], boot)
+        if not limited:
+            await rt.kill(box)
+            continue
+        dirs = SandboxDirs(box.dir)
+        sizes["upper dir"].append(_allocated_kib(dirs.upper))
+        sizes["disk image"].append(_allocated_kib(dirs.disk_image))
         times["boot CPU"].append(rt.stats(box).cpu_usec / 1e6)
         for step, seconds in boot_timeline(box, started).items():
             times.setdefault(step, []).append(seconds)
         await _timed(times["freeze"], rt.freeze(box))
         await _timed(times["thaw"], rt.thaw(box))
         await _timed(times["kill"], rt.kill(box))
-    return times
+    return times, sizes
 
 
 async def idle_memory(rt: Runtime, template: Path, count: int, settle_s: float) -> list[int]:
@@ -99,6 +123,7 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--idle", type=int, default=3, help="sandboxes idling together")
+    parser.add_argument("--disk-mb", type=int, default=10240)
     parser.add_argument("--template", type=Path)
     args = parser.parse_args()
     if args.template is None:
@@ -108,13 +133,18 @@ async def main() -> None:
     with tempfile.TemporaryDirectory(prefix="sandboxd-bench-") as state:
         rt = Runtime(Path(state) / "sandboxes", cgroup_parent=f"sandboxd-bench-{uuid.uuid4().hex}")
         try:
-            times = await lifecycle(rt, args.template, args.runs)
+            times, sizes = await lifecycle(rt, args.template, args.runs, args.disk_mb)
             memory = await idle_memory(rt, args.template, args.idle, settle_s=5)
         finally:
             for mount in {rt.host.unified, *rt.host.v1.values()}:
                 (mount / rt.cgroup_parent).rmdir()
     for step, samples in times.items():
-        print(f"{step:13} {_ms(samples)} over {len(samples)}")
+        print(f"{step:19} {_ms(samples)} over {len(samples)}")
+    for what, mib in sizes.items():
+        print(
+            f"{what} after boot (MiB on the host): median {statistics.median(mib):.1f}, "
+            f"max {max(mib):.1f}"
+        )
     per_box = ", ".join(f"{m / MIB:.1f}" for m in memory)
     print(f"idle memory per sandbox (MiB, {args.idle} together, after 5 s): {per_box}")
 

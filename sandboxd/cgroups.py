@@ -174,12 +174,14 @@ class SandboxCgroups:
             finally:
                 os.close(fd)
 
-    def prioritise(self, unit: str) -> None:
+    def prioritise(self, unit: str) -> bool:
         """Give the container's `unit` the priority its unit file asks for in a VM (nice -20,
         OOM score adjustment -1000), which the kernel refuses to the container's own root in
-        its user namespace: envd must keep answering while the sandbox's code uses every CPU
-        and all its memory. Every thread of it; nothing to do for a template without the unit.
+        its user namespace: envd must start quickly on a busy host and keep answering while
+        the sandbox's code uses every CPU and all its memory. Every thread it has now (threads
+        it starts later inherit the nice value). Returns whether the unit had a process yet.
         A restart of the unit inside the sandbox runs it at the default priority again."""
+        found = False
         for d, _, _ in os.walk(self.payload / "system.slice" / unit):
             try:
                 with open(os.path.join(d, "cgroup.procs")) as f:
@@ -196,6 +198,8 @@ class SandboxCgroups:
                         _write(Path(f"/proc/{pid}/oom_score_adj"), "-1000")
                 except (FileNotFoundError, ProcessLookupError):
                     continue  # ended meanwhile
+                found = True
+        return found
 
     def pids(self) -> set[int]:
         """Every process in the sandbox (the whole cgroup2 subtree)."""

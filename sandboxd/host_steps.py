@@ -90,10 +90,13 @@ class Cgroups:
         self.of(spec.id).remove()
 
 
+@dataclass(frozen=True)
 class Disk:
+    pristine: Path  # where each size's empty image is kept
+
     def make(self, spec: SandboxSpec, dirs: SandboxDirs) -> None:
         assert spec.uid_base is not None  # noqa: S101
-        disk.make(dirs.disk_image, dirs.disk, spec.disk_mb, spec.uid_base)
+        disk.make(dirs.disk_image, dirs.disk, spec.disk_mb, spec.uid_base, self.pristine)
 
     def undo(self, spec: SandboxSpec, dirs: SandboxDirs) -> None:
         disk.undo(dirs.disk_image, dirs.disk)
@@ -107,11 +110,11 @@ class Layers:
     def make(self, spec: SandboxSpec, dirs: SandboxDirs) -> None:
         assert spec.uid_base is not None  # noqa: S101
         dirs.layers.mkdir(mode=0o700, exist_ok=True)
-        with mapped_namespace(spec.uid_base) as userns:
-            for i, layer in enumerate(spec.layers):
-                target = dirs.layers / str(i)
-                target.mkdir(exist_ok=True)
-                libc.idmapped_bind(str(layer), str(target), userns)
+        userns = mapped_namespace(spec.uid_base)
+        for i, layer in enumerate(spec.layers):
+            target = dirs.layers / str(i)
+            target.mkdir(exist_ok=True)
+            libc.idmapped_bind(str(layer), str(target), userns)
 
     def undo(self, spec: SandboxSpec, dirs: SandboxDirs) -> None:
         detach_mounts(dirs.layers)
@@ -145,9 +148,9 @@ class Nspawn:
         nspawn.remove_leftovers(spec.id)
 
 
-def boot_steps(host: CgroupHost, cgroup_parent: str) -> list[Step]:
+def boot_steps(host: CgroupHost, cgroup_parent: str, disk_images: Path) -> list[Step]:
     cgroups = Cgroups(host, cgroup_parent)
-    return [cgroups, Disk(), Layers(), Overlay(), Nspawn(cgroups)]
+    return [cgroups, Disk(disk_images), Layers(), Overlay(), Nspawn(cgroups)]
 
 
 def make_all(steps: list[Step], spec: SandboxSpec, dirs: SandboxDirs) -> None:

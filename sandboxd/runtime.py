@@ -40,6 +40,7 @@ log = logging.getLogger("sandboxd.runtime")
 SANDBOX_ID = re.compile(r"^[a-z0-9]{1,63}$")
 POLL_S = 0.01
 ENVD_UNIT = "envd.service"
+DISK_IMAGES = "disk-images"
 
 
 @dataclass
@@ -99,7 +100,8 @@ class Runtime:
         self.boot_timeout_s = boot_timeout_s
         self.envd_port = envd_port
         self.host = CgroupHost.detect()
-        self.steps = boot_steps(self.host, cgroup_parent)
+        # Beside the sandboxes, not among them: adopt() reads every entry there as a sandbox.
+        self.steps = boot_steps(self.host, cgroup_parent, self.sandboxes_dir.parent / DISK_IMAGES)
 
     def _cgroups(self, sandbox_id: str) -> SandboxCgroups:
         return SandboxCgroups(self.host, self.cgroup_parent, sandbox_id)
@@ -185,14 +187,21 @@ class Runtime:
         assert nspawn_pid is not None  # noqa: S101  # found together with the leader
         netns = NetNamespace(leader)
         box = Box(spec, self.sandboxes_dir / sandbox_id, nspawn_pid, leader, netns, cgroups)
+        # envd's priority is given as soon as its process shows (it spends its start-up
+        # importing, which a busy host's other work would otherwise slow down).
+        prioritised = False
         try:
-            while await health_status(netns, self.envd_port, timeout_s=1) != 204:
+            while True:
+                prioritised = prioritised or cgroups.prioritise(ENVD_UNIT)
+                if await health_status(netns, self.envd_port, timeout_s=1) == 204:
+                    break
                 self._check_boot(sandbox_id, cgroups, deadline, "envd's /health")
                 await asyncio.sleep(POLL_S)
         except BaseException:
             netns.close()
             raise
-        cgroups.prioritise(ENVD_UNIT)
+        if not prioritised:
+            cgroups.prioritise(ENVD_UNIT)
         return box
 
     def _check_boot(
@@ -342,6 +351,8 @@ class Runtime:
         Raises:
             OSError: the kernel refused a limit (e.g. memory below what the sandbox uses).
         """
+        if limits == box.limits:  # a warm sandbox taken for its own template: nothing to do
+            return
         box.cgroups.set_limits(limits)
         box.spec = dataclasses.replace(box.spec, limits=limits)
         write_record(box.dir, box.spec)
