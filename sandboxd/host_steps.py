@@ -5,14 +5,16 @@ kill and the removal of a dead sandbox's leftovers after a restart all run `undo
 record, wherever the boot or an earlier teardown stopped.
 
 The order (sandbox-runtime.md §8, isolation.md §3): cgroups with the limits, handed to the
-sandbox's uid range; the writable layer (sandboxd.disk); the template's layers, idmapped to
-the range; the overlay root over them; nspawn in a user namespace of the range.
+sandbox's uid range; the writable layer (sandboxd.disk) and the unit drop-ins a user-namespaced
+boot needs in it; the template's layers, idmapped to the range; the overlay root over them;
+nspawn in a user namespace of the range.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
-from pathlib import Path  # noqa: TC003  # used at run time by dataclasses
+from pathlib import Path  # used at run time by dataclasses
 from typing import TYPE_CHECKING, Protocol
 
 from sandboxd import disk, libc, nspawn, overlay
@@ -102,6 +104,38 @@ class Disk:
         disk.undo(dirs.disk_image, dirs.disk)
 
 
+# A sandbox's root is root only in its own user namespace: the kernel refuses it a realtime I/O
+# class, a negative nice and a negative OOM score adjustment, and envd.service (whose unit asks
+# for all three, as a VM's should) failed with 211/IOPRIO and restarted forever. Each boot's
+# writable layer gets a drop-in resetting them, so any template with envd boots unchanged and
+# the same image still gives envd its priorities in a VM; sandboxd gives envd its nice value
+# from the host instead (`SandboxCgroups.prioritise`).
+UNIT_OVERRIDES = {
+    "etc/systemd/system/envd.service.d/zz-sandbox-userns.conf": (
+        "[Service]\nIOSchedulingClass=\nIOSchedulingPriority=\nNice=\nOOMScoreAdjust=\n"
+    ),
+}
+
+
+class UnitOverrides:
+    """UNIT_OVERRIDES written into the upper directory (before the overlay is mounted over
+    it), owned by the sandbox's root; they go with the writable layer."""
+
+    def make(self, spec: SandboxSpec, dirs: SandboxDirs) -> None:
+        assert spec.uid_base is not None  # noqa: S101
+        for name, text in UNIT_OVERRIDES.items():
+            path = dirs.upper
+            for part in Path(name).parts[:-1]:
+                path /= part
+                path.mkdir(mode=0o755, exist_ok=True)
+                os.chown(path, spec.uid_base, spec.uid_base)
+            (path / Path(name).name).write_text(text)
+            os.chown(path / Path(name).name, spec.uid_base, spec.uid_base)
+
+    def undo(self, spec: SandboxSpec, dirs: SandboxDirs) -> None:
+        """Nothing of its own to undo: the files are in the writable layer."""
+
+
 class Layers:
     """Each read-only layer bound through an idmapped mount: the template's files (owned by host
     uid 0..65535) appear owned by the sandbox's range, so sandbox root owns / without a chown or
@@ -150,7 +184,7 @@ class Nspawn:
 
 def boot_steps(host: CgroupHost, cgroup_parent: str, disk_images: Path) -> list[Step]:
     cgroups = Cgroups(host, cgroup_parent)
-    return [cgroups, Disk(disk_images), Layers(), Overlay(), Nspawn(cgroups)]
+    return [cgroups, Disk(disk_images), UnitOverrides(), Layers(), Overlay(), Nspawn(cgroups)]
 
 
 def make_all(steps: list[Step], spec: SandboxSpec, dirs: SandboxDirs) -> None:

@@ -80,15 +80,6 @@ NO_CREDENTIALS_DROPIN = "[Service]\nLoadCredential=\n"
 # Failures still reach the console log (the boot error's tail); the "[  OK  ]" lines do not.
 MANAGER_CONF = "[Manager]\nShowStatus=error\n"
 VOLATILE_JOURNAL = "[Journal]\nStorage=volatile\nRuntimeMaxUse=8M\n"
-# A sandbox's root is root only in its own user namespace: the kernel refuses it a realtime I/O
-# class, a negative nice and a negative OOM score adjustment (envd.service failed with
-# 211/IOPRIO and restarted forever). The VM's unit keeps them; in a sandbox they are reset, and
-# sandboxd gives envd its priority from the host instead (`SandboxCgroups.prioritise`).
-ENVD_IN_USERNS_DROPIN = (
-    "[Service]\nIOSchedulingClass=\nIOSchedulingPriority=\nNice=\nOOMScoreAdjust=\n"
-)
-# What a built base template says of itself; a different one is rebuilt by `sandboxd serve`.
-BUILD_STAMP = f"{RECIPE}\nslim-boot v2\nuserns v1\n"
 
 
 def debian_mirror() -> str:
@@ -259,7 +250,6 @@ def install_envd(root: Path, commit: str | None = None, artifact: Path | None = 
     dropin = root / "etc/systemd/system/envd.service.d"
     dropin.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(SOURCE_TREE / "packaging/isnotfc.conf", dropin / "isnotfc.conf")
-    (dropin / "userns.conf").write_text(ENVD_IN_USERNS_DROPIN)
 
 
 def _replace(new: Path, dest: Path) -> None:
@@ -306,7 +296,7 @@ def build_base(dest: Path, stage_cache: Path, commit: str | None = None) -> Path
         log.info("installing envd (packaging/install.sh --root)")
         install_envd(new, commit)
         slim_boot(new)
-        (new / BUILD_FILE).write_text(BUILD_STAMP)
+        (new / BUILD_FILE).write_text(f"{RECIPE}\nslim-boot v2\n")
         _replace(new, dest)
     except BaseException:
         remove_tree(new)

@@ -17,7 +17,7 @@ from envd.settings import ENVD_VERSION
 from sandboxd.api.app import create_app
 from sandboxd.dispatch import create_listener
 from sandboxd.errors import HostError, SandboxError
-from sandboxd.images import BUILD_FILE, BUILD_STAMP, build_base
+from sandboxd.images import BUILD_FILE, build_base
 from sandboxd.overlay import require_rootfs
 from sandboxd.runtime import Runtime
 from sandboxd.sandboxes import SandboxManager, now_us
@@ -82,7 +82,7 @@ def server_secret(state_dir: Path) -> bytes:
 
 def ensure_base(store: Store, state_dir: Path, given: Path | None, disk_mb: int) -> None:
     """Register the base template with a disk of `disk_mb` (0: no limit); build its root
-    filesystem first when it is missing or was built for an older sandboxd.
+    filesystem first when it is missing.
 
     Raises:
         TemplateError: `given` is not a root filesystem, or the build failed.
@@ -92,12 +92,8 @@ def ensure_base(store: Store, state_dir: Path, given: Path | None, disk_mb: int)
         require_rootfs(rootfs)
     else:
         rootfs = base_rootfs(state_dir)
-        stamp = rootfs / BUILD_FILE
-        if not stamp.is_file():
+        if not (rootfs / BUILD_FILE).is_file():
             log.info("the base template is missing: building it (a few minutes the first time)")
-            build_base(rootfs, state_dir / "cache")
-        elif stamp.read_text() != BUILD_STAMP:
-            log.info("the base template was built for an older sandboxd: building it again")
             build_base(rootfs, state_dir / "cache")
     template = store.template("base")
     now = now_us()

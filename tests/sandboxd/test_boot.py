@@ -106,6 +106,19 @@ async def test_limits_are_written_to_the_sandbox_cgroups(
     assert usage.cpu_usec > 0
 
 
+async def test_envd_gets_its_priority_from_the_host(runtime: Runtime, base_template: Path) -> None:
+    """In its user namespace the container cannot give envd nice -20 (the unit's setting is
+    reset by the boot's drop-in); sandboxd gives it from the host, to every thread."""
+    box = await runtime.boot(new_id(), base_template)
+    procs = box.cgroups.payload / "system.slice/envd.service/cgroup.procs"
+    (pid,) = [int(p) for p in procs.read_text().split()]
+    for task in os.listdir(f"/proc/{pid}/task"):
+        stat = Path(f"/proc/{pid}/task/{task}/stat").read_text()
+        assert int(stat.rsplit(")", 1)[1].split()[16]) == -20
+    assert "zz-sandbox-userns.conf" in run(box, "systemctl show -P DropInPaths envd")
+    assert run(box, "systemctl is-failed envd || true").strip() == "active"
+
+
 async def test_envd_metrics_report_the_sandbox_not_the_host(
     runtime: Runtime, base_template: Path
 ) -> None:
