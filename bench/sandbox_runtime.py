@@ -140,11 +140,8 @@ async def main() -> None:
                 (mount / rt.cgroup_parent).rmdir()
     for step, samples in times.items():
         print(f"{step:19} {_ms(samples)} over {len(samples)}")
-    for what, mib in sizes.items():
-        print(
-            f"{what} after boot (MiB on the host): median {statistics.median(mib):.1f}, "
-            f"max {max(mib):.1f}"
-        )
+    for what, kib in sizes.items():
+        print(f"{what} after boot (KiB): median {statistics.median(kib):.0f}, max {max(kib):.0f}")
     per_box = ", ".join(f"{m / MIB:.1f}" for m in memory)
     print(f"idle memory per sandbox (MiB, {args.idle} together, after 5 s): {per_box}")
 
