@@ -123,10 +123,12 @@ class Runtime:
                 everything the boot made has been removed.
         """
         started = time.monotonic()
-        spec = self._claim(sandbox_id, template, limits or Limits(), disk_mb)
-        launch = asyncio.ensure_future(asyncio.to_thread(self._launch, spec))
+        template = self._claim(sandbox_id, template, disk_mb)
+        launch = asyncio.ensure_future(
+            asyncio.to_thread(self._launch, sandbox_id, template, limits or Limits(), disk_mb)
+        )
         try:
-            await asyncio.shield(launch)
+            spec = await asyncio.shield(launch)
             box = await self._await_boot(spec, started)
         except BaseException as exc:
             # A cancelled boot must not clean up while the launch thread (which cannot be
@@ -140,9 +142,9 @@ class Runtime:
         log.info("sandbox %s up in %.2f s", sandbox_id, time.monotonic() - started)
         return box
 
-    def _claim(self, sandbox_id: str, template: Path, limits: Limits, disk_mb: int) -> SandboxSpec:
-        """Check the id and template, make the sandbox's directory (the claim that makes one
-        boot per id), claim a uid range and write the record. Returns the spec."""
+    def _claim(self, sandbox_id: str, template: Path, disk_mb: int) -> Path:
+        """Check the id and template and make the sandbox's directory: the claim that makes
+        one boot per id. Returns the template's absolute path."""
         if not SANDBOX_ID.match(sandbox_id):
             raise SandboxError(f"sandbox id {sandbox_id!r}: only a-z and 0-9, 1 to 63 of them")
         if disk_mb < 0:
@@ -158,19 +160,19 @@ class Runtime:
         if self._cgroups(sandbox_id).exists():
             box_dir.rmdir()
             raise SandboxError(f"sandbox {sandbox_id} already has cgroups (not adopted?)")
-        try:
-            uid_base = uid_ranges.claim(box_dir / RECORD, _holds_range)
-            spec = SandboxSpec(sandbox_id, (template,), limits, uid_base, disk_mb)
-            write_record(box_dir, spec)
-        except BaseException:
-            remove_tree(box_dir)
-            raise
-        return spec
+        return template
 
-    def _launch(self, spec: SandboxSpec) -> None:
-        """Every host step, in order (sandboxd.host_steps)."""
+    def _launch(self, sandbox_id: str, template: Path, limits: Limits, disk_mb: int) -> SandboxSpec:
+        """Claim a uid range, write the record (what every undo is driven by), then every host
+        step in order (sandboxd.host_steps). Off the event loop: the claim reads the other
+        sandboxes' records and the record is fsynced. Returns the spec."""
+        record = self._dirs(sandbox_id).dir / RECORD
+        spec = SandboxSpec(sandbox_id, (template,), limits, None, disk_mb)
+        spec = dataclasses.replace(spec, uid_base=uid_ranges.claim(record, _holds_range))
+        write_record(record.parent, spec)
         ensure_inotify_instances(len(existing_sandboxes(self.host, self.cgroup_parent)) + 1)
-        make_all(self.steps, spec, self._dirs(spec.id))
+        make_all(self.steps, spec, self._dirs(sandbox_id))
+        return spec
 
     async def _await_boot(self, spec: SandboxSpec, started: float) -> Box:
         """Find nspawn and the container's leader, then poll envd's /health every 10 ms."""
