@@ -47,6 +47,8 @@ HOP_BY_HOP = frozenset(
      b"transfer-encoding", b"upgrade", b"proxy-authorization", b"proxy-authenticate")
 )  # fmt: skip
 NEVER_FORWARDED = frozenset((b"x-api-key",))  # the control API's key stays with sandboxd
+# What a Connection header may not declare hop-by-hop: they frame or route the request.
+NEVER_HOP_BY_HOP = frozenset((*FRAMING_HEADERS, b"host"))
 # Sent again on a new connection when a kept-alive one closed before any answer (RFC 9110
 # §9.2.2); only without a body, which the relay does not keep.
 IDEMPOTENT_WITHOUT_BODY = frozenset(("GET", "HEAD", "OPTIONS"))
@@ -123,6 +125,8 @@ class SandboxProxy:
             target = resolve(head, self.domain, self.lookup)
         except RouteError as exc:
             return Answer(client, request, *_plain(400, str(exc)))
+        if refusal := _unrelayable(request):
+            return Answer(client, request, *_plain(400, refusal))
         if is_envd_control_path(target, head.path):
             return Answer(client, request, *_plain(404, "404 page not found"))
         box = self.lookup.running_box(target.sandbox_id)
@@ -371,6 +375,19 @@ def _request_head(request: Request, target: Target) -> tuple[bytes, bool]:
     if not has_host:  # HTTP/1.0 clients may send none; HTTP/1.1 requires one
         lines.append(b"host: 127.0.0.1:%d" % target.port)
     return b"\r\n".join(lines) + b"\r\n\r\n", chunked
+
+
+def _unrelayable(request: Request) -> str | None:
+    """Why the request cannot go to a sandbox as it is, or None. A fragment is no part of a
+    request target (RFC 9112 §3.2) and the sandbox's server drops it, so `/init#x` would be
+    classified here as one path and served there as `/init`. A Connection header naming a
+    framing header would have it dropped as hop-by-hop while the body it frames went on: the
+    sandbox's server would read that body as a request of its own (smuggling)."""
+    if b"#" in request.head.url:
+        return "a request target may not hold a fragment (#)"
+    if _connection_tokens(request.raw_headers) & NEVER_HOP_BY_HOP:
+        return "Connection may not name Content-Length, Transfer-Encoding or Host"
+    return None
 
 
 def _connection_tokens(raw: list[tuple[bytes, bytes]]) -> set[bytes]:

@@ -459,6 +459,45 @@ async def test_envd_control_paths_are_refused_after_cleaning(
     assert established_to_envd(box) == 0  # not one of them reached envd
 
 
+async def test_a_fragment_cannot_carry_a_control_path_past_the_proxy(
+    served: tuple[ServedProxy, Box],
+) -> None:
+    """envd's server drops a fragment: `/init#x` was classified as a path of its own here and
+    served as `/init` there (a new access token and env vars set by anyone)."""
+    proxy, box = served
+    host, routing = raw_routing(proxy, box)
+    for target in (b"/init#x", b"/init#", b"/health#x", b"http://127.0.0.1/init#x"):
+        async with raw_connection(host) as (reader, writer):
+            writer.write(b"POST %s HTTP/1.1\r\nHost: %s\r\n%sContent-Length: 2\r\n\r\n{}"
+                         % (target, host, routing))  # fmt: skip
+            [(status, body)] = await read_responses(reader, 1)
+        assert status == 400, (target, body)
+        assert b"fragment" in body
+    assert established_to_envd(box) == 0  # not one of them reached envd
+
+
+async def test_a_connection_header_naming_framing_headers_is_refused(
+    served: tuple[ServedProxy, Box],
+) -> None:
+    """Dropping Content-Length as hop-by-hop while relaying the body made envd read the body
+    as a second request: a smuggled /init ran, and the client got two answers to one."""
+    proxy, box = served
+    host, routing = raw_routing(proxy, box)
+    smuggled = b"POST /init HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
+    for named in (b"Content-Length", b"keep-alive, content-length", b"Transfer-Encoding",
+                  b"Host"):  # fmt: skip
+        async with raw_connection(host) as (reader, writer):
+            writer.write(
+                b"POST /filesystem.Filesystem/Stat HTTP/1.1\r\nHost: %s\r\n%s"
+                b"Connection: %s\r\nContent-Length: %d\r\n\r\n%s"
+                % (host, routing, named, len(smuggled), smuggled)
+            )
+            [(status, body)] = await read_responses(reader, 1)
+        assert status == 400, (named, body)
+        assert b"Connection may not name" in body
+    assert established_to_envd(box) == 0
+
+
 async def test_host_routing(served: tuple[ServedProxy, Box]) -> None:
     proxy, box = served
     port = proxy.url.rsplit(":", 1)[1]
