@@ -82,6 +82,12 @@ class NewSandbox(_Body):
             raise ValueError("autoPauseMemory: false cannot be combined with autoResume")
         if self.network and self.network.allowPublicTraffic is False and not self.secure:
             raise ValueError("network.allowPublicTraffic: false needs secure")
+        for name, value in (self.envVars or {}).items():
+            # Every command in the sandbox gets them through execve, which cannot carry these.
+            if not name or "=" in name or "\0" in name:
+                raise ValueError(f"envVars: {name!r} is not a variable name (empty, = or NUL)")
+            if "\0" in value:
+                raise ValueError(f"envVars: the value of {name!r} holds a NUL byte")
         return self
 
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from sandboxd.api import shapes
+from sandboxd.api import shapes, unserved
 from sandboxd.api.models import NewTemplate, TemplateUpdate, parse_body
 from sandboxd.errors import RequestError
 from sandboxd.sandboxes import ID_ALPHABET, now_us
@@ -90,11 +90,13 @@ def routes(manager: SandboxManager, store: Store) -> list[Route]:
         await store.write(functools.partial(store.delete_template, template.template_id))
         return Response(status_code=204)
 
-    # {…:path}: names such as team/name:tag arrive percent-encoded as one segment.
+    # {…:path}: names such as team/name:tag arrive percent-encoded as one segment. The routes
+    # by id take any path below /templates: the unserved E2B routes go before them.
     return [
         Route("/templates", list_templates, methods=["GET"]),
         Route("/v2/templates", create_v2, methods=["POST"]),
         Route("/templates/aliases/{alias:path}", by_alias, methods=["GET"]),
+        *unserved.routes(),
         Route("/templates/{template_id:path}", get_template, methods=["GET"]),
         Route("/templates/{template_id:path}", update, methods=["PATCH"]),
         Route("/templates/{template_id:path}", delete, methods=["DELETE"]),

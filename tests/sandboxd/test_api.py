@@ -370,6 +370,41 @@ def test_metrics_are_sampled(api: httpx.Client) -> None:
     assert api.get("/teams/someone-else/metrics").status_code == 403
 
 
+def test_env_vars_no_command_could_take_are_refused_at_create(api: httpx.Client) -> None:
+    """They were accepted (201), and then every command in the sandbox failed."""
+    before = api.get("/v2/sandboxes").json()
+    for env in ({"A=B": "x"}, {"": "x"}, {"A\u0000B": "x"}, {"A": "x\u0000y"}):
+        for path in ("/sandboxes", "/v2/sandboxes"):
+            response = api.post(path, json={"templateID": "base", "envVars": env})
+            assert response.status_code == 400, (env, response.text)
+            assert response.json()["code"] == 400
+            assert "envVars" in response.json()["message"]
+    assert api.get("/v2/sandboxes").json() == before
+
+
+def test_unserved_e2b_routes_say_so_and_reach_no_other_route(api: httpx.Client) -> None:
+    """`DELETE /templates/tags` (the SDK's Template.remove_tags) was served as the deletion of
+    a template called "tags", and the SDK told it succeeded."""
+    made = api.post("/v2/templates", json={"alias": "tags", "memoryMB": 256})
+    assert made.status_code == 202, made.text
+    removed = api.request("DELETE", "/templates/tags", json={"name": "tags", "tags": ["v1"]})
+    assert removed.status_code == 501, removed.text
+    assert removed.json() == {
+        "code": 501,
+        "message": "DELETE /templates/tags: removing template tags is not supported by sandboxd",
+    }
+    assert api.get("/templates/aliases/tags").status_code == 200  # still there
+    for method, path in (("POST", "/templates/tags"), ("GET", "/snapshots"),
+                         ("GET", "/templates/base/builds/b1/status"),
+                         ("POST", "/v2/templates/base/builds/b1"), ("POST", "/v3/templates"),
+                         ("GET", "/v2/sandboxes/nosuch/logs"),
+                         ("POST", "/sandboxes/nosuch/fork")):  # fmt: skip
+        answer = api.request(method, path, json={})
+        assert answer.status_code == 501, (method, path, answer.text)
+        assert "not supported by sandboxd" in answer.json()["message"]
+    assert api.delete(f"/templates/{made.json()['templateID']}").status_code == 204
+
+
 def test_templates(api: httpx.Client) -> None:
     assert api.get("/templates/aliases/base").json() == {"templateID": "base", "public": False}
     made = api.post("/v2/templates", json={"alias": "small", "cpuCount": 1, "memoryMB": 256})
