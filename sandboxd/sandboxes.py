@@ -118,6 +118,9 @@ class SandboxManager:
         self.max_timeout_s = max_timeout_s
         self._secret = secret
         self._sandboxes: dict[str, Sandbox] = {}
+        # Created but not given their /init yet: reachable by sandboxd's own envd client only,
+        # neither listed nor known to the API and the proxy until the create succeeds.
+        self._starting: dict[str, Sandbox] = {}
         self._gone_callbacks: list[Callable[[str], None]] = []
         self._tasks: set[asyncio.Task[Any]] = set()
         self._expiring: set[str] = set()
@@ -147,7 +150,7 @@ class SandboxManager:
         self._gone_callbacks.append(callback)
 
     def _netns_of(self, sandbox_id: str) -> NetNamespace | None:
-        sandbox = self._sandboxes.get(sandbox_id)
+        sandbox = self._sandboxes.get(sandbox_id) or self._starting.get(sandbox_id)
         if sandbox is not None:
             return sandbox.box.netns
         return None
@@ -256,15 +259,17 @@ class SandboxManager:
             spec.options, box.uid_base,
         )  # fmt: skip
         sandbox = Sandbox(row, box, self.envd_token(box.id) if spec.secure else None)
-        self._sandboxes[box.id] = sandbox
+        self._starting[box.id] = sandbox
         try:
             await self._init(sandbox)
         except BaseException:
-            self._sandboxes.pop(box.id, None)
             await self._kill_quietly(box)
             raise
+        finally:
+            self._starting.pop(box.id, None)
         row.started_at = now_us()
         row.end_at = row.started_at + spec.timeout_s * 1_000_000
+        self._sandboxes[box.id] = sandbox
         await self.store.write(
             functools.partial(self.store.put_sandbox, row),
             functools.partial(self.store.add_event, row.started_at, box.id, "created"),
@@ -292,10 +297,12 @@ class SandboxManager:
             raise RequestError(500, str(exc)) from exc
 
     async def _init(self, sandbox: Sandbox) -> None:
-        """POST envd's /init as the orchestrator does, retrying until it answers 204.
+        """POST envd's /init as the orchestrator does, retrying until it answers 204; a 4xx
+        other than 429 will not change with retries and ends it at once.
 
         Raises:
-            RequestError: 503 when envd did not take it within INIT_DEADLINE_S.
+            RequestError: 503 when envd did not take it within INIT_DEADLINE_S; 413 or 400 when
+                envd refused it (too large, or malformed).
         """
         deadline = time.monotonic() + INIT_DEADLINE_S
         last = "no answer"
@@ -318,6 +325,11 @@ class SandboxManager:
                 if status == 204:
                     return
                 last = f"{status} {answer[:200].decode(errors='replace')}"
+                if 400 <= status < 500 and status != 429:
+                    raise RequestError(
+                        413 if status == 413 else 400,
+                        f"envd in sandbox {sandbox.id} refused /init: {last}",
+                    )
             await asyncio.sleep(INIT_RETRY_S)
         raise RequestError(503, f"envd in sandbox {sandbox.id} did not take /init: {last}")
 

@@ -9,6 +9,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from sandboxd.api import listing, params, shapes
+from sandboxd.api.bodies import CREATE_LIMIT, read_json
 from sandboxd.api.metrics import sandbox_metrics, team_metrics
 from sandboxd.api.models import (
     ConnectV2,
@@ -17,7 +18,6 @@ from sandboxd.api.models import (
     Pause,
     Resume,
     Timeout,
-    parse_body,
 )
 from sandboxd.errors import RequestError
 from sandboxd.sandboxes import CreateSpec, not_found
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from sandboxd.sandboxes import SandboxManager
     from sandboxd.store import Store
 
-UNIX_S_MAX = 2**62
+UNIX_S_MAX = 253_402_300_799  # 9999-12-31T23:59:59Z: the last second RFC 3339 can write
 
 
 def _check_timeout(manager: SandboxManager, timeout_s: int) -> None:
@@ -50,7 +50,7 @@ def _spec(manager: SandboxManager, body: NewSandbox) -> CreateSpec:
 
 def routes(manager: SandboxManager, store: Store) -> list[Route]:
     async def _create(request: Request, model: type[NewSandbox]) -> Response:
-        spec = _spec(manager, parse_body(model, await request.body()))
+        spec = _spec(manager, await read_json(request, model, limit=CREATE_LIMIT))
         sandbox = await manager.create(spec)
         return JSONResponse(shapes.sandbox(manager, sandbox), 201)
 
@@ -80,11 +80,11 @@ def routes(manager: SandboxManager, store: Store) -> list[Route]:
 
     async def connect(request: Request) -> Response:
         sandbox_id = params.sandbox_id(request)
-        return await _connect(sandbox_id, parse_body(Timeout, await request.body()).timeout)
+        return await _connect(sandbox_id, (await read_json(request, Timeout)).timeout)
 
     async def connect_v2(request: Request) -> Response:
         sandbox_id = params.sandbox_id(request)
-        body = parse_body(ConnectV2, await request.body(), optional=True)
+        body = await read_json(request, ConnectV2, optional=True)
         if not body.memory:
             # A frozen container keeps its memory: it cannot boot again from its disk alone.
             raise RequestError(400, "validation error: memory: false (a cold boot) is not offered")
@@ -92,7 +92,7 @@ def routes(manager: SandboxManager, store: Store) -> list[Route]:
 
     async def resume(request: Request) -> Response:
         sandbox_id = params.sandbox_id(request)
-        body = parse_body(Resume, await request.body(), optional=True)
+        body = await read_json(request, Resume, optional=True)
         if body.timeout <= 0:
             raise RequestError(400, "Timeout must be greater than 0")
         _check_timeout(manager, body.timeout)
@@ -101,13 +101,13 @@ def routes(manager: SandboxManager, store: Store) -> list[Route]:
 
     async def pause(request: Request) -> Response:
         sandbox_id = params.sandbox_id(request)
-        parse_body(Pause, await request.body(), optional=True)  # memory: false is not offered
+        await read_json(request, Pause, optional=True)  # memory: false is not offered
         await manager.pause(sandbox_id)
         return Response(status_code=204)
 
     async def set_timeout(request: Request) -> Response:
         sandbox_id = params.sandbox_id(request)
-        body = parse_body(Timeout, await request.body())
+        body = await read_json(request, Timeout)
         await manager.set_timeout(sandbox_id, body.timeout)
         return Response(status_code=204)
 

@@ -12,7 +12,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from sandboxd.api import shapes, unserved
-from sandboxd.api.models import NewTemplate, TemplateUpdate, parse_body
+from sandboxd.api.bodies import read_json
+from sandboxd.api.models import NewTemplate, TemplateUpdate
 from sandboxd.errors import RequestError
 from sandboxd.sandboxes import ID_ALPHABET, now_us
 from sandboxd.store import TemplateRow
@@ -55,7 +56,7 @@ def routes(manager: SandboxManager, store: Store) -> list[Route]:
         return JSONResponse({"templateID": template.template_id, "public": template.public})
 
     async def create_v2(request: Request) -> Response:
-        body = parse_body(NewTemplate, await request.body())
+        body = await read_json(request, NewTemplate)
         base = _existing(store, BASE)
         now = now_us()
         template = store.template(body.alias)
@@ -74,7 +75,7 @@ def routes(manager: SandboxManager, store: Store) -> list[Route]:
 
     async def update(request: Request) -> Response:
         template = _existing(store, request.path_params["template_id"])
-        body = parse_body(TemplateUpdate, await request.body(), optional=True)
+        body = await read_json(request, TemplateUpdate, optional=True)
         if body.public is not None:
             template.public = body.public
             template.updated_at = now_us()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -403,6 +404,48 @@ def test_unserved_e2b_routes_say_so_and_reach_no_other_route(api: httpx.Client) 
         assert answer.status_code == 501, (method, path, answer.text)
         assert "not supported by sandboxd" in answer.json()["message"]
     assert api.delete(f"/templates/{made.json()['templateID']}").status_code == 204
+
+
+def test_bodies_past_a_routes_cap_are_a_413_before_they_are_read(
+    server: Sandboxd, api: httpx.Client
+) -> None:
+    """One authenticated 200 MB body took sandboxd to 1.3 GB and stalled /health for 7.8 s."""
+    big = {"templateID": "base", "metadata": {"pad": "x" * (2 << 20)}}
+    for path in ("/sandboxes", "/v2/sandboxes", "/v2/templates"):
+        answer = api.post(path, json=big)
+        assert answer.status_code == 413, (path, answer.text)
+        assert answer.json()["code"] == 413
+    chunks = (b"x" * 65536 for _ in range(64))  # 4 MiB, chunked: no length declared
+    answer = api.post("/sandboxes", content=chunks)
+    assert answer.status_code == 413, answer.text
+    # A declared length past the cap is refused at once: the 200 MB never have to be sent.
+    host, port = server.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as raw:
+        raw.sendall(
+            b"POST /sandboxes HTTP/1.1\r\nHost: x\r\nX-API-Key: %s\r\n"
+            b"Content-Type: application/json\r\nContent-Length: 200000000\r\n\r\n{"
+            % API_KEY.encode()
+        )
+        head = raw.recv(65536)
+    assert head.startswith(b"HTTP/1.1 413"), head
+
+
+def test_bodies_nested_too_deep_are_a_400(api: httpx.Client) -> None:
+    """A deeply nested create body was a 500 (RecursionError) with two tracebacks."""
+    nested = '{"templateID": "base", "metadata": ' + "[" * 5000 + "]" * 5000 + "}"
+    answer = api.post("/sandboxes", content=nested, headers={"content-type": "application/json"})
+    assert answer.status_code == 400, answer.text
+    assert "nests deeper" in answer.json()["message"]
+
+
+def test_metrics_times_past_what_rfc_3339_writes_are_a_400(api: httpx.Client) -> None:
+    """`end=2^62` was a 500 (OverflowError)."""
+    team = "/teams/00000000-0000-4000-8000-000000000001/metrics"
+    for query in ({"end": 2**62}, {"start": 2**62}, {"end": 10**30}):
+        answer = api.get(team, params=query)
+        assert answer.status_code == 400, (query, answer.text)
+        assert next(iter(query)) in answer.json()["message"]
+    assert api.get(team, params={"end": 253_402_300_799}).status_code == 200
 
 
 def test_templates(api: httpx.Client) -> None:
