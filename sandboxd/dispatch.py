@@ -13,6 +13,7 @@ import contextlib
 import gc
 from typing import TYPE_CHECKING
 
+from sandboxd.connection_policy import ConnectionPolicy
 from sandboxd.listener import Listener
 from sandboxd.proxy import SandboxProxy
 
@@ -47,4 +48,4 @@ def create_listener(
                 proxy.close()
 
     api.router.lifespan_context = lifespan
-    return Listener.serving(proxy)
+    return Listener.serving(proxy, ConnectionPolicy.from_environment())

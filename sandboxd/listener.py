@@ -20,6 +20,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from sandboxd.connection_policy import (
+    EVICTABLE_AFTER_IDLE_S,
+    TOO_MANY,
+    TOO_SLOW,
+    ConnectionPolicy,
+    RefusalLog,
+)
 from sandboxd.proxy import Request, SandboxProxy
 from sandboxd.routing import RequestHead
 
@@ -37,9 +44,14 @@ BAD_REQUEST = (
 
 
 class Listener(asyncio.Protocol):
-    """One client connection. Built by uvicorn, as its `http` protocol class (see `serving`)."""
+    """One client connection. Built by uvicorn, as its `http` protocol class (see `serving`),
+    under the connection policy of sandboxd/connection_policy.py."""
 
     proxy: ClassVar[SandboxProxy]
+    policy: ClassVar[ConnectionPolicy]
+    refusals: ClassVar[RefusalLog]
+    # Every open Listener (uvicorn's own set also holds the control API's protocols).
+    open: ClassVar[set[Listener]]
 
     # uvicorn's protocol-class signature; the same arguments build the control API's protocol.
     def __init__(self, config: Any, server_state: Any, app_state: dict[str, Any],
@@ -58,21 +70,47 @@ class Listener(asyncio.Protocol):
         self._close_after = False  # shut down, or the client asked: close once answered
         self._keep_alive_s: float = config.timeout_keep_alive
         self._idle_timer: asyncio.TimerHandle | None = None
+        # A head, or a control body, that must be complete by then (loop time), and when the
+        # client last sent anything.
+        self._deadline: asyncio.TimerHandle | None = None
+        self._last_data = 0.0
 
     @classmethod
-    def serving(cls, proxy: SandboxProxy) -> type[Listener]:
+    def serving(cls, proxy: SandboxProxy, policy: ConnectionPolicy) -> type[Listener]:
         """A subclass bound to `proxy` (uvicorn takes a protocol class, not an instance)."""
-        return type(cls.__name__, (cls,), {"proxy": proxy})
+        attributes = {"proxy": proxy, "policy": policy, "refusals": RefusalLog(), "open": set()}
+        return type(cls.__name__, (cls,), attributes)
 
     # asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast("asyncio.Transport", transport)
+        self._last_data = asyncio.get_running_loop().time()
+        if len(self.open) >= self.policy.max_connections and not self._evict_one():
+            self.refusals.refused(len(self.open))
+            self.transport.write(TOO_MANY)
+            self.transport.close()
+            return
         self.transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH)
         self.connections.add(self)
+        self.open.add(self)
         self._idle()
 
+    def _evict_one(self) -> bool:
+        """Close the connection that has waited longest for a request without sending
+        anything for EVICTABLE_AFTER_IDLE_S (a slowloris head, an idle keep-alive)."""
+        now = asyncio.get_running_loop().time()
+        waiting = [c for c in self.open if c._answering is None and not c._waiting
+                   and now - c._last_data >= EVICTABLE_AFTER_IDLE_S]  # fmt: skip
+        if not waiting:
+            return False
+        victim = min(waiting, key=lambda c: c._last_data)  # same class
+        victim.abort()
+        victim.open.discard(victim)
+        return True
+
     def data_received(self, data: bytes) -> None:
+        self._last_data = asyncio.get_running_loop().time()
         try:
             self._parser.feed_data(data)
             if self._receiving is not None:
@@ -90,8 +128,10 @@ class Listener(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.connections.discard(self)
+        self.open.discard(self)
         if self._idle_timer is not None:
             self._idle_timer.cancel()
+        self._clear_deadline()
         for exchange in (self._answering, *self._waiting):
             if exchange is not None:
                 exchange.client_lost()
@@ -124,6 +164,7 @@ class Listener(asyncio.Protocol):
         if self._idle_timer is not None:
             self._idle_timer.cancel()
             self._idle_timer = None
+        self._set_deadline(self.policy.header_timeout_s)
         self._url = b""
         self._headers = []
 
@@ -140,6 +181,10 @@ class Listener(asyncio.Protocol):
                           parser.get_http_version(), parser.should_keep_alive(),
                           parser.should_upgrade())  # fmt: skip
         exchange = self.proxy.exchange(request, self) or _ControlExchange(self, request)
+        self._clear_deadline()
+        if isinstance(exchange, _ControlExchange) and self._answering is None:
+            # Its body is read whole, and small (a queued one is not read until its turn).
+            self._set_deadline(self.policy.body_timeout_s)
         self._receiving = exchange
         if self._answering is None:
             self._begin(exchange)
@@ -152,6 +197,7 @@ class Listener(asyncio.Protocol):
             self._receiving.body(body)
 
     def on_message_complete(self) -> None:
+        self._clear_deadline()
         if self._receiving is not None:
             self._receiving.end()
             self._receiving = None
@@ -211,6 +257,23 @@ class Listener(asyncio.Protocol):
         exchange.start()
         if not self._writable:  # still full from the response before (told once started: a
             exchange.client_writable(False)  # control exchange has no server to tell before)
+
+    def _set_deadline(self, seconds: float) -> None:
+        self._clear_deadline()
+        self._deadline = asyncio.get_running_loop().call_later(seconds, self._too_slow)
+
+    def _clear_deadline(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _too_slow(self) -> None:
+        """A head or a control body did not arrive in time: 408 unless an answer has begun,
+        and the connection goes (the control API sees its client leave)."""
+        self._deadline = None
+        if self.transport is not None and self._answering is None:
+            self.transport.write(TOO_SLOW)
+        self._close()
 
     def _idle(self) -> None:
         """Between requests: closed after uvicorn's keep-alive timeout without a new one."""

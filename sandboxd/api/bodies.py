@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Final
 
+from starlette.requests import ClientDisconnect
+
 from envd.json_depth import nesting_depth
 from sandboxd.api.models import parse_body
 from sandboxd.errors import RequestError
@@ -40,11 +42,14 @@ async def read_bytes(request: Request, limit: int) -> bytes:
         raise _too_large(limit)
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise _too_large(limit)
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise _too_large(limit)
+            chunks.append(chunk)
+    except ClientDisconnect:  # (its connection cut for a body that did not come in time)
+        raise RequestError(400, "the client left before its whole body arrived") from None
     return b"".join(chunks)
 
 

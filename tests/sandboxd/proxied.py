@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import uvicorn
 
 from envd.http.signing import file_signature
+from sandboxd.connection_policy import ConnectionPolicy
 from sandboxd.listener import Listener
 from sandboxd.proxy import SandboxProxy
 
@@ -74,7 +75,7 @@ async def serve_proxy(runtime: Runtime, domain: str = "localhost") -> AsyncItera
     sock.bind(("127.0.0.1", 0))
     config = uvicorn.Config(
         control_api_stand_in,
-        http=Listener.serving(proxy),
+        http=Listener.serving(proxy, ConnectionPolicy()),
         lifespan="off",
         log_level="warning",
         access_log=False,

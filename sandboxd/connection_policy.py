@@ -1,0 +1,85 @@
+"""The connection policy of sandboxd's one port (envd's, envd/connection.py, for the same
+reasons): a request's head must arrive within HEADER_TIMEOUT_S of its first byte, a control
+API body within BODY_TIMEOUT_S of its head, and open connections are capped below the
+descriptor limit; at the cap a new connection evicts one that has sent nothing for a second
+while waiting for a request, or is refused with a 503. Before it, 2000 connections sending a
+byte every 5 s were all held (and the limit, 20000 descriptors, was within reach of one
+client). Proxied bodies (uploads, process input) stream for as long as they take.
+
+The numbers may be shortened for tests through SANDBOXD_HEADER_TIMEOUT_S,
+SANDBOXD_BODY_TIMEOUT_S and SANDBOXD_MAX_CONNECTIONS (not supported settings).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import Final
+
+from envd.connection_limits import descriptor_connection_cap
+
+log = logging.getLogger("sandboxd.listener")
+
+HEADER_TIMEOUT_S: Final = 30.0
+# The SDKs give up on a control request after 60 s by default.
+BODY_TIMEOUT_S: Final = 60.0
+EVICTABLE_AFTER_IDLE_S: Final = 1.0
+REFUSAL_LOG_INTERVAL_S: Final = 10.0
+
+
+def plain_response(status: bytes, message: bytes) -> bytes:
+    """A whole response that ends the connection, written by the listener itself."""
+    return (
+        b"HTTP/1.1 %s\r\ncontent-type: text/plain; charset=utf-8\r\nconnection: close\r\n"
+        b"content-length: %d\r\n\r\n%s" % (status, len(message), message)
+    )
+
+
+TOO_SLOW: Final = plain_response(b"408 Request Timeout", b"408 Request Timeout")
+TOO_MANY: Final = plain_response(
+    b"503 Service Unavailable", b"503 Service Unavailable: too many open connections"
+)
+
+
+@dataclass(frozen=True)
+class ConnectionPolicy:
+    header_timeout_s: float = HEADER_TIMEOUT_S
+    body_timeout_s: float = BODY_TIMEOUT_S
+    max_connections: int = 1 << 30
+
+    @classmethod
+    def from_environment(cls) -> ConnectionPolicy:
+        return cls(
+            _number("SANDBOXD_HEADER_TIMEOUT_S", HEADER_TIMEOUT_S),
+            _number("SANDBOXD_BODY_TIMEOUT_S", BODY_TIMEOUT_S),
+            int(_number("SANDBOXD_MAX_CONNECTIONS", descriptor_connection_cap())),
+        )
+
+
+def _number(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    try:
+        return float(value)
+    except ValueError:
+        log.warning("ignoring %s=%r: not a number", name, value)
+        return default
+
+
+class RefusalLog:
+    """Counts refused connections and logs them at most every REFUSAL_LOG_INTERVAL_S."""
+
+    def __init__(self) -> None:
+        self.unlogged = 0
+        self.last_logged = float("-inf")
+
+    def refused(self, open_connections: int) -> None:
+        self.unlogged += 1
+        now = time.monotonic()
+        if now - self.last_logged >= REFUSAL_LOG_INTERVAL_S:
+            log.warning("refused %d connection(s): %d already open", self.unlogged,
+                        open_connections)  # fmt: skip
+            self.unlogged, self.last_logged = 0, now
