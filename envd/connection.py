@@ -8,12 +8,11 @@ requests is not affected. The numbers are in connection_limits."""
 from __future__ import annotations
 
 import logging
-import time
 from typing import TYPE_CHECKING, ClassVar, Final
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from envd.connection_limits import STREAMING_BODIES, ConnectionLimits
+from envd.connection_limits import STREAMING_BODIES, ConnectionLimits, RefusalLog
 
 if TYPE_CHECKING:
     import asyncio
@@ -22,8 +21,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("envd.connection")
 
-# Refusals are logged at most this often: a flood must not flood the log too.
-REFUSAL_LOG_INTERVAL_S: Final = 10.0
 # At the cap, a connection that has sent nothing for this long while waiting for a request or
 # for the rest of a body read whole makes room for the new one. Fresh connections (the one a
 # /health probe just opened) are never the victims.
@@ -54,25 +51,7 @@ _TOO_MANY: Final = _plain_response(
 )
 
 
-class _RefusalLog:
-    """Counts refused connections and logs them at most every REFUSAL_LOG_INTERVAL_S."""
-
-    def __init__(self) -> None:
-        self.unlogged = 0
-        self.last_logged = float("-inf")
-
-    def refused(self, open_connections: int) -> None:
-        self.unlogged += 1
-        now = time.monotonic()
-        if now - self.last_logged >= REFUSAL_LOG_INTERVAL_S:
-            log.warning(
-                "refused %d connection(s): %d already open", self.unlogged, open_connections
-            )
-            self.unlogged = 0
-            self.last_logged = now
-
-
-_refusals = _RefusalLog()
+_refusals = RefusalLog(log)
 
 
 class _VictimSearch:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import resource
+import time
 from dataclasses import dataclass
 from typing import Final
 
@@ -25,6 +26,7 @@ BODY_IDLE_TIMEOUT_S: Final = 640.0
 CONNECTION_SHARE_OF_DESCRIPTORS: Final = 2
 
 NO_CONNECTION_CAP: Final = 1 << 30
+REFUSAL_LOG_INTERVAL_S: Final = 10.0
 
 # (method, path) of the requests whose body is a stream rather than one message.
 STREAMING_BODIES: Final = frozenset({("POST", "/files"), ("POST", "/process.Process/StreamInput")})
@@ -45,10 +47,10 @@ class ConnectionLimits:
         ENVD_BODY_IDLE_TIMEOUT_S or ENVD_MAX_CONNECTIONS."""
         return cls(
             max_header_bytes=MAX_HEADER_BYTES,
-            header_timeout_s=_number("ENVD_HEADER_TIMEOUT_S", HEADER_TIMEOUT_S),
-            body_timeout_s=_number("ENVD_BODY_TIMEOUT_S", BODY_TIMEOUT_S),
-            body_idle_timeout_s=_number("ENVD_BODY_IDLE_TIMEOUT_S", BODY_IDLE_TIMEOUT_S),
-            max_connections=int(_number("ENVD_MAX_CONNECTIONS", descriptor_connection_cap())),
+            header_timeout_s=env_number("ENVD_HEADER_TIMEOUT_S", HEADER_TIMEOUT_S),
+            body_timeout_s=env_number("ENVD_BODY_TIMEOUT_S", BODY_TIMEOUT_S),
+            body_idle_timeout_s=env_number("ENVD_BODY_IDLE_TIMEOUT_S", BODY_IDLE_TIMEOUT_S),
+            max_connections=int(env_number("ENVD_MAX_CONNECTIONS", descriptor_connection_cap())),
         )
 
 
@@ -65,7 +67,8 @@ def descriptor_connection_cap() -> int:
     return max(1, soft // CONNECTION_SHARE_OF_DESCRIPTORS)
 
 
-def _number(name: str, default: float) -> float:
+def env_number(name: str, default: float) -> float:
+    """A hidden numeric setting from the environment (tests shorten limits with them)."""
     value = os.environ.get(name)
     if value is None:
         return default
@@ -74,3 +77,23 @@ def _number(name: str, default: float) -> float:
     except ValueError:
         log.warning("ignoring %s=%r: not a number", name, value)
         return default
+
+
+class RefusalLog:
+    """Counts refused connections and logs them to `logger` at most every
+    REFUSAL_LOG_INTERVAL_S: a flood must not flood the log too."""
+
+    def __init__(self, logger: logging.Logger) -> None:
+        self.logger = logger
+        self.unlogged = 0
+        self.last_logged = float("-inf")
+
+    def refused(self, open_connections: int) -> None:
+        self.unlogged += 1
+        now = time.monotonic()
+        if now - self.last_logged >= REFUSAL_LOG_INTERVAL_S:
+            self.logger.warning(
+                "refused %d connection(s): %d already open", self.unlogged, open_connections
+            )
+            self.unlogged = 0
+            self.last_logged = now

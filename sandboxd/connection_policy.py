@@ -12,21 +12,15 @@ SANDBOXD_BODY_TIMEOUT_S and SANDBOXD_MAX_CONNECTIONS (not supported settings).
 
 from __future__ import annotations
 
-import logging
-import os
-import time
 from dataclasses import dataclass
 from typing import Final
 
-from envd.connection_limits import descriptor_connection_cap
-
-log = logging.getLogger("sandboxd.listener")
+from envd.connection_limits import descriptor_connection_cap, env_number
 
 HEADER_TIMEOUT_S: Final = 30.0
 # The SDKs give up on a control request after 60 s by default.
 BODY_TIMEOUT_S: Final = 60.0
 EVICTABLE_AFTER_IDLE_S: Final = 1.0
-REFUSAL_LOG_INTERVAL_S: Final = 10.0
 
 
 def plain_response(status: bytes, message: bytes) -> bytes:
@@ -52,34 +46,7 @@ class ConnectionPolicy:
     @classmethod
     def from_environment(cls) -> ConnectionPolicy:
         return cls(
-            _number("SANDBOXD_HEADER_TIMEOUT_S", HEADER_TIMEOUT_S),
-            _number("SANDBOXD_BODY_TIMEOUT_S", BODY_TIMEOUT_S),
-            int(_number("SANDBOXD_MAX_CONNECTIONS", descriptor_connection_cap())),
+            env_number("SANDBOXD_HEADER_TIMEOUT_S", HEADER_TIMEOUT_S),
+            env_number("SANDBOXD_BODY_TIMEOUT_S", BODY_TIMEOUT_S),
+            int(env_number("SANDBOXD_MAX_CONNECTIONS", descriptor_connection_cap())),
         )
-
-
-def _number(name: str, default: float) -> float:
-    value = os.environ.get(name)
-    if value is None:
-        return default
-    try:
-        return float(value)
-    except ValueError:
-        log.warning("ignoring %s=%r: not a number", name, value)
-        return default
-
-
-class RefusalLog:
-    """Counts refused connections and logs them at most every REFUSAL_LOG_INTERVAL_S."""
-
-    def __init__(self) -> None:
-        self.unlogged = 0
-        self.last_logged = float("-inf")
-
-    def refused(self, open_connections: int) -> None:
-        self.unlogged += 1
-        now = time.monotonic()
-        if now - self.last_logged >= REFUSAL_LOG_INTERVAL_S:
-            log.warning("refused %d connection(s): %d already open", self.unlogged,
-                        open_connections)  # fmt: skip
-            self.unlogged, self.last_logged = 0, now

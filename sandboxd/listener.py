@@ -20,13 +20,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from sandboxd.connection_policy import (
-    EVICTABLE_AFTER_IDLE_S,
-    TOO_MANY,
-    TOO_SLOW,
-    ConnectionPolicy,
-    RefusalLog,
-)
+from envd.connection_limits import RefusalLog
+from sandboxd.connection_policy import EVICTABLE_AFTER_IDLE_S, TOO_MANY, TOO_SLOW, ConnectionPolicy
 from sandboxd.proxy import Request, SandboxProxy
 from sandboxd.routing import RequestHead
 
@@ -78,7 +73,7 @@ class Listener(asyncio.Protocol):
     @classmethod
     def serving(cls, proxy: SandboxProxy, policy: ConnectionPolicy) -> type[Listener]:
         """A subclass bound to `proxy` (uvicorn takes a protocol class, not an instance)."""
-        attributes = {"proxy": proxy, "policy": policy, "refusals": RefusalLog(), "open": set()}
+        attributes = {"proxy": proxy, "policy": policy, "refusals": RefusalLog(log), "open": set()}
         return type(cls.__name__, (cls,), attributes)
 
     # asyncio.Protocol
