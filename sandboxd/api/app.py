@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
     from starlette.requests import Request
-    from starlette.types import ASGIApp, Receive, Scope, Send
+    from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
     from sandboxd.sandboxes import SandboxManager
     from sandboxd.store import Store
@@ -71,9 +71,29 @@ async def _http_error(_: Request, exc: Exception) -> Response:
     return error_response(exc.status_code, exc.detail)
 
 
-async def _unexpected(request: Request, exc: Exception) -> Response:
-    log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
-    return error_response(500, f"internal error: {type(exc).__name__}: {exc}")
+class LastResortMiddleware:
+    """A 500 with the JSON error for an exception no handler mapped, logged once. (Starlette's
+    own error middleware re-raises after answering, and uvicorn then logged the same traceback
+    a second time.)"""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = False
+
+        async def sending(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except Exception as exc:
+            log.error("%s %s failed", scope.get("method"), scope.get("path"), exc_info=exc)
+            if scope["type"] == "http" and not started:
+                answer = error_response(500, f"internal error: {type(exc).__name__}: {exc}")
+                await answer(scope, receive, send)
 
 
 async def _health(_: Request) -> Response:
@@ -105,9 +125,9 @@ def create_app(manager: SandboxManager, store: Store) -> Starlette:
         exception_handlers={
             RequestError: _request_error,
             HTTPException: _http_error,
-            Exception: _unexpected,
         },
         lifespan=lifespan,
     )
     app.add_middleware(ApiKeyMiddleware, store=store)
+    app.add_middleware(LastResortMiddleware)  # the outermost of ours: it sees every failure
     return app

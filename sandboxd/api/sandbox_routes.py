@@ -10,6 +10,7 @@ from starlette.routing import Route
 
 from sandboxd.api import listing, params, shapes
 from sandboxd.api.bodies import CREATE_LIMIT, read_json
+from sandboxd.api.idempotency import IdempotentCreates
 from sandboxd.api.metrics import sandbox_metrics, team_metrics
 from sandboxd.api.models import (
     ConnectV2,
@@ -49,9 +50,22 @@ def _spec(manager: SandboxManager, body: NewSandbox) -> CreateSpec:
 
 
 def routes(manager: SandboxManager, store: Store) -> list[Route]:
+    idempotent = IdempotentCreates()
+
     async def _create(request: Request, model: type[NewSandbox]) -> Response:
         spec = _spec(manager, await read_json(request, model, limit=CREATE_LIMIT))
-        sandbox = await manager.create(spec)
+        key = request.headers.get("idempotency-key")
+        if key is None:
+            return JSONResponse(shapes.sandbox(manager, await manager.create(spec)), 201)
+
+        async def create() -> str:
+            return (await manager.create(spec)).id
+
+        sandbox_id = await idempotent.run(request.headers["x-api-key"], key, create)
+        sandbox = manager.get(sandbox_id)
+        if sandbox is None:
+            raise RequestError(409, f"the sandbox created with this Idempotency-Key "
+                                    f"({sandbox_id}) is gone")  # fmt: skip
         return JSONResponse(shapes.sandbox(manager, sandbox), 201)
 
     async def create(request: Request) -> Response:

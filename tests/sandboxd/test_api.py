@@ -448,6 +448,51 @@ def test_metrics_times_past_what_rfc_3339_writes_are_a_400(api: httpx.Client) ->
     assert api.get(team, params={"end": 253_402_300_799}).status_code == 200
 
 
+def test_an_idempotency_key_makes_one_sandbox(api: httpx.Client) -> None:
+    """The SDK retries a create on 502/503/504 with the same Idempotency-Key: a retry, even
+    one sent while the first is still booting, must not make a second sandbox."""
+    before = {s["sandboxID"] for s in api.get("/v2/sandboxes").json()}
+    body = {"templateID": "base", "timeout": 120}
+
+    def create(key: str) -> str:
+        answer = api.post("/v2/sandboxes", json=body, headers={"Idempotency-Key": key})
+        assert answer.status_code == 201, answer.text
+        return str(answer.json()["sandboxID"])
+
+    with ThreadPoolExecutor(3) as pool:  # at once: the later ones wait for the first's boot
+        ids = list(pool.map(create, ["key-1"] * 3))
+    assert len(set(ids)) == 1
+    assert create("key-1") == ids[0]  # and again after it is done
+    other = create("key-2")
+    assert other != ids[0]
+    after = {s["sandboxID"] for s in api.get("/v2/sandboxes").json()} - before
+    assert after == {ids[0], other}
+    kill(api, ids[0])
+    gone = api.post("/v2/sandboxes", json=body, headers={"Idempotency-Key": "key-1"})
+    assert gone.status_code == 409, gone.text
+    kill(api, other)
+    too_long = api.post("/v2/sandboxes", json=body, headers={"Idempotency-Key": "k" * 256})
+    assert too_long.status_code == 400
+
+
+def test_an_unexpected_failure_is_a_500_logged_once(tmp_path: Path, base_template: Path) -> None:
+    """Each 500 used to log two tracebacks (the handler's, then uvicorn's)."""
+    with running_sandboxd(tmp_path / "state", base_template) as server:
+        wal = server.state_dir / "sandboxd.db-wal"
+        subprocess.run(["chattr", "+i", str(wal)], check=True)  # the store cannot commit
+        try:
+            with server.client() as api:
+                answer = api.post("/v2/templates", json={"alias": "unwritable"})
+        finally:
+            subprocess.run(["chattr", "-i", str(wal)], check=True)
+        assert answer.status_code == 500, answer.text
+        assert answer.json()["code"] == 500
+        assert "internal error" in answer.json()["message"]
+        log = server.log.read_text()
+        assert log.count("Traceback (most recent call last)") == 1, log[-3000:]
+        server.log.write_text(log.replace("Traceback", "(the expected) trace"))
+
+
 def test_templates(api: httpx.Client) -> None:
     assert api.get("/templates/aliases/base").json() == {"templateID": "base", "public": False}
     made = api.post("/v2/templates", json={"alias": "small", "cpuCount": 1, "memoryMB": 256})
