@@ -61,12 +61,15 @@ class _Server(uvicorn.Server):
                 await asyncio.wait_for(self._exit_requested.wait(), TICK_S)
 
     def _trim_heap_after_bursts(self) -> None:
+        if self._trimming is not None and not self._trimming.done():
+            # Looked at again once this trim is done, with the peak kept meanwhile: a burst
+            # that ended while a (slow, on a busy host) trim ran was otherwise never trimmed.
+            return
         open_now = len(self.server_state.connections)
         if not self._bursts.burst_ended(connections_peak(), open_now):
             return
-        if self._trimming is None or self._trimming.done():
-            assert self._loop is not None  # noqa: S101  # set by main_loop, the only caller
-            self._trimming = self._loop.run_in_executor(None, release_free_heap)
+        assert self._loop is not None  # noqa: S101  # set by main_loop, the only caller
+        self._trimming = self._loop.run_in_executor(None, release_free_heap)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         super().handle_exit(sig, frame)

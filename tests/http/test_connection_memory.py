@@ -26,6 +26,7 @@ HEALTH = b"GET /health HTTP/1.1\r\nHost: envd\r\n\r\n"
 # quarter of the growth came back (75 MiB), with it 70 % (57 MiB); the rest is CPython's
 # small-object arenas, each kept by a few live objects.
 GIVEN_BACK_AT_LEAST = 0.5
+GIVE_BACK_WITHIN_S = 60
 
 
 def _raise_descriptor_limit(wanted: int) -> None:
@@ -69,10 +70,12 @@ async def test_rss_comes_back_after_connections_close(
         await stream.aclose()
     grown = held - before
     assert grown > 10 * 1024 * 1024, "the burst should cost memory, or this test shows nothing"
-    deadline = time.monotonic() + 5
+    # Generous: it only bounds how long a daemon that never gives the memory back takes to
+    # fail (on a busy machine the trims run late; bench.connection_memory times them).
+    deadline = time.monotonic() + GIVE_BACK_WITHIN_S
     while (held - daemon.rss_bytes()) < GIVEN_BACK_AT_LEAST * grown:
         assert time.monotonic() < deadline, (
             f"RSS {before >> 20} MiB before, {held >> 20} MiB with {CONNECTIONS} connections, "
-            f"{daemon.rss_bytes() >> 20} MiB 5 s after closing them"
+            f"{daemon.rss_bytes() >> 20} MiB {GIVE_BACK_WITHIN_S} s after closing them"
         )
         await anyio.sleep(0.2)
