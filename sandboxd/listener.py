@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
+import socket
+import struct
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import httptools
@@ -30,6 +33,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("sandboxd.listener")
 
+# struct linger {l_onoff = 1, l_linger = 0}: close(2) then resets the connection.
+RESET_ON_CLOSE = struct.pack("ii", 1, 0)
 # What the client's transport may hold before the relay stops reading from the sandbox.
 WRITE_BUFFER_HIGH = 1 << 20
 BAD_REQUEST = (
@@ -229,8 +234,17 @@ class Listener(asyncio.Protocol):
             self._idle()
 
     def abort(self) -> None:
-        if self.transport is not None:
-            self.transport.abort()
+        """End the connection with a reset (RST), not a close (FIN): a client in the middle of
+        a response must see a transport failure. A clean end within a chunked body read as a
+        protocol error to the Python SDK 2.45, which reports a killed sandbox as killed only
+        after a transport failure."""
+        if self.transport is None:
+            return
+        sock = self.transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, RESET_ON_CLOSE)
+        self.transport.abort()
 
     def hold_reading(self, reason: str, hold: bool) -> None:
         transport = self.transport

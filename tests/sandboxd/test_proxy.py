@@ -296,6 +296,34 @@ async def test_cut_aborts_open_streams_and_health_then_answers_502(
     await wait_until_async(lambda: established_to_envd(box) == 0, 10, "envd to see the cut")
 
 
+async def read_to_the_end(reader: asyncio.StreamReader) -> None:
+    while await reader.read(65536):
+        pass
+
+
+async def test_a_cut_stream_is_reset_not_ended(served: tuple[ServedProxy, Box]) -> None:
+    """A clean close in the middle of a chunked body read as a protocol error to the Python
+    SDK 2.45 ("unexpected EOF during chunked read"), which probes /health, and so reports the
+    kill, only after a transport failure: the client must see a reset."""
+    proxy, box = served
+    host, routing = raw_routing(proxy, box)
+    body = start_request("sleep 60")
+    headers = b"".join(b"%s: %s\r\n" % (k.encode(), v.encode()) for k, v in STREAM.items())
+    async with raw_connection(host) as (reader, writer):
+        writer.write(b"POST /process.Process/Start HTTP/1.1\r\nHost: %s\r\n%s%s"
+                     b"Content-Length: %d\r\n\r\n%s"
+                     % (host, routing, headers, len(body), body))  # fmt: skip
+        received = b""
+        while b'"start"' not in received:  # the start event: the response is under way
+            chunk = await asyncio.wait_for(reader.read(65536), 10)
+            assert chunk, received
+            received += chunk
+        del proxy.lookup.running[box.id]  # killed, as the manager would record it
+        proxy.proxy.cut(box.id)
+        with pytest.raises(ConnectionResetError):
+            await asyncio.wait_for(read_to_the_end(reader), 10)
+
+
 async def test_errors_as_e2b_s_proxy_answers_them(served: tuple[ServedProxy, Box]) -> None:
     proxy, box = served
     async with httpx.AsyncClient(base_url=proxy.url) as client:
