@@ -61,8 +61,9 @@ def net_namespaces_held(extra_pids: set[int]) -> set[int]:
     `extra_pids`, is in or holds an fd of.
 
     Only our own processes count: the kernel reuses a freed namespace's inode number, so on a
-    machine where others make namespaces too, a host-wide look would see strangers."""
-    own_net = os.stat("/proc/self/ns/net").st_dev
+    machine where others make namespaces too, a host-wide look would see strangers. And only
+    network namespaces: every kind of namespace takes its number from one pool, so a user
+    namespace sandboxd keeps (sandboxd/userns.py) may carry a dead network namespace's."""
     inodes = set()
     for pid in _this_process_tree() | {str(p) for p in extra_pids}:
         paths = [f"/proc/{pid}/ns/net"]
@@ -70,11 +71,11 @@ def net_namespaces_held(extra_pids: set[int]) -> set[int]:
             paths += [f"/proc/{pid}/fd/{fd}" for fd in os.listdir(f"/proc/{pid}/fd")]
         for path in paths:
             try:
-                st = os.stat(path)
+                target = os.readlink(path)
             except OSError:
                 continue
-            if st.st_dev == own_net:
-                inodes.add(st.st_ino)
+            if target.startswith("net:["):
+                inodes.add(int(target[5:-1]))
     return inodes
 
 
