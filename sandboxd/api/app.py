@@ -15,7 +15,7 @@ from starlette.exceptions import HTTPException
 from starlette.responses import Response
 from starlette.routing import Route
 
-from sandboxd.api import sandbox_routes, template_routes
+from sandboxd.api import logs, sandbox_routes, template_routes
 from sandboxd.errors import RequestError
 
 if TYPE_CHECKING:
@@ -120,6 +120,7 @@ def create_app(manager: SandboxManager, store: Store) -> Starlette:
         routes=[
             Route(HEALTH_PATH, _health, methods=["GET"]),
             *sandbox_routes.routes(manager, store),
+            *logs.routes(manager),
             *template_routes.routes(manager, store),
         ],
         exception_handlers={

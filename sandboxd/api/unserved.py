@@ -35,8 +35,6 @@ UNSERVED = (
     ("POST", "/sandboxes/{sandbox_id}/snapshots", "snapshots"),
     ("POST", "/sandboxes/{sandbox_id}/fork", "forking a sandbox"),
     ("PUT", "/sandboxes/{sandbox_id}/network", "changing a sandbox's network rules"),
-    ("GET", "/sandboxes/{sandbox_id}/logs", "sandbox logs"),
-    ("GET", "/v2/sandboxes/{sandbox_id}/logs", "sandbox logs"),
 )
 
 

@@ -399,7 +399,7 @@ def test_unserved_e2b_routes_say_so_and_reach_no_other_route(api: httpx.Client) 
     for method, path in (("POST", "/templates/tags"), ("GET", "/snapshots"),
                          ("GET", "/templates/base/builds/b1/status"),
                          ("POST", "/v2/templates/base/builds/b1"), ("POST", "/v3/templates"),
-                         ("GET", "/v2/sandboxes/nosuch/logs"),
+                         ("PUT", "/sandboxes/nosuch/network"),
                          ("POST", "/sandboxes/nosuch/fork")):  # fmt: skip
         answer = api.request(method, path, json={})
         assert answer.status_code == 501, (method, path, answer.text)
@@ -507,6 +507,38 @@ def test_a_killed_sandboxs_nspawn_is_no_zombie_after_the_answer(
     kill(api, sandbox_id)
     for pid in (nspawn_pid, leader):
         assert not Path(f"/proc/{pid}").exists(), Path(f"/proc/{pid}/status").read_text()
+
+
+def _ms(timestamp: str) -> int:
+    return int(datetime.fromisoformat(timestamp).timestamp() * 1000)
+
+
+def test_a_sandboxs_logs_are_its_journal(api: httpx.Client) -> None:
+    """`sandbox logs` of the E2B CLI got a 404: both log routes are served from the sandbox's
+    own journal, running or paused."""
+    sandbox_id = str(create(api)["sandboxID"])
+    v1 = api.get(f"/sandboxes/{sandbox_id}/logs").json()
+    lines = [json.loads(log["line"]) for log in v1["logs"]]
+    assert any(line["logger"] == "envd.server" and "listening" in line["message"]
+               for line in lines), lines  # fmt: skip
+    assert {line["level"] for line in lines} <= {"debug", "info", "warn", "error"}
+    assert [e["message"] for e in v1["logEntries"]] == [line["message"] for line in lines]
+    stamps = [_ms(log["timestamp"]) for log in v1["logs"]]
+    assert stamps == sorted(stamps)
+    later = api.get(f"/sandboxes/{sandbox_id}/logs", params={"start": stamps[-1]}).json()
+    assert later["logs"]
+    assert all(_ms(log["timestamp"]) >= stamps[-1] for log in later["logs"])
+    forward = api.get(f"/v2/sandboxes/{sandbox_id}/logs", params={"limit": 2}).json()["logs"]
+    assert [e["message"] for e in forward] == [line["message"] for line in lines[:2]]
+    backward = api.get(f"/v2/sandboxes/{sandbox_id}/logs",
+                       params={"direction": "backward", "limit": 2}).json()["logs"]  # fmt: skip
+    assert [e["message"] for e in backward] == [line["message"] for line in lines[::-1][:2]]
+    sideways = api.get(f"/v2/sandboxes/{sandbox_id}/logs", params={"direction": "sideways"})
+    assert sideways.status_code == 400
+    assert api.post(f"/sandboxes/{sandbox_id}/pause").status_code == 204
+    assert api.get(f"/v2/sandboxes/{sandbox_id}/logs").json()["logs"]  # paused: still there
+    kill(api, sandbox_id)
+    assert api.get(f"/sandboxes/{sandbox_id}/logs").status_code == 404
 
 
 def test_templates(api: httpx.Client) -> None:
