@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import socket
 import sqlite3
 import subprocess
@@ -539,6 +540,53 @@ def test_a_sandboxs_logs_are_its_journal(api: httpx.Client) -> None:
     assert api.get(f"/v2/sandboxes/{sandbox_id}/logs").json()["logs"]  # paused: still there
     kill(api, sandbox_id)
     assert api.get(f"/sandboxes/{sandbox_id}/logs").status_code == 404
+
+
+# Answers /health like envd and refuses every /init, as an envd would refuse one it cannot take.
+REFUSING_ENVD = """
+import http.server
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(204); self.end_headers()
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("content-length", 0)))
+        self.send_response(413); self.send_header("content-length", "0"); self.end_headers()
+http.server.ThreadingHTTPServer(("0.0.0.0", 49983), Handler).serve_forever()
+"""
+
+
+def test_a_create_whose_init_is_refused_fails_at_once_and_is_never_listed(
+    tmp_path: Path, base_template: Path
+) -> None:
+    """A create whose /init envd refused (413 for a 5 MB env) was retried for 10.9 s, listed as
+    running all along, before it failed with a 503."""
+    with running_sandboxd(tmp_path / "state", base_template, "--pool", "1") as server:
+        boxes = server.state_dir / "sandboxes"
+
+        def warm_one() -> str | None:
+            found = next(boxes.iterdir(), None) if boxes.is_dir() else None
+            return None if found is None else found.name
+
+        waiting = wait_until(warm_one, 60, "a warm sandbox")
+        wait_until(lambda: server.envd(waiting, "GET", "/health")[0] == 204, 60, "its envd")
+        supervisor = nspawn.supervisor(server.cgroups(waiting))
+        assert supervisor is not None
+        leader = nspawn.leader(supervisor)
+        assert leader is not None
+        swap = ("systemctl stop envd && systemd-run -q --unit refusing-envd python3 -c "
+                + shlex.quote(REFUSING_ENVD))  # fmt: skip
+        subprocess.run(["nsenter", "-t", str(leader), "-a", "sh", "-c", swap], check=True)
+        wait_until(lambda: server.envd(waiting, "GET", "/health")[0] == 204, 30, "the stand-in")
+        with server.client() as api, ThreadPoolExecutor(1) as pool:
+            creating = pool.submit(api.post, "/sandboxes", json={"templateID": "base"})
+            listed: set[str] = set()
+            while not creating.done():
+                listed |= {s["sandboxID"] for s in api.get("/v2/sandboxes").json()}
+            answer = creating.result()
+            assert answer.status_code == 413, answer.text
+            assert "refused /init" in answer.json()["message"]
+            assert waiting not in listed
+            wait_until(lambda: server.traces(waiting) == [], 30, "the refused sandbox to go")
 
 
 def test_templates(api: httpx.Client) -> None:
