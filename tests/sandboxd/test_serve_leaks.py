@@ -60,14 +60,15 @@ def cycle(server: Sandboxd, api: httpx.Client) -> Seen:
 
 
 def fds(pid: int) -> dict[str, str]:
-    """fd → what it is, of process `pid`."""
+    """fd → what it is, of process `pid`, less the user namespaces sandboxd keeps (one per uid
+    range it has used: a cache, not a leak)."""
     found = {}
     for fd in os.listdir(f"/proc/{pid}/fd"):
         try:
             found[fd] = os.readlink(f"/proc/{pid}/fd/{fd}")
         except FileNotFoundError:
             continue  # closed while listing
-    return found
+    return {fd: what for fd, what in found.items() if not what.startswith("user:[")}
 
 
 def sockets_elsewhere(pid: int) -> list[str]:
