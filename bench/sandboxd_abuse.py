@@ -22,12 +22,13 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from bench.sandboxd_fleet import HealthProbe
-from bench.sandboxd_lifecycle import parse_args, percentile, scratch
-from tests.sandboxd.serving import Sandboxd
+from bench.sandboxd_fleet import HealthProbe, probed_server
+from bench.sandboxd_lifecycle import parse_args, percentile
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+    from tests.sandboxd.serving import Sandboxd
 
 BODY_CLIENTS = 3
 SLOW_CONNECTIONS = 2000
@@ -70,29 +71,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=10)
     args, template = parse_args(parser)
-    with scratch("sandboxd-abuse-") as work:
-        server = Sandboxd(work / "state", template)
-        try:
-            server.start()
-            probe = HealthProbe(server.url, server.pid)
-            probe.enter("baseline")
-            thread = threading.Thread(target=probe.run, daemon=True)
-            thread.start()
-            time.sleep(args.seconds)
-            _phase(probe, "1 MiB bodies", args.seconds,
-                   lambda stop: _posting(server, stop), BODY_CLIENTS)  # fmt: skip
-            _phase(probe, "200 MB declared", args.seconds,
-                   lambda stop: _declaring(server, stop), BODY_CLIENTS)  # fmt: skip
-            host, port = server.url.removeprefix("http://").split(":")
-            with contextlib.ExitStack() as held:
-                for _ in range(SLOW_CONNECTIONS):
-                    sock = held.enter_context(socket.create_connection((host, int(port))))
-                    sock.sendall(b"GET /heal")
-                _phase(probe, f"{SLOW_CONNECTIONS} slow", args.seconds, None, 0)
-            probe.stop()
-            thread.join()
-        finally:
-            server.clean_up()
+    with probed_server(template, "sandboxd-abuse-") as (server, probe):
+        time.sleep(args.seconds)
+        _phase(probe, "1 MiB bodies", args.seconds,
+               lambda stop: _posting(server, stop), BODY_CLIENTS)  # fmt: skip
+        _phase(probe, "200 MB declared", args.seconds,
+               lambda stop: _declaring(server, stop), BODY_CLIENTS)  # fmt: skip
+        host, port = server.url.removeprefix("http://").split(":")
+        with contextlib.ExitStack() as held:
+            for _ in range(SLOW_CONNECTIONS):
+                sock = held.enter_context(socket.create_connection((host, int(port))))
+                sock.sendall(b"GET /heal")
+            _phase(probe, f"{SLOW_CONNECTIONS} slow", args.seconds, None, 0)
     cpu = probe.cpu_per_s()
     for phase, samples in probe.phases.items():
         ms = [took * 1000 for took, _ in samples]

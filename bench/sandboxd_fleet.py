@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import json
 import os
@@ -125,6 +126,8 @@ class HealthProbe:
         self.phase = phase
 
     def stop(self) -> None:
+        if self._stop.is_set():
+            return
         self.cpu_marks.append(("end", _cpu_s(self.server_pid), time.monotonic()))
         self._stop.set()
 
@@ -134,6 +137,27 @@ class HealthProbe:
             phase: (cpu_end - cpu) * 1000 / (end - at)
             for (phase, cpu, at), (_, cpu_end, end) in itertools.pairwise(self.cpu_marks)
         }
+
+
+@contextlib.contextmanager
+def probed_server(template: Path, prefix: str) -> Iterator[tuple[Sandboxd, HealthProbe]]:
+    """A `sandboxd serve` on a scratch state directory, its /health probed (phase "baseline")
+    from its start until `probe.stop()` or the end of the block."""
+    with scratch(prefix) as work:
+        server = Sandboxd(work / "state", template)
+        try:
+            server.start()
+            probe = HealthProbe(server.url, server.pid)
+            probe.enter("baseline")
+            thread = threading.Thread(target=probe.run, daemon=True)
+            thread.start()
+            try:
+                yield server, probe
+            finally:
+                probe.stop()
+                thread.join()
+        finally:
+            server.clean_up()
 
 
 def _run_queue_s(sched: TextIO) -> float:
@@ -227,27 +251,17 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=20)
     parser.add_argument("--at-once", type=int, default=4)
     args, template = parse_args(parser)
-    with scratch("sandboxd-fleet-") as work:
-        server = Sandboxd(work / "state", template)
-        try:
-            server.start()
-            probe = HealthProbe(server.url, server.pid)
-            probe.enter("baseline")
-            thread = threading.Thread(target=probe.run, daemon=True)
-            thread.start()
-            time.sleep(IDLE_PROBE_S)
-            probe.enter("creating")
-            ids = asyncio.run(create_fleet(server, args.count, args.at_once))
-            probe.enter("settling")
-            time.sleep(SETTLE_S)
-            probe.enter(f"{args.count} idle")
-            time.sleep(IDLE_PROBE_S)
-            probe.stop()
-            thread.join()
-            memory = [memory_of(server, i) for i in ids]
-            pss = [pss_by_process(server, i) for i in ids]
-        finally:
-            server.clean_up()
+    with probed_server(template, "sandboxd-fleet-") as (server, probe):
+        time.sleep(IDLE_PROBE_S)
+        probe.enter("creating")
+        ids = asyncio.run(create_fleet(server, args.count, args.at_once))
+        probe.enter("settling")
+        time.sleep(SETTLE_S)
+        probe.enter(f"{args.count} idle")
+        time.sleep(IDLE_PROBE_S)
+        probe.stop()
+        memory = [memory_of(server, i) for i in ids]
+        pss = [pss_by_process(server, i) for i in ids]
     report(probe, memory, pss)
 
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, ClassVar, Final
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from envd.connection_limits import STREAMING_BODIES, ConnectionLimits, RefusalLog
+from envd.connection_limits import STREAMING_BODIES, ConnectionLimits, RefusalLog, plain_response
 
 if TYPE_CHECKING:
     import asyncio
@@ -30,23 +30,13 @@ EVICTABLE_AFTER_IDLE_S: Final = 1.0
 EVICTION_RETRY_S: Final = 0.1
 
 
-def _plain_response(status: bytes, message: bytes) -> bytes:
-    """A complete response that ends the connection, written before or instead of the app's."""
-    return (
-        b"HTTP/1.1 %s\r\n"
-        b"content-type: text/plain; charset=utf-8\r\n"
-        b"connection: close\r\n"
-        b"content-length: %d\r\n\r\n%s" % (status, len(message), message)
-    )
-
-
-_TOO_LARGE: Final = _plain_response(
+_TOO_LARGE: Final = plain_response(
     b"431 Request Header Fields Too Large", b"431 Request Header Fields Too Large"
 )
-_TOO_SLOW: Final = _plain_response(
+_TOO_SLOW: Final = plain_response(
     b"408 Request Timeout", b"408 Request Timeout: request body not received in time"
 )
-_TOO_MANY: Final = _plain_response(
+_TOO_MANY: Final = plain_response(
     b"503 Service Unavailable", b"503 Service Unavailable: too many open connections"
 )
 

@@ -79,6 +79,17 @@ def env_number(name: str, default: float) -> float:
         return default
 
 
+def plain_response(status: bytes, message: bytes) -> bytes:
+    """A complete response that ends the connection, written by the connection's protocol
+    itself, before or instead of the app's."""
+    return (
+        b"HTTP/1.1 %s\r\n"
+        b"content-type: text/plain; charset=utf-8\r\n"
+        b"connection: close\r\n"
+        b"content-length: %d\r\n\r\n%s" % (status, len(message), message)
+    )
+
+
 class RefusalLog:
     """Counts refused connections and logs them to `logger` at most every
     REFUSAL_LOG_INTERVAL_S: a flood must not flood the log too."""

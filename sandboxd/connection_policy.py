@@ -15,20 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from envd.connection_limits import descriptor_connection_cap, env_number
+from envd.connection_limits import descriptor_connection_cap, env_number, plain_response
 
 HEADER_TIMEOUT_S: Final = 30.0
 # The SDKs give up on a control request after 60 s by default.
 BODY_TIMEOUT_S: Final = 60.0
 EVICTABLE_AFTER_IDLE_S: Final = 1.0
-
-
-def plain_response(status: bytes, message: bytes) -> bytes:
-    """A whole response that ends the connection, written by the listener itself."""
-    return (
-        b"HTTP/1.1 %s\r\ncontent-type: text/plain; charset=utf-8\r\nconnection: close\r\n"
-        b"content-length: %d\r\n\r\n%s" % (status, len(message), message)
-    )
 
 
 TOO_SLOW: Final = plain_response(b"408 Request Timeout", b"408 Request Timeout")

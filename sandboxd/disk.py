@@ -19,8 +19,8 @@ import threading
 from typing import TYPE_CHECKING
 
 from sandboxd import libc, loop
-from sandboxd.errors import HostError, TeardownError
-from sandboxd.removal import is_mountpoint
+from sandboxd.errors import HostError
+from sandboxd.removal import unmount
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -110,12 +110,7 @@ def undo(image: Path, mount_point: Path) -> None:
     Raises:
         TeardownError: the disk is busy (something still has files open on it).
     """
-    if is_mountpoint(mount_point):
-        try:
-            libc.umount(str(mount_point))
-        except OSError as exc:
-            if exc.errno not in (errno.EINVAL, errno.ENOENT):
-                raise TeardownError(f"cannot unmount {mount_point}: {exc.strerror}") from exc
+    unmount(mount_point)
     # Autoclear freed the device with the unmount; one still attached (sandboxd killed between
     # the attach and the mount) is detached here.
     for device in loop.backed_by(image):

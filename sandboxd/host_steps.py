@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from sandboxd import disk, libc, nspawn, overlay
 from sandboxd.cgroups import CgroupHost, SandboxCgroups
-from sandboxd.removal import detach_mounts
+from sandboxd.removal import detach_mounts, unmount
 from sandboxd.userns import mapped_namespace
 
 if TYPE_CHECKING:
@@ -160,7 +160,7 @@ class Overlay:
         overlay.mount(lowers, dirs.upper, dirs.work, dirs.root)
 
     def undo(self, spec: SandboxSpec, dirs: SandboxDirs) -> None:
-        overlay.unmount(dirs.root)
+        unmount(dirs.root)
 
 
 @dataclass(frozen=True)

@@ -4,11 +4,10 @@ sandbox's writes land only in its upper directory (sandbox-runtime.md §2)."""
 
 from __future__ import annotations
 
-import errno
 from typing import TYPE_CHECKING
 
 from sandboxd import libc
-from sandboxd.errors import TeardownError, TemplateError
+from sandboxd.errors import TemplateError
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -33,20 +32,6 @@ def mount(lowers: Sequence[Path], upper: Path, work: Path, root: Path) -> None:
     libc.mount(
         "overlay", str(root), "overlay", f"lowerdir={lowerdir},upperdir={upper},workdir={work}"
     )
-
-
-def unmount(root: Path) -> None:
-    """Unmount `root` if it is mounted.
-
-    Raises:
-        TeardownError: the mount is busy (a process still uses it).
-    """
-    try:
-        libc.umount(str(root))
-    except OSError as exc:
-        if exc.errno in (errno.EINVAL, errno.ENOENT):
-            return  # not mounted (any more)
-        raise TeardownError(f"cannot unmount {root}: {exc.strerror}") from exc
 
 
 def require_rootfs(path: Path) -> None:

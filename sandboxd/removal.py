@@ -6,6 +6,7 @@ detached from all mounts first, and never removed while anything is still mounte
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import subprocess
@@ -52,6 +53,20 @@ def bound_somewhere(path: Path) -> bool:
             if fields[2] == device and _unescape(fields[3]) == within and fields[4] != str(top):
                 return True
     return False
+
+
+def unmount(path: Path) -> None:
+    """Unmount `path` if something is mounted there.
+
+    Raises:
+        TeardownError: the mount is busy (a process still uses it).
+    """
+    try:
+        libc.umount(str(path))
+    except OSError as exc:
+        if exc.errno in (errno.EINVAL, errno.ENOENT):
+            return  # not mounted (any more)
+        raise TeardownError(f"cannot unmount {path}: {exc.strerror}") from exc
 
 
 def is_mountpoint(path: Path) -> bool:

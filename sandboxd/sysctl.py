@@ -1,9 +1,11 @@
 """Host-wide kernel limits sandboxes share, raised as they are needed (never lowered).
 
-Without a user namespace every sandbox's root is host uid 0, and `fs.inotify.max_user_instances`
-(default 128) counts per uid host-wide. A booted sandbox holds 5 instances at idle (8 without
-the slimmed boot) and envd's file watchers take more, so sandboxd keeps the limit at least
-128 (the host's own use) + 16 per sandbox. (sandbox-runtime.md §4)
+`fs.inotify.max_user_instances` (default 128) counts per uid in each user namespace and, up the
+chain of namespaces, against each namespace's creator in its parent (kernel/ucount.c): every
+sandbox's namespace is made by nspawn as host root, so all sandboxes count against host uid 0's
+limit as before user namespaces. A booted sandbox holds 5 instances at idle (8 without the
+slimmed boot) and envd's file watchers take more, so sandboxd keeps the limit at least 128 (the
+host's own use) + 16 per sandbox. (sandbox-runtime.md §4)
 """
 
 from __future__ import annotations
