@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from envd.connection_limits import RefusalLog
+from envd.connection_limits import RefusalLog, plain_response
 from sandboxd.connection_policy import EVICTABLE_AFTER_IDLE_S, TOO_MANY, TOO_SLOW, ConnectionPolicy
 from sandboxd.proxy import Request, SandboxProxy
 from sandboxd.routing import RequestHead
@@ -37,10 +37,7 @@ log = logging.getLogger("sandboxd.listener")
 RESET_ON_CLOSE = struct.pack("ii", 1, 0)
 # What the client's transport may hold before the relay stops reading from the sandbox.
 WRITE_BUFFER_HIGH = 1 << 20
-BAD_REQUEST = (
-    b"HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\n"
-    b"connection: close\r\ncontent-length: 20\r\n\r\nInvalid HTTP request"
-)
+BAD_REQUEST = plain_response(b"400 Bad Request", b"Invalid HTTP request")
 
 
 class Listener(asyncio.Protocol):
