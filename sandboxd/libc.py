@@ -56,15 +56,6 @@ def unshare(flags: int) -> None:
     _check(_libc.unshare(flags), "unshare")
 
 
-PR_SET_CHILD_SUBREAPER = 36
-
-
-def become_subreaper() -> None:
-    """Orphaned descendants of the calling process become its children (not PID 1's), so it
-    can collect their exit status."""
-    _check(_libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "prctl(PR_SET_CHILD_SUBREAPER)")
-
-
 def mount(source: str, target: str, fstype: str, options: str) -> None:
     _check(
         _libc.mount(source.encode(), target.encode(), fstype.encode(), 0, options.encode()),

@@ -6,7 +6,6 @@ outlives a sandboxd restart and is found again from its cgroups. (sandbox-runtim
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import signal
@@ -168,16 +167,6 @@ def terminate(nspawn_pid: int) -> None:
         os.kill(nspawn_pid, signal.SIGTERM)
     except ProcessLookupError:
         return
-
-
-def reap(*pids: int) -> None:
-    """Collect the exit status of nspawn and the container's leader where they are ours:
-    under `sandboxd serve`, a subreaper, the detached nspawn (and a leader it left behind) is
-    sandboxd's child, and would otherwise stay a zombie. Not ours (adopted after a restart,
-    or a runtime that is no subreaper): nothing to do."""
-    for pid in pids:
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, os.WNOHANG)
 
 
 def remove_leftovers(machine: str) -> None:

@@ -270,7 +270,6 @@ class Runtime:
         """
         box.netns.close()
         await asyncio.to_thread(self._teardown, box.id)
-        nspawn.reap(box.nspawn_pid, box.leader_pid)
 
     def _teardown(self, sandbox_id: str) -> None:
         """Undo every host step from the sandbox's record (or, for a directory without one,

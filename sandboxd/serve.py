@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 import uvicorn
 
 from envd.settings import ENVD_VERSION
-from sandboxd import libc
 from sandboxd.api.app import create_app
 from sandboxd.dispatch import create_listener
 from sandboxd.errors import HostError, SandboxError
@@ -134,9 +133,6 @@ def serve(options: ServeOptions) -> None:
             os.setpriority(os.PRIO_PROCESS, 0, SERVE_NICE)
         except PermissionError:  # root without CAP_SYS_NICE (some containers)
             log.warning("cannot raise sandboxd's priority: serving at the default one")
-        # nspawn is started detached (it must outlive a restart of sandboxd): as a subreaper,
-        # sandboxd is still the one to collect it once a kill ends it (nspawn.reap).
-        libc.become_subreaper()
         runtime = Runtime(state_dir / "sandboxes", cgroup_parent=options.cgroup_parent)
         manager = SandboxManager(store, runtime, server_secret(state_dir),
                                  options.max_timeout_s, options.pool)  # fmt: skip

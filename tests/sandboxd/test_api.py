@@ -495,21 +495,6 @@ def test_an_unexpected_failure_is_a_500_logged_once(tmp_path: Path, base_templat
         server.log.write_text(log.replace("Traceback", "(the expected) trace"))
 
 
-def test_a_killed_sandboxs_nspawn_is_no_zombie_after_the_answer(
-    server: Sandboxd, api: httpx.Client
-) -> None:
-    """nspawn (detached, so that it outlives a restart of sandboxd) stayed a zombie for about
-    1.4 s after the 204, until PID 1 collected it."""
-    sandbox_id = str(create(api)["sandboxID"])
-    nspawn_pid = nspawn.supervisor(server.cgroups(sandbox_id))
-    assert nspawn_pid is not None
-    leader = nspawn.leader(nspawn_pid)
-    assert leader is not None
-    kill(api, sandbox_id)
-    for pid in (nspawn_pid, leader):
-        assert not Path(f"/proc/{pid}").exists(), Path(f"/proc/{pid}/status").read_text()
-
-
 def _ms(timestamp: str) -> int:
     return int(datetime.fromisoformat(timestamp).timestamp() * 1000)
 
