@@ -19,8 +19,8 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from sandboxd.cgroups import CgroupHost, Limits, SandboxCgroups
 from sandboxd.errors import HostError
+from sandboxd.host.cgroups import CgroupHost, Limits, SandboxCgroups
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -33,7 +33,7 @@ from pathlib import Path
 import uvloop
 
 from envd._gen.process.process_pb import ProcessConfig, StartRequest
-from sandboxd.runtime import Box, Runtime
+from sandboxd.host.runtime import Box, Runtime
 from sandboxd.serve import SERVE_NICE
 from tests.sandboxd.inside import run as run_inside
 from tests.sandboxd.proxied import serve_proxy

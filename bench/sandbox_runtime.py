@@ -26,8 +26,8 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from sandboxd.host_steps import SandboxDirs
-from sandboxd.runtime import Box, Runtime
+from sandboxd.host.runtime import Box, Runtime
+from sandboxd.host.steps import SandboxDirs
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable

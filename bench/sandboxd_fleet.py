@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import httpx
 
 from bench.sandboxd_lifecycle import parse_args, percentile, scratch
-from sandboxd.cgroups import CgroupHost
+from sandboxd.host.cgroups import CgroupHost
 from tests.sandboxd.serving import Sandboxd
 
 if TYPE_CHECKING:

@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from bench.sdk_process import SdkProcess
-from sandboxd.cgroups import CgroupHost
 from sandboxd.health import health_status
-from sandboxd.removal import remove_tree
+from sandboxd.host.cgroups import CgroupHost
+from sandboxd.host.removal import remove_tree
 from tests.sandboxd.serving import API_KEY, Sandboxd
 
 if TYPE_CHECKING:

@@ -9,9 +9,9 @@ import sys
 import time
 from pathlib import Path
 
-from sandboxd.disk import MIN_DISK_MB
 from sandboxd.errors import SandboxError
-from sandboxd.images import build_base
+from sandboxd.host.base_image import build_base
+from sandboxd.host.disk import MIN_DISK_MB
 from sandboxd.serve import BASE_DISK_MB, ServeOptions, base_rootfs, new_api_key, serve
 from sandboxd.store import Store
 

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     import ssl
     from collections.abc import Callable, Iterable
 
-    from sandboxd.netns import NetNamespace
+    from sandboxd.host.netns import NetNamespace
 
 
 class EnvdUnreachable(Exception):

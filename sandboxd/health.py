@@ -7,7 +7,7 @@ import asyncio
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from sandboxd.netns import NetNamespace
+    from sandboxd.host.netns import NetNamespace
 
 ENVD_PORT = 49983
 _REQUEST = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"

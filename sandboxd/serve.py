@@ -15,12 +15,12 @@ import uvicorn
 
 from envd.settings import ENVD_VERSION
 from sandboxd.api.app import create_app
-from sandboxd.dispatch import create_listener
 from sandboxd.errors import HostError, SandboxError
-from sandboxd.images import BUILD_FILE, build_base
-from sandboxd.overlay import require_rootfs
-from sandboxd.runtime import Runtime
-from sandboxd.sandboxes import SandboxManager, now_us
+from sandboxd.host.base_image import BUILD_FILE, build_base
+from sandboxd.host.overlay import require_rootfs
+from sandboxd.host.runtime import Runtime
+from sandboxd.lifecycle.manager import SandboxManager, now_us
+from sandboxd.server import create_listener
 from sandboxd.store import Store, TemplateRow
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ BASE_DISK_MB = 10240
 # The priority sandboxd serves at. On a busy host most of a slow `/health` or proxied request
 # was sandboxd's event loop waiting for a CPU, not working (its callbacks' run-queue wait was
 # 88 % of their wall time while 20 sandboxes were created); envd inside runs at -20 for the same
-# reason. Sandboxes start at the default 0 (sandboxd/nspawn.py), so this orders sandboxd's own
+# reason. Sandboxes start at the default 0 (sandboxd/host/nspawn.py), so this orders sandboxd's own
 # work before theirs and does not lift them above the host's.
 SERVE_NICE = -10
 

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from starlette.requests import Request
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-    from sandboxd.sandboxes import SandboxManager
+    from sandboxd.lifecycle.manager import SandboxManager
     from sandboxd.store import Store
 
 log = logging.getLogger("sandboxd.api")

@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Final
 from starlette.requests import ClientDisconnect
 
 from envd.json_depth import nesting_depth
-from sandboxd.api.models import parse_body
+from sandboxd.api.request_models import parse_body
 from sandboxd.errors import RequestError
 
 if TYPE_CHECKING:
     from starlette.requests import Request
 
-    from sandboxd.api.models import Model
+    from sandboxd.api.request_models import Model
 
 # A create carries env vars and metadata: 1 MiB is far beyond a real one and below envd's
 # 4 MiB cap on /init, which gets them. Every other body is a few fields.

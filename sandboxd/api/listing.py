@@ -13,7 +13,7 @@ from sandboxd.errors import RequestError
 if TYPE_CHECKING:
     from starlette.requests import Request
 
-    from sandboxd.sandboxes import Sandbox
+    from sandboxd.lifecycle.manager import Sandbox
 
 STATES = ("running", "paused")
 MAX_LIMIT = 100

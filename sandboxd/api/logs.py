@@ -1,7 +1,7 @@
 """`GET /sandboxes/{id}/logs` (v1: `start` in Unix ms, `limit`; what the E2B CLI's
 `sandbox logs` reads, each line a JSON object with `level` and `logger`) and
 `GET /v2/sandboxes/{id}/logs` (`cursor` in Unix ms, `limit`, `direction` forward or backward),
-from the sandbox's journal (sandboxd/sandbox_logs.py), running or paused."""
+from the sandbox's journal (sandboxd/host/journal.py), running or paused."""
 
 from __future__ import annotations
 
@@ -12,16 +12,16 @@ from typing import TYPE_CHECKING, Any
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from sandboxd import sandbox_logs
 from sandboxd.api import params
 from sandboxd.errors import RequestError, SandboxError
-from sandboxd.sandboxes import not_found, rfc3339
+from sandboxd.host import journal
+from sandboxd.lifecycle.manager import not_found, rfc3339
 
 if TYPE_CHECKING:
     from starlette.requests import Request
 
-    from sandboxd.sandbox_logs import LogEntry
-    from sandboxd.sandboxes import SandboxManager
+    from sandboxd.host.journal import LogEntry
+    from sandboxd.lifecycle.manager import SandboxManager
 
 MAX_LIMIT = 1000
 UNIX_MS_MAX = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
@@ -44,7 +44,7 @@ def routes(manager: SandboxManager) -> list[Route]:
         since = None if since_ms is None else since_ms * 1000
         until = None if until_ms is None else until_ms * 1000 + 999
         try:
-            return await asyncio.to_thread(sandbox_logs.read, sandbox.box, since, until, limit,
+            return await asyncio.to_thread(journal.read, sandbox.box, since, until, limit,
                                            newest_first)  # fmt: skip
         except SandboxError as exc:
             if manager.get(sandbox_id) is None:  # killed meanwhile

@@ -7,7 +7,7 @@ import dataclasses
 import time
 from typing import TYPE_CHECKING, Any
 
-from sandboxd.sandboxes import rfc3339
+from sandboxd.lifecycle.manager import rfc3339
 
 if TYPE_CHECKING:
     from sandboxd.store import MetricSample, Store

@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING, Any
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from sandboxd.api import listing, params, shapes
+from sandboxd.api import listing, params, responses
 from sandboxd.api.bodies import CREATE_LIMIT, read_json
 from sandboxd.api.idempotency import IdempotentCreates
 from sandboxd.api.metrics import sandbox_metrics, team_metrics
-from sandboxd.api.models import (
+from sandboxd.api.request_models import (
     ConnectV2,
     NewSandbox,
     NewSandboxV2,
@@ -21,12 +21,12 @@ from sandboxd.api.models import (
     Timeout,
 )
 from sandboxd.errors import RequestError
-from sandboxd.sandboxes import CreateSpec, not_found
+from sandboxd.lifecycle.manager import CreateSpec, not_found
 
 if TYPE_CHECKING:
     from starlette.requests import Request
 
-    from sandboxd.sandboxes import SandboxManager
+    from sandboxd.lifecycle.manager import SandboxManager
     from sandboxd.store import Store
 
 UNIX_S_MAX = 253_402_300_799  # 9999-12-31T23:59:59Z: the last second RFC 3339 can write
@@ -56,7 +56,7 @@ def routes(manager: SandboxManager, store: Store) -> list[Route]:
         spec = _spec(manager, await read_json(request, model, limit=CREATE_LIMIT))
         key = request.headers.get("idempotency-key")
         if key is None:
-            return JSONResponse(shapes.sandbox(manager, await manager.create(spec)), 201)
+            return JSONResponse(responses.sandbox(manager, await manager.create(spec)), 201)
 
         async def create() -> str:
             return (await manager.create(spec)).id
@@ -66,7 +66,7 @@ def routes(manager: SandboxManager, store: Store) -> list[Route]:
         if sandbox is None:
             raise RequestError(409, f"the sandbox created with this Idempotency-Key "
                                     f"({sandbox_id}) is gone")  # fmt: skip
-        return JSONResponse(shapes.sandbox(manager, sandbox), 201)
+        return JSONResponse(responses.sandbox(manager, sandbox), 201)
 
     async def create(request: Request) -> Response:
         return await _create(request, NewSandbox)
@@ -79,7 +79,7 @@ def routes(manager: SandboxManager, store: Store) -> list[Route]:
         sandbox = manager.get(sandbox_id)
         if sandbox is None:
             raise not_found(sandbox_id)
-        return JSONResponse(shapes.detail(sandbox))
+        return JSONResponse(responses.detail(sandbox))
 
     async def kill(request: Request) -> Response:
         sandbox_id = params.sandbox_id(request)
@@ -90,7 +90,7 @@ def routes(manager: SandboxManager, store: Store) -> list[Route]:
     async def _connect(sandbox_id: str, timeout_s: int) -> Response:
         _check_timeout(manager, timeout_s)
         sandbox, resumed = await manager.connect(sandbox_id, timeout_s)
-        return JSONResponse(shapes.sandbox(manager, sandbox), 201 if resumed else 200)
+        return JSONResponse(responses.sandbox(manager, sandbox), 201 if resumed else 200)
 
     async def connect(request: Request) -> Response:
         sandbox_id = params.sandbox_id(request)
@@ -111,7 +111,7 @@ def routes(manager: SandboxManager, store: Store) -> list[Route]:
             raise RequestError(400, "Timeout must be greater than 0")
         _check_timeout(manager, body.timeout)
         sandbox = await manager.resume(sandbox_id, body.timeout)
-        return JSONResponse(shapes.sandbox(manager, sandbox), 201)
+        return JSONResponse(responses.sandbox(manager, sandbox), 201)
 
     async def pause(request: Request) -> Response:
         sandbox_id = params.sandbox_id(request)
@@ -138,14 +138,14 @@ def routes(manager: SandboxManager, store: Store) -> list[Route]:
             headers["X-Next-Token"] = token
         if "running" in query.states:
             headers["X-Total-Running"] = str(sum(s.running for s in found))
-        return JSONResponse([shapes.listed(s) for s in items], headers=headers)
+        return JSONResponse([responses.listed(s) for s in items], headers=headers)
 
     async def list_v1(request: Request) -> Response:
         wanted = params.metadata_filter(request)
         found = [s for s in manager.all() if s.running
                  and all(s.row.metadata.get(k) == v for k, v in wanted.items())]  # fmt: skip
         found.sort(key=lambda s: (-s.row.started_at, s.row.sandbox_id))
-        return JSONResponse([shapes.listed(s) for s in found])
+        return JSONResponse([responses.listed(s) for s in found])
 
     async def metrics(request: Request) -> Response:
         sandbox_id = params.sandbox_id(request)
@@ -153,8 +153,10 @@ def routes(manager: SandboxManager, store: Store) -> list[Route]:
         return JSONResponse(sandbox_metrics(store, sandbox_id, start, end))
 
     async def team(request: Request) -> Response:
-        if request.path_params["team_id"] != shapes.TEAM_ID:
-            raise RequestError(403, f"You (team {shapes.TEAM_ID}) don't have access to this team")
+        if request.path_params["team_id"] != responses.TEAM_ID:
+            raise RequestError(
+                403, f"You (team {responses.TEAM_ID}) don't have access to this team"
+            )
         start, end = _range(request)
         return JSONResponse(team_metrics(store, start, end))
 

@@ -11,17 +11,17 @@ from typing import TYPE_CHECKING
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from sandboxd.api import shapes, unserved
+from sandboxd.api import responses, unserved
 from sandboxd.api.bodies import read_json
-from sandboxd.api.models import NewTemplate, TemplateUpdate
+from sandboxd.api.request_models import NewTemplate, TemplateUpdate
 from sandboxd.errors import RequestError
-from sandboxd.sandboxes import ID_ALPHABET, now_us
+from sandboxd.lifecycle.manager import ID_ALPHABET, now_us
 from sandboxd.store import TemplateRow
 
 if TYPE_CHECKING:
     from starlette.requests import Request
 
-    from sandboxd.sandboxes import SandboxManager
+    from sandboxd.lifecycle.manager import SandboxManager
     from sandboxd.store import Store
 
 BASE = "base"
@@ -45,11 +45,11 @@ def _existing(store: Store, template_id: str) -> TemplateRow:
 
 def routes(manager: SandboxManager, store: Store) -> list[Route]:
     async def list_templates(_: Request) -> Response:
-        return JSONResponse([shapes.template(t) for t in store.templates()])
+        return JSONResponse([responses.template(t) for t in store.templates()])
 
     async def get_template(request: Request) -> Response:
         template = _existing(store, request.path_params["template_id"])
-        return JSONResponse(shapes.template_detail(template))
+        return JSONResponse(responses.template_detail(template))
 
     async def by_alias(request: Request) -> Response:
         template = _existing(store, request.path_params["alias"])
@@ -71,7 +71,7 @@ def routes(manager: SandboxManager, store: Store) -> list[Route]:
         template.build_count += 1
         template.updated_at = now
         await store.write(functools.partial(store.put_template, template))
-        return JSONResponse(shapes.template(template), 202)
+        return JSONResponse(responses.template(template), 202)
 
     async def update(request: Request) -> Response:
         template = _existing(store, request.path_params["template_id"])

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from sandboxd.cgroups import CgroupHost
-from sandboxd.runtime import Runtime
+from sandboxd.host.cgroups import CgroupHost
+from sandboxd.host.runtime import Runtime
 from tests.sandboxd.template_cache import ensure_base_template
 
 if TYPE_CHECKING:

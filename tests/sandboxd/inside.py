@@ -10,12 +10,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sandboxd import uid_ranges
-from sandboxd.removal import mounts_under
-from sandboxd.spec import RECORD
+from sandboxd.host import uid_ranges
+from sandboxd.host.removal import mounts_under
+from sandboxd.host.spec import RECORD
 
 if TYPE_CHECKING:
-    from sandboxd.runtime import Box, Runtime
+    from sandboxd.host.runtime import Box, Runtime
 
 
 def run(box: Box, script: str) -> str:
@@ -63,7 +63,7 @@ def net_namespaces_held(extra_pids: set[int]) -> set[int]:
     Only our own processes count: the kernel reuses a freed namespace's inode number, so on a
     machine where others make namespaces too, a host-wide look would see strangers. And only
     network namespaces: every kind of namespace takes its number from one pool, so a user
-    namespace sandboxd keeps (sandboxd/userns.py) may carry a dead network namespace's."""
+    namespace sandboxd keeps (sandboxd/host/userns.py) may carry a dead network namespace's."""
     inodes = set()
     for pid in _this_process_tree() | {str(p) for p in extra_pids}:
         paths = [f"/proc/{pid}/ns/net"]

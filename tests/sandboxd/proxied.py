@@ -15,16 +15,16 @@ from typing import TYPE_CHECKING
 import uvicorn
 
 from envd.http.signing import file_signature
-from sandboxd.connection_policy import ConnectionPolicy
-from sandboxd.listener import Listener
-from sandboxd.proxy import SandboxProxy
+from sandboxd.proxy.connection_policy import ConnectionPolicy
+from sandboxd.proxy.listener import Listener
+from sandboxd.proxy.relay import SandboxProxy
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
     from starlette.types import Receive, Scope, Send
 
-    from sandboxd.runtime import Box, Runtime
+    from sandboxd.host.runtime import Box, Runtime
 
 
 @dataclass

@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from sandboxd import nspawn, uid_ranges
-from sandboxd.cgroups import CgroupHost, SandboxCgroups
 from sandboxd.envd_client import EnvdClient
-from sandboxd.netns import NetNamespace
-from sandboxd.removal import remove_tree
-from sandboxd.runtime import Runtime
-from sandboxd.spec import RECORD
+from sandboxd.host import nspawn, uid_ranges
+from sandboxd.host.cgroups import CgroupHost, SandboxCgroups
+from sandboxd.host.netns import NetNamespace
+from sandboxd.host.removal import remove_tree
+from sandboxd.host.runtime import Runtime
+from sandboxd.host.spec import RECORD
 from tests.sandboxd.inside import loop_devices_of
 from tests.waiting import wait_until
 

@@ -21,9 +21,9 @@ from urllib.parse import quote, urlencode
 import httpx
 import pytest
 
-from sandboxd import nspawn
+from sandboxd.host import nspawn
+from sandboxd.host.uid_ranges import FIRST_BASE
 from sandboxd.serve import SERVE_NICE
-from sandboxd.uid_ranges import FIRST_BASE
 from tests.sandboxd.serving import API_KEY, Sandboxd, running_sandboxd, wait_gone
 from tests.waiting import wait_until
 

@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from sandboxd import nspawn
-from sandboxd.cgroups import Limits, SandboxCgroups
 from sandboxd.errors import BootError, SandboxError, TemplateError
 from sandboxd.health import health_status
-from sandboxd.host_steps import SandboxDirs
-from sandboxd.runtime import Runtime
+from sandboxd.host import nspawn
+from sandboxd.host.cgroups import Limits, SandboxCgroups
+from sandboxd.host.runtime import Runtime
+from sandboxd.host.steps import SandboxDirs
 from tests.sandboxd.inside import processes_seen_from, run, sandbox_ids_left
 
 if TYPE_CHECKING:

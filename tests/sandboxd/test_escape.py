@@ -20,16 +20,16 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from sandboxd.cgroups import Limits
 from sandboxd.health import health_status
-from sandboxd.host_steps import SandboxDirs
-from sandboxd.uid_ranges import FIRST_BASE, RANGE_SIZE
+from sandboxd.host.cgroups import Limits
+from sandboxd.host.steps import SandboxDirs
+from sandboxd.host.uid_ranges import FIRST_BASE, RANGE_SIZE
 from tests.sandboxd.inside import run
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from sandboxd.runtime import Box, Runtime
+    from sandboxd.host.runtime import Box, Runtime
 
 pytestmark = [pytest.mark.root, pytest.mark.anyio]
 

@@ -12,8 +12,8 @@ import pytest
 
 from sandboxd.errors import SandboxError
 from sandboxd.health import health_status
-from sandboxd.removal import mounts_under
-from sandboxd.runtime import Box, Runtime
+from sandboxd.host.removal import mounts_under
+from sandboxd.host.runtime import Box, Runtime
 from tests.sandboxd.inside import Traces, run, sandbox_ids_left
 from tests.waiting import wait_until_async
 
@@ -138,7 +138,7 @@ async def test_freeze_of_a_killed_sandbox_is_a_clear_error(
 
 def _open_fds() -> set[str]:
     """This process's descriptors, less the user namespaces sandboxd keeps, one per uid range
-    it has used (sandboxd/userns.py: a cache, not a leak)."""
+    it has used (sandboxd/host/userns.py: a cache, not a leak)."""
     found = set()
     for fd in os.listdir("/proc/self/fd"):
         try:

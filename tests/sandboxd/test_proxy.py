@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator
     from pathlib import Path
 
-    from sandboxd.runtime import Box, Runtime
+    from sandboxd.host.runtime import Box, Runtime
 
 pytestmark = [pytest.mark.root, pytest.mark.anyio]
 

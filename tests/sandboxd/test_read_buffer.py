@@ -4,7 +4,7 @@ stream of small events pin gigabytes)."""
 
 from __future__ import annotations
 
-from sandboxd.upstream import MIN_READ, READ_BUFFER, ReadBuffer
+from sandboxd.proxy.upstream import MIN_READ, READ_BUFFER, ReadBuffer
 
 
 def test_kept_small_reads_share_one_bytearray() -> None:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from sandboxd.removal import mounts_under, remove_tree
+from sandboxd.host.removal import mounts_under, remove_tree
 
 if TYPE_CHECKING:
     from pathlib import Path

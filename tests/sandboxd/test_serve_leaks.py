@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from sandboxd import uid_ranges
-from sandboxd.nspawn import PROPAGATE_DIR
-from sandboxd.spec import RECORD
+from sandboxd.host import uid_ranges
+from sandboxd.host.nspawn import PROPAGATE_DIR
+from sandboxd.host.spec import RECORD
 from tests.sandboxd.inside import loop_devices_of, net_namespaces_held, start_time
 from tests.sandboxd.serving import running_sandboxd
 from tests.waiting import wait_until

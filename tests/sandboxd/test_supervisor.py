@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from sandboxd import nspawn
-from sandboxd.cgroups import CgroupHost, Limits, SandboxCgroups
+from sandboxd.host import nspawn
+from sandboxd.host.cgroups import CgroupHost, Limits, SandboxCgroups
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -12,7 +12,7 @@ import asyncio
 import os
 import socket
 
-from sandboxd import libc
+from sandboxd.host import libc
 
 LOOPBACK = "127.0.0.1"
 

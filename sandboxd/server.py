@@ -1,5 +1,5 @@
 """sandboxd's one listener, put together: uvicorn serves the control API app, with
-sandboxd/listener.py as its HTTP protocol so that requests for a sandbox go to the proxy
+sandboxd/proxy/listener.py as its HTTP protocol so that requests for a sandbox go to the proxy
 below ASGI (control-api.md §1.4).
 
 The control API app owns the lifespan (it starts and stops the sandbox manager); the proxy's
@@ -13,17 +13,17 @@ import contextlib
 import gc
 from typing import TYPE_CHECKING
 
-from sandboxd.connection_policy import ConnectionPolicy
-from sandboxd.listener import Listener
-from sandboxd.proxy import SandboxProxy
+from sandboxd.proxy.connection_policy import ConnectionPolicy
+from sandboxd.proxy.listener import Listener
+from sandboxd.proxy.relay import SandboxProxy
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
     from starlette.applications import Starlette
 
-    from sandboxd.runtime import Runtime
-    from sandboxd.sandboxes import SandboxManager
+    from sandboxd.host.runtime import Runtime
+    from sandboxd.lifecycle.manager import SandboxManager
 
 
 def create_listener(

@@ -14,10 +14,10 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
 
-    from sandboxd.cgroups import Limits
-    from sandboxd.runtime import Box, Runtime
+    from sandboxd.host.cgroups import Limits
+    from sandboxd.host.runtime import Box, Runtime
 
-log = logging.getLogger("sandboxd.pool")
+log = logging.getLogger("sandboxd.lifecycle.pool")
 RETRY_AFTER_FAILURE_S = 5
 # A refill boot costs about a CPU-second; started at once it competes with the create that took
 # the box and with the client's first requests (with two cores under load: create → first

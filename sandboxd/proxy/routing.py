@@ -25,7 +25,7 @@ from sandboxd.health import ENVD_PORT
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from sandboxd.runtime import Box
+    from sandboxd.host.runtime import Box
 
 SANDBOX_ID = re.compile(r"^[a-z0-9]+$")
 # envd's routes only E2B's orchestrator may call (reference: internal_routes.go).

@@ -11,7 +11,7 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from sandboxd.cgroups import Limits
+from sandboxd.host.cgroups import Limits
 
 RECORD = "sandbox.json"
 

@@ -13,11 +13,11 @@ import time
 from pathlib import Path
 
 from sandboxd.errors import HostError, TemplateError
-from sandboxd.removal import bound_somewhere, remove_tree
+from sandboxd.host.removal import bound_somewhere, remove_tree
 
-log = logging.getLogger("sandboxd.images")
+log = logging.getLogger("sandboxd.host.base_image")
 
-SOURCE_TREE = Path(__file__).resolve().parents[1]
+SOURCE_TREE = Path(__file__).resolve().parents[2]
 SUITE = "bookworm"
 PACKAGES = (
     "systemd",

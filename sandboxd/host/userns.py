@@ -11,8 +11,8 @@ import os
 import subprocess
 import threading
 
-from sandboxd import libc
-from sandboxd.uid_ranges import RANGE_SIZE
+from sandboxd.host import libc
+from sandboxd.host.uid_ranges import RANGE_SIZE
 
 _made: dict[int, int] = {}
 _lock = threading.Lock()

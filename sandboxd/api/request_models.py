@@ -10,8 +10,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from sandboxd.disk import MIN_DISK_MB
 from sandboxd.errors import RequestError
+from sandboxd.host.disk import MIN_DISK_MB
 
 Model = TypeVar("Model", bound=BaseModel)
 INT32_MAX = 2**31 - 1

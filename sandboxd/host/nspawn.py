@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sandboxd.errors import BootError, HostError
-from sandboxd.removal import remove_tree
-from sandboxd.uid_ranges import RANGE_SIZE
+from sandboxd.host.removal import remove_tree
+from sandboxd.host.uid_ranges import RANGE_SIZE
 
 if TYPE_CHECKING:
-    from sandboxd.cgroups import SandboxCgroups
+    from sandboxd.host.cgroups import SandboxCgroups
 
 PROPAGATE_DIR = Path("/run/systemd/nspawn/propagate")
 

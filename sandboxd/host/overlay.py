@@ -1,13 +1,13 @@
 """A sandbox's root filesystem: an overlay of its template's read-only layers (lowerdirs) with
-the upper and work directories of its writable layer (sandboxd.disk). O(1) to create; the
+the upper and work directories of its writable layer (sandboxd.host.disk). O(1) to create; the
 sandbox's writes land only in its upper directory (sandbox-runtime.md §2)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sandboxd import libc
 from sandboxd.errors import TemplateError
+from sandboxd.host import libc
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sandboxd.sandboxes import rfc3339
+from sandboxd.lifecycle.manager import rfc3339
 
 if TYPE_CHECKING:
-    from sandboxd.sandboxes import Sandbox, SandboxManager
+    from sandboxd.lifecycle.manager import Sandbox, SandboxManager
     from sandboxd.store import TemplateRow
 
 # The reference's constant for the deprecated clientID (infra: utils/split.go).

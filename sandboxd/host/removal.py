@@ -12,13 +12,13 @@ import os
 import subprocess
 from typing import TYPE_CHECKING
 
-from sandboxd import libc
 from sandboxd.errors import TeardownError
+from sandboxd.host import libc
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-log = logging.getLogger("sandboxd.removal")
+log = logging.getLogger("sandboxd.host.removal")
 
 
 def _unescape(field: str) -> str:

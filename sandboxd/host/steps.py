@@ -5,7 +5,7 @@ kill and the removal of a dead sandbox's leftovers after a restart all run `undo
 record, wherever the boot or an earlier teardown stopped.
 
 The order (sandbox-runtime.md §8, isolation.md §3): cgroups with the limits, handed to the
-sandbox's uid range; the writable layer (sandboxd.disk) and the unit drop-ins a user-namespaced
+sandbox's uid range; the writable layer (sandboxd.host.disk) and the unit drop-ins a user-namespaced
 boot needs in it; the template's layers, idmapped to the range; the overlay root over them;
 nspawn in a user namespace of the range.
 """
@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path  # used at run time by dataclasses
 from typing import TYPE_CHECKING, Protocol
 
-from sandboxd import disk, libc, nspawn, overlay
-from sandboxd.cgroups import CgroupHost, SandboxCgroups
-from sandboxd.removal import detach_mounts, unmount
-from sandboxd.userns import mapped_namespace
+from sandboxd.host import disk, libc, nspawn, overlay
+from sandboxd.host.cgroups import CgroupHost, SandboxCgroups
+from sandboxd.host.removal import detach_mounts, unmount
+from sandboxd.host.userns import mapped_namespace
 
 if TYPE_CHECKING:
-    from sandboxd.spec import SandboxSpec
+    from sandboxd.host.spec import SandboxSpec
 
 CONSOLE_LOG = "console.log"
 

@@ -24,20 +24,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from envd.http.signing import file_signature
-from sandboxd.cgroups import Limits
 from sandboxd.envd_client import EnvdClient, EnvdUnreachable
 from sandboxd.errors import BootError, RequestError, SandboxError, TemplateError
-from sandboxd.pool import WarmPool
+from sandboxd.host.cgroups import Limits
+from sandboxd.lifecycle.pool import WarmPool
 from sandboxd.store import MetricSample, SandboxRow, TemplateRow
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
 
-    from sandboxd.netns import NetNamespace
-    from sandboxd.runtime import Box, Runtime
+    from sandboxd.host.netns import NetNamespace
+    from sandboxd.host.runtime import Box, Runtime
     from sandboxd.store import Store
 
-log = logging.getLogger("sandboxd.sandboxes")
+log = logging.getLogger("sandboxd.lifecycle.manager")
 
 ID_ALPHABET = string.ascii_lowercase + string.digits
 PIDS_LIMIT = 4096
@@ -108,7 +108,7 @@ class Sandbox:
 
 
 class SandboxManager:
-    """Every sandbox of one state directory. Implements `sandboxd.routing.SandboxLookup`."""
+    """Every sandbox of one state directory. Implements `sandboxd.proxy.routing.SandboxLookup`."""
 
     def __init__(
         self, store: Store, runtime: Runtime, secret: bytes, max_timeout_s: int, pool_size: int

@@ -3,8 +3,8 @@ connect to its ports, read its usage, kill it, and adopt the running ones after 
 
 Each sandbox is `SANDBOXES_DIR/ID` (its record, disk, layers, overlay root and console log),
 the cgroups `PARENT/ID` in every hierarchy and the claim of its uid range; nothing else on the
-host is made, and nothing of the host is bound into it. Its record (sandboxd.spec) says what it
-is made of and drives every undo (sandboxd.host_steps). The cgroup tree and the directory are
+host is made, and nothing of the host is bound into it. Its record (sandboxd.host.spec) says what it
+is made of and drives every undo (sandboxd.host.steps). The cgroup tree and the directory are
 the whole truth: a new `Runtime` on the same directory finds every sandbox again with
 `adopt()`.
 """
@@ -20,22 +20,22 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sandboxd import nspawn, uid_ranges
-from sandboxd.cgroups import CgroupHost, Limits, SandboxCgroups, Usage, existing_sandboxes
 from sandboxd.errors import BootError, SandboxError, TeardownError
 from sandboxd.health import ENVD_PORT, health_status
-from sandboxd.host_steps import SandboxDirs, boot_steps, make_all, undo_all
-from sandboxd.netns import NetNamespace
-from sandboxd.overlay import require_rootfs
-from sandboxd.removal import mounts_under, remove_tree
-from sandboxd.spec import RECORD, SandboxSpec, read_record, write_record
-from sandboxd.sysctl import ensure_inotify_instances
+from sandboxd.host import nspawn, uid_ranges
+from sandboxd.host.cgroups import CgroupHost, Limits, SandboxCgroups, Usage, existing_sandboxes
+from sandboxd.host.netns import NetNamespace
+from sandboxd.host.overlay import require_rootfs
+from sandboxd.host.removal import mounts_under, remove_tree
+from sandboxd.host.spec import RECORD, SandboxSpec, read_record, write_record
+from sandboxd.host.steps import SandboxDirs, boot_steps, make_all, undo_all
+from sandboxd.host.sysctl import ensure_inotify_instances
 
 if TYPE_CHECKING:
     import socket
     from pathlib import Path
 
-log = logging.getLogger("sandboxd.runtime")
+log = logging.getLogger("sandboxd.host.runtime")
 
 SANDBOX_ID = re.compile(r"^[a-z0-9]{1,63}$")
 POLL_S = 0.01
@@ -164,7 +164,7 @@ class Runtime:
 
     def _launch(self, sandbox_id: str, template: Path, limits: Limits, disk_mb: int) -> SandboxSpec:
         """Claim a uid range, write the record (what every undo is driven by), then every host
-        step in order (sandboxd.host_steps). Off the event loop: the claim reads the other
+        step in order (sandboxd.host.steps). Off the event loop: the claim reads the other
         sandboxes' records and the record is fsynced. Returns the spec."""
         record = self._dirs(sandbox_id).dir / RECORD
         spec = SandboxSpec(sandbox_id, (template,), limits, None, disk_mb)

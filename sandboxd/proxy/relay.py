@@ -1,18 +1,18 @@
 """The sandbox proxy: HTTP requests for a port inside a sandbox, streamed there and back
 (control-api.md §1.4).
 
-It works below ASGI, on the bytes of sandboxd's listener (sandboxd/listener.py): an ASGI
+It works below ASGI, on the bytes of sandboxd's listener (sandboxd/proxy/listener.py): an ASGI
 message and an await per body chunk cost more than the copy itself, and made the proxy half as
 fast as envd. The request's head is rewritten (hop-by-hop headers and the API key left out)
 and its body streamed up; the response goes back byte for byte as the sandbox sent it, head and
-framing included, with httptools only following where it ends (sandboxd/upstream.py). Nothing
+framing included, with httptools only following where it ends (sandboxd/proxy/upstream.py). Nothing
 but bytes and transport writes per chunk; flow control by pausing the side that reads.
 
 It is a small HTTP/1.1 relay of its own rather than httpx or httpcore: those would add h11,
 httpcore and certifi to the one pyproject that also installs envd into every sandbox, parse
 every body byte again, and hide the transports that `cut` must abort.
 
-Per request: the routing rules of sandboxd/routing.py; envd's orchestrator-only paths
+Per request: the routing rules of sandboxd/proxy/routing.py; envd's orchestrator-only paths
 refused; a kept-alive connection to the port taken or made; the client leaving aborts the
 upstream connection, so the sandbox's server sees it leave too.
 """
@@ -24,7 +24,7 @@ import json
 import logging
 from typing import TYPE_CHECKING, Protocol
 
-from sandboxd.routing import (
+from sandboxd.proxy.routing import (
     RequestHead,
     RouteError,
     SandboxLookup,
@@ -33,12 +33,12 @@ from sandboxd.routing import (
     is_sandbox_request,
     resolve,
 )
-from sandboxd.upstream import COPY_BELOW, FRAMING_HEADERS, UpstreamConnection, UpstreamPool
+from sandboxd.proxy.upstream import COPY_BELOW, FRAMING_HEADERS, UpstreamConnection, UpstreamPool
 
 if TYPE_CHECKING:
-    from sandboxd.runtime import Box, Runtime
+    from sandboxd.host.runtime import Box, Runtime
 
-log = logging.getLogger("sandboxd.proxy")
+log = logging.getLogger("sandboxd.proxy.relay")
 
 # RFC 9110 §7.6.1 (plus the obsolete Proxy-Connection and Keep-Alive); the request's framing is
 # set again for the sandbox. `expect` goes through: the sandbox's server answers 100 Continue.
@@ -55,7 +55,7 @@ IDEMPOTENT_WITHOUT_BODY = frozenset(("GET", "HEAD", "OPTIONS"))
 
 
 class Client(Protocol):
-    """The client's connection, as an exchange sees it (sandboxd/listener.py)."""
+    """The client's connection, as an exchange sees it (sandboxd/proxy/listener.py)."""
 
     def write(self, data: bytes | memoryview) -> bool:
         """True when the transport keeps `data` queued (the client is slower)."""

@@ -18,9 +18,9 @@ import subprocess
 import threading
 from typing import TYPE_CHECKING
 
-from sandboxd import libc, loop
 from sandboxd.errors import HostError
-from sandboxd.removal import unmount
+from sandboxd.host import libc, loop
+from sandboxd.host.removal import unmount
 
 if TYPE_CHECKING:
     from pathlib import Path

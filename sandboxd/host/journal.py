@@ -2,7 +2,7 @@
 included), read from the host with journalctl over the journal directory inside the sandbox
 (`/run/log/journal` of its mount namespace, through /proc/LEADER/root: no command runs in the
 sandbox, and a paused one can be read too). The journal is volatile and capped at 8 MiB
-(sandboxd/images.py), so a read takes milliseconds."""
+(sandboxd/host/base_image.py), so a read takes milliseconds."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from sandboxd.errors import HostError, SandboxError
 
 if TYPE_CHECKING:
-    from sandboxd.runtime import Box
+    from sandboxd.host.runtime import Box
 
 # syslog priorities as E2B's log levels
 LEVELS = {0: "error", 1: "error", 2: "error", 3: "error", 4: "warn", 5: "info", 6: "info",

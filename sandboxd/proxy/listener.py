@@ -3,7 +3,7 @@ everything else, to the control API (an ASGI app served by uvicorn).
 
 uvicorn runs the server (sockets, lifespan, signals, graceful shutdown) with `Listener` as
 its HTTP protocol class. A Listener parses the requests of one connection with httptools.
-Requests for a sandbox are relayed below ASGI (sandboxd/proxy.py). Each control API request
+Requests for a sandbox are relayed below ASGI (sandboxd/proxy/relay.py). Each control API request
 goes, re-encoded, to a fresh uvicorn HttpToolsProtocol of its own, over a transport that
 writes to this connection and tells when its response is complete; uvicorn is driven only
 through the asyncio Protocol interface, never its internals. Responses leave in the order of
@@ -24,14 +24,19 @@ import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from envd.connection_limits import RefusalLog, plain_response
-from sandboxd.connection_policy import EVICTABLE_AFTER_IDLE_S, TOO_MANY, TOO_SLOW, ConnectionPolicy
-from sandboxd.proxy import Request, SandboxProxy
-from sandboxd.routing import RequestHead
+from sandboxd.proxy.connection_policy import (
+    EVICTABLE_AFTER_IDLE_S,
+    TOO_MANY,
+    TOO_SLOW,
+    ConnectionPolicy,
+)
+from sandboxd.proxy.relay import Request, SandboxProxy
+from sandboxd.proxy.routing import RequestHead
 
 if TYPE_CHECKING:
-    from sandboxd.proxy import Exchange
+    from sandboxd.proxy.relay import Exchange
 
-log = logging.getLogger("sandboxd.listener")
+log = logging.getLogger("sandboxd.proxy.listener")
 
 # struct linger {l_onoff = 1, l_linger = 0}: close(2) then resets the connection.
 RESET_ON_CLOSE = struct.pack("ii", 1, 0)
@@ -42,7 +47,7 @@ BAD_REQUEST = plain_response(b"400 Bad Request", b"Invalid HTTP request")
 
 class Listener(asyncio.Protocol):
     """One client connection. Built by uvicorn, as its `http` protocol class (see `serving`),
-    under the connection policy of sandboxd/connection_policy.py."""
+    under the connection policy of sandboxd/proxy/connection_policy.py."""
 
     proxy: ClassVar[SandboxProxy]
     policy: ClassVar[ConnectionPolicy]
@@ -201,7 +206,7 @@ class Listener(asyncio.Protocol):
         if self._answering is None and self._idle_timer is None and not self._waiting:
             self._idle()  # answered before the request's end (an early answer)
 
-    # the Client of sandboxd/proxy.py
+    # the Client of sandboxd/proxy/relay.py
 
     def write(self, data: bytes | memoryview) -> bool:
         transport = self.transport
