@@ -178,7 +178,7 @@ async def bench(template: Path, runs: int, work: Path) -> None:
     os.setpriority(os.PRIO_PROCESS, 0, SERVE_NICE)  # this thread's: the proxy's event loop
     try:
         run_inside(box, f"head -c {SIZE} /dev/urandom > {PAYLOAD}")
-        async with serve_proxy(runtime) as served:
+        async with serve_proxy() as served:
             served.lookup.running[box.id] = box
             rounds = [await one_round(box, served.url, lua) for _ in range(runs)]
     finally:

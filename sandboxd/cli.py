@@ -12,8 +12,9 @@ from pathlib import Path
 from sandboxd.errors import SandboxError
 from sandboxd.host.base_image import build_base
 from sandboxd.host.disk import MIN_DISK_MB
-from sandboxd.serve import BASE_DISK_MB, ServeOptions, base_rootfs, new_api_key, serve
+from sandboxd.serve import ServeOptions, base_rootfs, new_api_key, serve
 from sandboxd.store import Store
+from sandboxd.templates import BASE_DISK_MB
 
 DEFAULT_STATE_DIR = Path("/var/lib/sandboxd")
 DEFAULT_PORT = 3000

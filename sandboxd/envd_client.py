@@ -1,12 +1,15 @@
-"""HTTP to envd inside sandboxes, as the orchestrator talks to it (/init, /metrics): httpcore's
-connection pool over sockets made in each sandbox's network namespace. The URL's host is the
-sandbox id (`http://ID:49983/init`), so the pool keeps each sandbox's connections apart and the
-host routes nothing anywhere."""
+"""sandboxd's one way to talk to envd inside a sandbox (the proxy relays clients' requests; this
+is sandboxd's own): `EnvdClient`, as the orchestrator talks to envd (/init, /metrics), httpcore's
+connection pool over sockets made in each sandbox's network namespace, the URL's host being the
+sandbox id (`http://ID:49983/init`), so that the pool keeps each sandbox's connections apart and
+the host routes nothing anywhere; and `health_status`, the boot's probe of a sandbox that has no
+id the pool could resolve yet."""
 
 # httpcore's network interface takes `timeout` arguments; these classes implement it.
 # ruff: noqa: ASYNC109
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -15,13 +18,15 @@ import anyio._backends._asyncio  # now, not at the first request: 16 ms of the e
 import anyio.abc
 import httpcore
 
-from sandboxd.health import ENVD_PORT
-
 if TYPE_CHECKING:
     import ssl
     from collections.abc import Callable, Iterable
 
     from sandboxd.host.netns import NetNamespace
+
+
+ENVD_PORT = 49983
+_HEALTH = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
 
 
 class EnvdUnreachable(Exception):
@@ -160,3 +165,24 @@ class EnvdClient:
             # RemoteProtocolError ("disconnected without sending a response").
             raise EnvdUnreachable(f"envd in {sandbox_id}: {exc}") from exc
         return response.status, response.content
+
+
+async def health_status(netns: NetNamespace, port: int = ENVD_PORT, timeout_s: float = 1) -> int:
+    """The HTTP status of envd's `/health` (204 once envd listens; its unit is Type=notify, so
+    this is also "started"), or 0 when nothing answered in `timeout_s` (refused, reset, not
+    HTTP, or a frozen sandbox)."""
+    writer: asyncio.StreamWriter | None = None
+    try:
+        async with asyncio.timeout(timeout_s):
+            reader, writer = await netns.open_connection(port)
+            writer.write(_HEALTH)
+            status_line = await reader.readline()
+    except (OSError, TimeoutError):
+        return 0
+    finally:
+        if writer is not None:
+            writer.close()
+    parts = status_line.split()
+    if len(parts) < 2 or not parts[0].startswith(b"HTTP/") or not parts[1].isdigit():
+        return 0
+    return int(parts[1])

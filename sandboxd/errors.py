@@ -1,5 +1,7 @@
-"""The runtime's error vocabulary: every failure sandboxd's runtime raises is one of these, with a
-message that says what failed and where (the API maps them to HTTP answers once, at its edge)."""
+"""sandboxd's error vocabulary below the API: every failure the lifecycle, the templates and the
+host runtime raise is one of these, with a message that says what failed and where. The API
+maps them to HTTP answers once, at its edge (sandboxd/api/errors.py); nothing below it knows
+HTTP statuses."""
 
 from __future__ import annotations
 
@@ -8,13 +10,46 @@ class SandboxError(Exception):
     """Base class: something about a sandbox or template could not be done."""
 
 
+class NotFound(SandboxError):
+    """No such sandbox or template (or a sandbox in a state where it counts as gone)."""
+
+
+class SandboxNotFound(NotFound):
+    def __init__(self, sandbox_id: str) -> None:
+        # The reference's words: the SDKs show them as they are.
+        super().__init__(f"Sandbox \"{sandbox_id}\" doesn't exist or you don't have access to it")
+
+
+class TemplateNotFound(NotFound):
+    def __init__(self, template: str) -> None:
+        super().__init__(f"template '{template}' not found")
+
+
+class WrongState(SandboxError):
+    """The sandbox is not in the state the operation needs (pausing a paused one)."""
+
+
+class NotAllowed(SandboxError):
+    """A request the rules refuse whatever the state of the host: a timeout past the maximum
+    length, deleting the base template or one that sandboxes use."""
+
+
+class InitRefused(SandboxError):
+    """envd refused the /init sandboxd sent (its answer will not change with retries): the env
+    vars or metadata of the create were malformed, or too large for envd (`too_large`)."""
+
+    def __init__(self, message: str, *, too_large: bool) -> None:
+        super().__init__(message)
+        self.too_large = too_large
+
+
 class TemplateError(SandboxError):
     """A template's root filesystem is missing, unusable, or could not be built."""
 
 
 class BootError(SandboxError):
-    """A sandbox did not come up (nspawn exited, no leader, envd never answered); everything
-    the boot made has been removed again."""
+    """A sandbox did not come up (nspawn exited, no leader, envd never answered or never took
+    its /init); everything the boot made has been removed again."""
 
 
 class HostError(SandboxError):
@@ -24,13 +59,3 @@ class HostError(SandboxError):
 class TeardownError(SandboxError):
     """Killing a sandbox left something behind (a busy mount, a cgroup that would not empty);
     the message names what."""
-
-
-class RequestError(Exception):
-    """A control-API request that cannot be done as asked; `status` is the HTTP status the API
-    answers with (its body is `{"code": status, "message": message}`)."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message

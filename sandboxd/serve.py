@@ -13,15 +13,16 @@ from typing import TYPE_CHECKING
 
 import uvicorn
 
-from envd.settings import ENVD_VERSION
 from sandboxd.api.app import create_app
 from sandboxd.errors import HostError, SandboxError
 from sandboxd.host.base_image import BUILD_FILE, build_base
 from sandboxd.host.overlay import require_rootfs
 from sandboxd.host.runtime import Runtime
-from sandboxd.lifecycle.manager import SandboxManager, now_us
+from sandboxd.ids import now_us
+from sandboxd.lifecycle.manager import SandboxManager
 from sandboxd.server import create_listener
-from sandboxd.store import Store, TemplateRow
+from sandboxd.store import Store
+from sandboxd.templates import BASE_DISK_MB, register_base
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -31,9 +32,6 @@ log = logging.getLogger("sandboxd.serve")
 SECRET_FILE = "secret"  # noqa: S105  # the file's name, not a secret
 API_KEY_ENV = "SANDBOXD_API_KEY"
 API_KEY_FORM = re.compile(r"^e2b_[0-9a-f]{40}$")
-BASE_CPUS = 2
-BASE_MEMORY_MB = 1024
-BASE_DISK_MB = 10240
 # The priority sandboxd serves at. On a busy host most of a slow `/health` or proxied request
 # was sandboxd's event loop waiting for a CPU, not working (its callbacks' run-queue wait was
 # 88 % of their wall time while 20 sandboxes were created); envd inside runs at -20 for the same
@@ -95,14 +93,7 @@ def ensure_base(store: Store, state_dir: Path, given: Path | None, disk_mb: int)
         if not (rootfs / BUILD_FILE).is_file():
             log.info("the base template is missing: building it (a few minutes the first time)")
             build_base(rootfs, state_dir / "cache")
-    template = store.template("base")
-    now = now_us()
-    if template is None:
-        template = TemplateRow("base", "base", secrets.token_hex(16), str(rootfs), BASE_CPUS,
-                               BASE_MEMORY_MB, disk_mb, "ready", ENVD_VERSION, now, now)  # fmt: skip
-    template.rootfs, template.envd_version = str(rootfs), ENVD_VERSION
-    template.disk_size_mb = disk_mb
-    store.put_template(template)
+    register_base(store, rootfs, disk_mb)
 
 
 def register_env_key(store: Store) -> None:
@@ -142,7 +133,7 @@ def serve(options: ServeOptions) -> None:
             host=options.bind,
             port=options.port,
             loop="uvloop",
-            http=create_listener(app, manager, runtime, options.domain),
+            http=create_listener(app, manager, options.domain),
             log_config=None,
             access_log=False,
             timeout_graceful_shutdown=5,

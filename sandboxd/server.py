@@ -1,6 +1,6 @@
 """sandboxd's one listener, put together: uvicorn serves the control API app, with
 sandboxd/proxy/listener.py as its HTTP protocol so that requests for a sandbox go to the proxy
-below ASGI (control-api.md §1.4).
+below ASGI (docs/sandboxd.md, "The proxy").
 
 The control API app owns the lifespan (it starts and stops the sandbox manager); the proxy's
 open connections are cut whenever the manager says a sandbox stopped serving, and all of them
@@ -22,15 +22,12 @@ if TYPE_CHECKING:
 
     from starlette.applications import Starlette
 
-    from sandboxd.host.runtime import Runtime
     from sandboxd.lifecycle.manager import SandboxManager
 
 
-def create_listener(
-    api: Starlette, manager: SandboxManager, runtime: Runtime, domain: str
-) -> type[Listener]:
+def create_listener(api: Starlette, manager: SandboxManager, domain: str) -> type[Listener]:
     """The protocol class for uvicorn's `http`, serving `api` and the sandboxes' proxy."""
-    proxy = SandboxProxy(manager, runtime, domain)
+    proxy = SandboxProxy(manager, domain)
     manager.on_gone(proxy.cut)
     inner = api.router.lifespan_context
 

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import re
 from typing import TYPE_CHECKING
@@ -16,7 +15,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from sandboxd.api import logs, sandbox_routes, template_routes
-from sandboxd.errors import RequestError
+from sandboxd.api.errors import RequestError, error_response, status_of
+from sandboxd.errors import SandboxError
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -32,11 +32,6 @@ log = logging.getLogger("sandboxd.api")
 API_KEY = re.compile(r"^e2b_[0-9a-f]+$")
 # E2B's spec asks no key for it: load balancers and probes call it.
 HEALTH_PATH = "/health"
-
-
-def error_response(status: int, message: str) -> Response:
-    body = json.dumps({"code": status, "message": message})
-    return Response(body, status_code=status, media_type="application/json")
 
 
 class ApiKeyMiddleware:
@@ -64,6 +59,14 @@ class ApiKeyMiddleware:
 async def _request_error(_: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestError)  # noqa: S101  # registered for RequestError only
     return error_response(exc.status, exc.message)
+
+
+async def _domain_error(_: Request, exc: Exception) -> Response:
+    assert isinstance(exc, SandboxError)  # noqa: S101  # registered for SandboxError only
+    status = status_of(exc)
+    if status >= 500:
+        log.warning("%s", exc)
+    return error_response(status, str(exc))
 
 
 async def _http_error(_: Request, exc: Exception) -> Response:
@@ -121,10 +124,11 @@ def create_app(manager: SandboxManager, store: Store) -> Starlette:
             Route(HEALTH_PATH, _health, methods=["GET"]),
             *sandbox_routes.routes(manager, store),
             *logs.routes(manager),
-            *template_routes.routes(manager, store),
+            *template_routes.routes(manager.templates),
         ],
         exception_handlers={
             RequestError: _request_error,
+            SandboxError: _domain_error,
             HTTPException: _http_error,
         },
         lifespan=lifespan,

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Final
 from starlette.requests import ClientDisconnect
 
 from envd.json_depth import nesting_depth
+from sandboxd.api.errors import RequestError
 from sandboxd.api.request_models import parse_body
-from sandboxd.errors import RequestError
 
 if TYPE_CHECKING:
     from starlette.requests import Request

@@ -10,7 +10,7 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Final
 
-from sandboxd.errors import RequestError
+from sandboxd.api.errors import RequestError
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable

@@ -8,12 +8,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sandboxd.api import params
-from sandboxd.errors import RequestError
+from sandboxd.api.errors import RequestError
 
 if TYPE_CHECKING:
     from starlette.requests import Request
 
-    from sandboxd.lifecycle.manager import Sandbox
+    from sandboxd.lifecycle.sandbox import Sandbox
 
 STATES = ("running", "paused")
 MAX_LIMIT = 100

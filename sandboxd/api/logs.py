@@ -13,9 +13,10 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from sandboxd.api import params
-from sandboxd.errors import RequestError, SandboxError
+from sandboxd.api.errors import RequestError
+from sandboxd.errors import SandboxError, SandboxNotFound
 from sandboxd.host import journal
-from sandboxd.lifecycle.manager import not_found, rfc3339
+from sandboxd.ids import rfc3339
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -38,9 +39,7 @@ def routes(manager: SandboxManager) -> list[Route]:
     async def read(request: Request, since_ms: int | None, until_ms: int | None, limit: int,
                    newest_first: bool) -> list[LogEntry]:  # fmt: skip
         sandbox_id = params.sandbox_id(request)
-        sandbox = manager.get(sandbox_id)
-        if sandbox is None or sandbox.dying:
-            raise not_found(sandbox_id)
+        sandbox = manager.existing(sandbox_id)
         since = None if since_ms is None else since_ms * 1000
         until = None if until_ms is None else until_ms * 1000 + 999
         try:
@@ -48,8 +47,8 @@ def routes(manager: SandboxManager) -> list[Route]:
                                            newest_first)  # fmt: skip
         except SandboxError as exc:
             if manager.get(sandbox_id) is None:  # killed meanwhile
-                raise not_found(sandbox_id) from exc
-            raise RequestError(500, str(exc)) from exc
+                raise SandboxNotFound(sandbox_id) from exc
+            raise
 
     async def logs_v1(request: Request) -> Response:
         start = params.query_int(request, "start", 0, UNIX_MS_MAX)

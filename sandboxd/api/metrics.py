@@ -7,7 +7,7 @@ import dataclasses
 import time
 from typing import TYPE_CHECKING, Any
 
-from sandboxd.lifecycle.manager import rfc3339
+from sandboxd.ids import rfc3339
 
 if TYPE_CHECKING:
     from sandboxd.store import MetricSample, Store

@@ -3,17 +3,15 @@ times, each failure a 400 that names the parameter."""
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
-from sandboxd.errors import RequestError
+from sandboxd.api.errors import RequestError
+from sandboxd.ids import is_sandbox_id
 
 if TYPE_CHECKING:
     from starlette.requests import Request
-
-SANDBOX_ID = re.compile(r"^[a-z0-9]+$")
 
 
 def sandbox_id(request: Request) -> str:
@@ -24,7 +22,7 @@ def sandbox_id(request: Request) -> str:
     """
     raw: str = request.path_params["sandbox_id"]
     parts = raw.split("-")
-    if len(parts) > 2 or not SANDBOX_ID.match(parts[0]):
+    if len(parts) > 2 or not is_sandbox_id(parts[0]):
         raise RequestError(400, "Invalid sandbox ID")
     return parts[0]
 

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from sandboxd.errors import RequestError
+from sandboxd.api.errors import RequestError
 from sandboxd.host.disk import MIN_DISK_MB
 
 Model = TypeVar("Model", bound=BaseModel)

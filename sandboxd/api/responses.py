@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sandboxd.lifecycle.manager import rfc3339
+from sandboxd.ids import rfc3339
 
 if TYPE_CHECKING:
-    from sandboxd.lifecycle.manager import Sandbox, SandboxManager
+    from sandboxd.lifecycle.manager import SandboxManager
+    from sandboxd.lifecycle.sandbox import Sandbox
     from sandboxd.store import TemplateRow
 
 # The reference's constant for the deprecated clientID (infra: utils/split.go).
@@ -32,7 +33,7 @@ def sandbox(manager: SandboxManager, s: Sandbox) -> dict[str, Any]:
         out["envdAccessToken"] = s.token
     network = row.options.get("network") or {}
     if network.get("allowPublicTraffic") is False:
-        out["trafficAccessToken"] = manager.traffic_token(row.sandbox_id)
+        out["trafficAccessToken"] = manager.tokens.traffic(row.sandbox_id)
     out["domain"] = None
     return out
 

@@ -10,6 +10,7 @@ from starlette.routing import Route
 
 from sandboxd.api import listing, params, responses
 from sandboxd.api.bodies import CREATE_LIMIT, read_json
+from sandboxd.api.errors import RequestError
 from sandboxd.api.idempotency import IdempotentCreates
 from sandboxd.api.metrics import sandbox_metrics, team_metrics
 from sandboxd.api.request_models import (
@@ -20,8 +21,8 @@ from sandboxd.api.request_models import (
     Resume,
     Timeout,
 )
-from sandboxd.errors import RequestError
-from sandboxd.lifecycle.manager import CreateSpec, not_found
+from sandboxd.errors import SandboxNotFound
+from sandboxd.lifecycle.sandbox import CreateRequest
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -32,28 +33,19 @@ if TYPE_CHECKING:
 UNIX_S_MAX = 253_402_300_799  # 9999-12-31T23:59:59Z: the last second RFC 3339 can write
 
 
-def _check_timeout(manager: SandboxManager, timeout_s: int) -> None:
-    if timeout_s > manager.max_timeout_s:
-        hours = manager.max_timeout_s / 3600
-        raise RequestError(400, f"Timeout cannot be greater than {hours:g} hours")
-
-
-def _spec(manager: SandboxManager, body: NewSandbox) -> CreateSpec:
-    if body.timeout <= 0:
-        raise RequestError(400, "Timeout must be greater than 0")
-    _check_timeout(manager, body.timeout)
+def _request(body: NewSandbox) -> CreateRequest:
     unenforced = {"network", "allow_internet_access", "mcp", "volumeMounts", "autoResume",
                   "autoPauseMemory"}  # fmt: skip
     options: dict[str, Any] = body.model_dump(include=unenforced, exclude_none=True)
-    return CreateSpec(body.templateID, body.timeout, body.secure, body.autoPause,
-                      body.metadata or {}, body.envVars or {}, options)  # fmt: skip
+    return CreateRequest(body.templateID, body.timeout, body.secure, body.autoPause,
+                         body.metadata or {}, body.envVars or {}, options)  # fmt: skip
 
 
 def routes(manager: SandboxManager, store: Store) -> list[Route]:
     idempotent = IdempotentCreates()
 
     async def _create(request: Request, model: type[NewSandbox]) -> Response:
-        spec = _spec(manager, await read_json(request, model, limit=CREATE_LIMIT))
+        spec = _request(await read_json(request, model, limit=CREATE_LIMIT))
         key = request.headers.get("idempotency-key")
         if key is None:
             return JSONResponse(responses.sandbox(manager, await manager.create(spec)), 201)
@@ -76,19 +68,16 @@ def routes(manager: SandboxManager, store: Store) -> list[Route]:
 
     async def get(request: Request) -> Response:
         sandbox_id = params.sandbox_id(request)
-        sandbox = manager.get(sandbox_id)
+        sandbox = manager.get(sandbox_id)  # one whose kill stopped halfway is still shown
         if sandbox is None:
-            raise not_found(sandbox_id)
+            raise SandboxNotFound(sandbox_id)
         return JSONResponse(responses.detail(sandbox))
 
     async def kill(request: Request) -> Response:
-        sandbox_id = params.sandbox_id(request)
-        if not await manager.kill(sandbox_id):
-            raise not_found(sandbox_id)
+        await manager.kill(params.sandbox_id(request))
         return Response(status_code=204)
 
     async def _connect(sandbox_id: str, timeout_s: int) -> Response:
-        _check_timeout(manager, timeout_s)
         sandbox, resumed = await manager.connect(sandbox_id, timeout_s)
         return JSONResponse(responses.sandbox(manager, sandbox), 201 if resumed else 200)
 
@@ -107,9 +96,6 @@ def routes(manager: SandboxManager, store: Store) -> list[Route]:
     async def resume(request: Request) -> Response:
         sandbox_id = params.sandbox_id(request)
         body = await read_json(request, Resume, optional=True)
-        if body.timeout <= 0:
-            raise RequestError(400, "Timeout must be greater than 0")
-        _check_timeout(manager, body.timeout)
         sandbox = await manager.resume(sandbox_id, body.timeout)
         return JSONResponse(responses.sandbox(manager, sandbox), 201)
 

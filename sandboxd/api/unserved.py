@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from starlette.routing import Route
 
-from sandboxd.errors import RequestError
+from sandboxd.api.errors import RequestError
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable

@@ -37,7 +37,7 @@ RECIPE_FILE = ".envd-image-recipe"
 BUILD_FILE = ".sandboxd-base"
 HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 
-# Units a sandbox does not need (sandbox-runtime.md §3): no logins, no D-Bus clients, no
+# Units a sandbox does not need: no logins, no D-Bus clients, no
 # maintenance timers, and no boot step that has nothing to do in a container booted from a finished
 # image. Each masked one is a process (or a mount) less per boot competing with envd's start for
 # the CPU, and they shortened the boot's critical path to envd from about 500 ms of a loaded

@@ -23,7 +23,7 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 # would land in the same /payload.
 V1_CONTROLLERS = ("memory", "cpu", "cpuacct", "pids", "freezer", "name=systemd")
 V2_CONTROLLERS = ("memory", "cpu", "pids")
-# What a container's systemd needs to own to manage its own cgroups (isolation.md §3): the
+# What a container's systemd needs to own to manage its own cgroups: the
 # directory (to make children) and the files that move processes and pass controllers down.
 # Never a limit file: the sandbox must not raise its own limits.
 DELEGATED_FILES = ("cgroup.procs", "cgroup.threads", "cgroup.subtree_control")

@@ -3,7 +3,7 @@ sandbox, and only code holding a `NetNamespace` can reach `127.0.0.1:PORT` insid
 
 setns moves only the calling thread, and a socket keeps the namespace it was created in, so
 `socket()` switches, creates and switches back synchronously (microseconds) on whatever thread
-calls it, the event loop's included. (sandbox-runtime.md §5)
+calls it, the event loop's included. (docs/sandboxd.md, "How a sandbox runs")
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Booting a root filesystem with systemd-nspawn, detached: nspawn runs in its own session with
 its console in a file (never a pipe: nspawn dies at the next console write once the reader is
 gone), inside the sandbox's cgroups from before its exec, and is never our child, so a sandbox
-outlives a sandboxd restart and is found again from its cgroups. (sandbox-runtime.md §3, §6, §8)
+outlives a sandboxd restart and is found again from its cgroups. (docs/sandboxd.md, "The boot")
 """
 
 from __future__ import annotations

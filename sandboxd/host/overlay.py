@@ -1,6 +1,6 @@
 """A sandbox's root filesystem: an overlay of its template's read-only layers (lowerdirs) with
 the upper and work directories of its writable layer (sandboxd.host.disk). O(1) to create; the
-sandbox's writes land only in its upper directory (sandbox-runtime.md §2)."""
+sandbox's writes land only in its upper directory."""
 
 from __future__ import annotations
 

@@ -15,13 +15,12 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import re
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from sandboxd.envd_client import ENVD_PORT, health_status
 from sandboxd.errors import BootError, SandboxError, TeardownError
-from sandboxd.health import ENVD_PORT, health_status
 from sandboxd.host import nspawn, uid_ranges
 from sandboxd.host.cgroups import CgroupHost, Limits, SandboxCgroups, Usage, existing_sandboxes
 from sandboxd.host.netns import NetNamespace
@@ -30,14 +29,13 @@ from sandboxd.host.removal import mounts_under, remove_tree
 from sandboxd.host.spec import RECORD, SandboxSpec, read_record, write_record
 from sandboxd.host.steps import SandboxDirs, boot_steps, make_all, undo_all
 from sandboxd.host.sysctl import ensure_inotify_instances
+from sandboxd.ids import is_sandbox_id
 
 if TYPE_CHECKING:
-    import socket
     from pathlib import Path
 
 log = logging.getLogger("sandboxd.host.runtime")
 
-SANDBOX_ID = re.compile(r"^[a-z0-9]{1,63}$")
 POLL_S = 0.01
 ENVD_UNIT = "envd.service"
 DISK_IMAGES = "disk-images"
@@ -145,7 +143,7 @@ class Runtime:
     def _claim(self, sandbox_id: str, template: Path, disk_mb: int) -> Path:
         """Check the id and template and make the sandbox's directory: the claim that makes
         one boot per id. Returns the template's absolute path."""
-        if not SANDBOX_ID.match(sandbox_id):
+        if not is_sandbox_id(sandbox_id):
             raise SandboxError(f"sandbox id {sandbox_id!r}: only a-z and 0-9, 1 to 63 of them")
         if disk_mb < 0:
             raise SandboxError(f"disk size {disk_mb} MiB: 0 (no limit) or more")
@@ -293,7 +291,7 @@ class Runtime:
         """
         ids = set(existing_sandboxes(self.host, self.cgroup_parent))
         if self.sandboxes_dir.is_dir():
-            ids.update(p.name for p in self.sandboxes_dir.iterdir() if SANDBOX_ID.match(p.name))
+            ids.update(p.name for p in self.sandboxes_dir.iterdir() if is_sandbox_id(p.name))
         boxes: list[Box] = []
         for sandbox_id in sorted(ids):
             box = self._find(sandbox_id)
@@ -321,20 +319,6 @@ class Runtime:
         except OSError:
             return None
         return Box(spec, self.sandboxes_dir / sandbox_id, nspawn_pid, leader, netns, cgroups)
-
-    async def connect(self, box: Box, port: int) -> socket.socket:
-        """A non-blocking socket connected to 127.0.0.1:`port` inside the sandbox.
-
-        Raises:
-            OSError: nothing listens there (ECONNREFUSED), or the sandbox is gone.
-        """
-        return await box.netns.connect(port)
-
-    async def open_connection(
-        self, box: Box, port: int
-    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        """asyncio streams to 127.0.0.1:`port` inside the sandbox (see `connect`)."""
-        return await box.netns.open_connection(port)
 
     def stats(self, box: Box) -> Usage:
         """CPU time, memory charged and process count of the whole sandbox.

@@ -4,7 +4,7 @@ is idempotent and does nothing for what was never made, so a failed boot, a kill
 kill and the removal of a dead sandbox's leftovers after a restart all run `undo_all` on the
 record, wherever the boot or an earlier teardown stopped.
 
-The order (sandbox-runtime.md §8, isolation.md §3): cgroups with the limits, handed to the
+The order (docs/sandboxd.md, "Host steps"): cgroups with the limits, handed to the
 sandbox's uid range; the writable layer (sandboxd.host.disk) and the unit drop-ins a user-namespaced
 boot needs in it; the template's layers, idmapped to the range; the overlay root over them;
 nspawn in a user namespace of the range.

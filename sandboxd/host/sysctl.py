@@ -5,7 +5,7 @@ chain of namespaces, against each namespace's creator in its parent (kernel/ucou
 sandbox's namespace is made by nspawn as host root, so all sandboxes count against host uid 0's
 limit as before user namespaces. A booted sandbox holds 5 instances at idle (8 without the
 slimmed boot) and envd's file watchers take more, so sandboxd keeps the limit at least 128 (the
-host's own use) + 16 per sandbox. (sandbox-runtime.md §4)
+host's own use) + 16 per sandbox. (docs/sandboxd.md, "How a sandbox runs")
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The sandbox proxy: HTTP requests for a port inside a sandbox, streamed there and back
-(control-api.md §1.4).
+(docs/sandboxd.md, "The proxy").
 
 It works below ASGI, on the bytes of sandboxd's listener (sandboxd/proxy/listener.py): an ASGI
 message and an await per body chunk cost more than the copy itself, and made the proxy half as
@@ -36,7 +36,7 @@ from sandboxd.proxy.routing import (
 from sandboxd.proxy.upstream import COPY_BELOW, FRAMING_HEADERS, UpstreamConnection, UpstreamPool
 
 if TYPE_CHECKING:
-    from sandboxd.host.runtime import Box, Runtime
+    from sandboxd.host.runtime import Box
 
 log = logging.getLogger("sandboxd.proxy.relay")
 
@@ -106,12 +106,10 @@ class Request:
 
 
 class SandboxProxy:
-    """Turns requests for sandboxes into exchanges; holds the connections into sandboxes.
-    `runtime` is the Runtime whose boxes `lookup` hands out."""
+    """Turns requests for sandboxes into exchanges; holds the connections into sandboxes."""
 
-    def __init__(self, lookup: SandboxLookup, runtime: Runtime, domain: str = "localhost") -> None:
+    def __init__(self, lookup: SandboxLookup, domain: str = "localhost") -> None:
         self.lookup = lookup
-        self.runtime = runtime
         self.domain = domain
         self.pool = UpstreamPool()
 

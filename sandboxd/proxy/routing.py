@@ -1,4 +1,4 @@
-"""Which sandbox and port a request to the sandbox proxy is for (control-api.md §1.4, §1.6).
+"""Which sandbox and port a request to the sandbox proxy is for (docs/sandboxd.md, "The proxy").
 
 Three ways in, as the SDKs and browsers use them:
 - the `E2b-Sandbox-Id` and `E2b-Sandbox-Port` headers, honoured only when Host is `localhost`,
@@ -13,21 +13,20 @@ from __future__ import annotations
 import functools
 import ipaddress
 import posixpath
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 from urllib.parse import parse_qsl, unquote
 
 import httptools
 
-from sandboxd.health import ENVD_PORT
+from sandboxd.envd_client import ENVD_PORT
+from sandboxd.ids import is_sandbox_id
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from sandboxd.host.runtime import Box
 
-SANDBOX_ID = re.compile(r"^[a-z0-9]+$")
 # envd's routes only E2B's orchestrator may call (reference: internal_routes.go).
 ENVD_CONTROL_PATHS = frozenset(
     ("/init", "/freeze", "/unfreeze", "/fsfreeze", "/fsthaw", "/collapse", "/upgrade")
@@ -42,10 +41,6 @@ class SandboxLookup(Protocol):
 
     def running_box(self, sandbox_id: str) -> Box | None:
         """The running sandbox's box; None when unknown, killed or paused."""
-        ...
-
-    def knows(self, sandbox_id: str) -> bool:
-        """Whether the sandbox ever existed and is not killed (running or paused)."""
         ...
 
     def sandbox_for_signature(
@@ -139,7 +134,7 @@ def _port(text: str) -> int:
 
 
 def _sandbox_id(text: str) -> str:
-    if not SANDBOX_ID.match(text):
+    if not is_sandbox_id(text):
         raise RouteError("Invalid sandbox ID")
     return text
 

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
     from starlette.types import Receive, Scope, Send
 
-    from sandboxd.host.runtime import Box, Runtime
+    from sandboxd.host.runtime import Box
 
 
 @dataclass
@@ -32,14 +32,10 @@ class MemoryLookup:
     """Sandboxes by id, as the lifecycle manager will know them."""
 
     running: dict[str, Box] = field(default_factory=dict)
-    paused: set[str] = field(default_factory=set)
     tokens: dict[str, str] = field(default_factory=dict)  # envd access tokens of secure ones
 
     def running_box(self, sandbox_id: str) -> Box | None:
         return self.running.get(sandbox_id)
-
-    def knows(self, sandbox_id: str) -> bool:
-        return sandbox_id in self.running or sandbox_id in self.paused
 
     def sandbox_for_signature(
         self, path: str, operation: str, username: str, signature: str, expiration: str | None
@@ -68,9 +64,9 @@ class ServedProxy:
 
 
 @contextlib.asynccontextmanager
-async def serve_proxy(runtime: Runtime, domain: str = "localhost") -> AsyncIterator[ServedProxy]:
+async def serve_proxy(domain: str = "localhost") -> AsyncIterator[ServedProxy]:
     lookup = MemoryLookup()
-    proxy = SandboxProxy(lookup, runtime, domain=domain)
+    proxy = SandboxProxy(lookup, domain=domain)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     config = uvicorn.Config(

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from sandboxd.envd_client import health_status
 from sandboxd.errors import BootError, SandboxError, TemplateError
-from sandboxd.health import health_status
 from sandboxd.host import nspawn
 from sandboxd.host.cgroups import Limits, SandboxCgroups
 from sandboxd.host.runtime import Runtime
@@ -49,7 +49,7 @@ async def test_boot_answers_health_through_the_sandbox_namespace(
     # The same port on the host's loopback is someone else's (or nobody's): the sandbox's
     # envd is reachable only from inside its namespace.
     assert box.netns.inode != os.stat("/proc/self/ns/net").st_ino
-    reader, writer = await runtime.open_connection(box, 49983)
+    reader, writer = await box.netns.open_connection(49983)
     writer.write(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
     assert (await reader.readline()).startswith(b"HTTP/1.1 204")
     writer.close()

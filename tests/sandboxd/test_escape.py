@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from sandboxd.health import health_status
+from sandboxd.envd_client import health_status
 from sandboxd.host.cgroups import Limits
 from sandboxd.host.steps import SandboxDirs
 from sandboxd.host.uid_ranges import FIRST_BASE, RANGE_SIZE

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from sandboxd.envd_client import health_status
 from sandboxd.errors import SandboxError
-from sandboxd.health import health_status
 from sandboxd.host.removal import mounts_under
 from sandboxd.host.runtime import Box, Runtime
 from tests.sandboxd.inside import Traces, run, sandbox_ids_left
@@ -72,7 +72,7 @@ async def test_kill_leaves_nothing_behind(runtime: Runtime, base_template: Path)
     await runtime.kill(box)
     assert traces.left() == []
     with pytest.raises(OSError, match="closed"):
-        await runtime.connect(box, 49983)
+        await box.netns.connect(49983)
 
 
 async def test_kill_of_a_frozen_sandbox_leaves_nothing_behind(

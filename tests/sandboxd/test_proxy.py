@@ -42,7 +42,7 @@ STREAM = {"content-type": "application/connect+json", **AS_USER}
 @pytest.fixture
 async def served(runtime: Runtime, base_template: Path) -> AsyncIterator[tuple[ServedProxy, Box]]:
     box = await runtime.boot(uuid.uuid4().hex[:16], base_template)
-    async with serve_proxy(runtime) as served:
+    async with serve_proxy() as served:
         served.lookup.running[box.id] = box
         yield served, box
 

@@ -1,0 +1,59 @@
+"""envd's /init, as the orchestrator sends it after a boot and after a resume: the create's env
+vars, the access token, the default user and workdir, and the host's time."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any
+
+from sandboxd.envd_client import EnvdUnreachable
+from sandboxd.errors import BootError, InitRefused
+from sandboxd.ids import now_us, rfc3339
+
+if TYPE_CHECKING:
+    from sandboxd.envd_client import EnvdClient
+    from sandboxd.lifecycle.sandbox import Sandbox
+
+DEFAULT_USER = "user"
+DEFAULT_WORKDIR = "/home/user"
+INIT_DEADLINE_S = 10
+INIT_RETRY_S = 0.005
+
+
+async def init_envd(envd: EnvdClient, sandbox: Sandbox) -> None:
+    """POST /init until envd answers 204; a 4xx other than 429 will not change with retries and
+    ends it at once. Sending it again (a resume) is idempotent and restores an envd that
+    restarted.
+
+    Raises:
+        BootError: envd did not take it within INIT_DEADLINE_S.
+        InitRefused: envd refused it (too large, or malformed).
+    """
+    deadline = time.monotonic() + INIT_DEADLINE_S
+    last = "no answer"
+    while time.monotonic() < deadline:
+        body: dict[str, Any] = {
+            "envVars": sandbox.row.env_vars,
+            "defaultUser": DEFAULT_USER,
+            "defaultWorkdir": DEFAULT_WORKDIR,
+            "timestamp": rfc3339(now_us()),
+        }
+        if sandbox.token is not None:
+            body["accessToken"] = sandbox.token
+        try:
+            status, answer = await envd.request(
+                sandbox.id, "POST", "/init", body=body, token=sandbox.token
+            )
+        except EnvdUnreachable as exc:
+            last = str(exc)
+        else:
+            if status == 204:
+                return
+            last = f"{status} {answer[:200].decode(errors='replace')}"
+            if 400 <= status < 500 and status != 429:
+                raise InitRefused(
+                    f"envd in sandbox {sandbox.id} refused /init: {last}", too_large=status == 413
+                )
+        await asyncio.sleep(INIT_RETRY_S)
+    raise BootError(f"envd in sandbox {sandbox.id} did not take /init: {last}")

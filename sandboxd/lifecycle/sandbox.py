@@ -1,0 +1,73 @@
+"""One sandbox as the lifecycle holds it (its record, its box on the host, its envd token and
+its lock), and the create request that makes one."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from sandboxd.store import SandboxRow
+
+if TYPE_CHECKING:
+    from sandboxd.host.runtime import Box
+    from sandboxd.store import TemplateRow
+
+
+@dataclass(frozen=True)
+class CreateRequest:
+    """A validated create: what the API hands the lifecycle. `options` are the create's
+    settings sandboxd stores and shows but does not enforce yet (network, mcp, volumeMounts,
+    autoResume, autoPauseMemory), under their wire names."""
+
+    template: str
+    timeout_s: int
+    secure: bool
+    auto_pause: bool
+    metadata: dict[str, str] = field(default_factory=dict)
+    env_vars: dict[str, str] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def row(
+        self, sandbox_id: str, template: TemplateRow, started_at: int, uid_base: int | None
+    ) -> SandboxRow:
+        """The record of a sandbox made from this request and `template`, running from
+        `started_at` for the request's timeout."""
+        return SandboxRow(
+            sandbox_id=sandbox_id,
+            template_id=template.template_id,
+            alias=template.alias,
+            state="running",
+            started_at=started_at,
+            end_at=started_at + self.timeout_s * 1_000_000,
+            timeout_s=self.timeout_s,
+            secure=self.secure,
+            auto_pause=self.auto_pause,
+            cpu_count=template.cpu_count,
+            memory_mb=template.memory_mb,
+            disk_size_mb=template.disk_size_mb,
+            envd_version=template.envd_version,
+            metadata=dict(self.metadata),
+            env_vars=dict(self.env_vars),
+            options=dict(self.options),
+            uid_base=uid_base,
+        )
+
+
+@dataclass
+class Sandbox:
+    row: SandboxRow
+    box: Box
+    token: str | None
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # A kill that could not remove everything: listed (its record stays) until a retry does,
+    # but neither running nor reachable; the evictor retries it.
+    dying: bool = False
+
+    @property
+    def id(self) -> str:
+        return self.row.sandbox_id
+
+    @property
+    def running(self) -> bool:
+        return self.row.state == "running" and not self.dying
