@@ -28,6 +28,7 @@ from sandboxd.errors import (
     WrongState,
 )
 from sandboxd.ids import new_sandbox_id, now_us
+from sandboxd.lifecycle.adoption import adopt
 from sandboxd.lifecycle.envd_init import init_envd
 from sandboxd.lifecycle.evictor import EXPIRE_RETRY_S, Evictor
 from sandboxd.lifecycle.pool import WarmPool
@@ -142,7 +143,8 @@ class SandboxManager:
 
     async def start(self) -> None:
         """Adopt what a previous sandboxd left, then start the evictor, sampler and pool."""
-        await self._adopt()
+        for sandbox in await adopt(self.runtime, self.store, self.tokens):
+            self._sandboxes[sandbox.id] = sandbox
         self._spawn(self.evictor.run())
         self._spawn(self.sampler.run())
         for template in self.store.templates():
@@ -158,36 +160,6 @@ class SandboxManager:
         await self.envd.aclose()
         for sandbox in self._sandboxes.values():
             sandbox.box.netns.close()
-
-    async def _adopt(self) -> None:
-        boxes = {box.id: box for box in await asyncio.to_thread(self.runtime.adopt)}
-        for row in self.store.sandboxes():
-            box = boxes.pop(row.sandbox_id, None)
-            if box is None:
-                log.warning("sandbox %s did not survive the restart", row.sandbox_id)
-                await self.store.write(
-                    functools.partial(self.store.delete_sandbox, row.sandbox_id),
-                    functools.partial(self.store.add_event, now_us(), row.sandbox_id, "lost"),
-                )
-                continue
-            token = self.tokens.envd(row.sandbox_id) if row.secure else None
-            sandbox = Sandbox(row, box, token)
-            if row.uid_base != box.uid_base:  # the record on the host is the truth
-                row.uid_base = box.uid_base
-                await self.store.write(functools.partial(self.store.put_sandbox, row))
-            # A restart in the middle of a pause or resume: the record says what was asked.
-            with contextlib.suppress(SandboxError):
-                if row.state == "paused" and not box.frozen:
-                    await self.runtime.freeze(box)
-                elif row.state == "running" and box.frozen:
-                    await self.runtime.thaw(box)
-            self._sandboxes[row.sandbox_id] = sandbox
-        for box in boxes.values():  # warm-pool leftovers and boots that never got a record
-            log.info("sandbox %s has no record: killing it", box.id)
-            try:
-                await self.runtime.kill(box)
-            except SandboxError:  # one stuck leftover must not keep sandboxd from serving
-                log.exception("sandbox %s: removing the leftover left something", box.id)
 
     # Create
 

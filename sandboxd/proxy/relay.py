@@ -20,12 +20,19 @@ upstream connection, so the sandbox's server sees it leave too.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
+from sandboxd.proxy.exchange import (
+    Answer,
+    Client,
+    Exchange,
+    Request,
+    json_answer,
+    plain_answer,
+    sandbox_not_found,
+)
 from sandboxd.proxy.routing import (
-    RequestHead,
     RouteError,
     SandboxLookup,
     Target,
@@ -54,57 +61,6 @@ NEVER_HOP_BY_HOP = frozenset((*FRAMING_HEADERS, b"host"))
 IDEMPOTENT_WITHOUT_BODY = frozenset(("GET", "HEAD", "OPTIONS"))
 
 
-class Client(Protocol):
-    """The client's connection, as an exchange sees it (sandboxd/proxy/listener.py)."""
-
-    def write(self, data: bytes | memoryview) -> bool:
-        """True when the transport keeps `data` queued (the client is slower)."""
-
-    def backed_up(self) -> bool:
-        """The transport holds bytes not yet sent: a write now is queued behind them."""
-
-    def answered(self, keep_alive: bool) -> None:
-        """The response is complete; the connection may carry the next one if `keep_alive`."""
-
-    def abort(self) -> None:
-        """Drop the connection: the response cannot be whole."""
-
-    def hold_reading(self, reason: str, hold: bool) -> None:
-        """Stop (or resume) reading the request for `reason`; reading resumes with no reason
-        left."""
-
-
-class Exchange(Protocol):
-    """One request on a client's connection and its answer."""
-
-    def start(self) -> None:
-        """Its turn to answer (the connection's earlier responses are complete)."""
-
-    def body(self, data: bytes) -> None: ...
-
-    def end(self) -> None:
-        """The whole request was received."""
-
-    def flush(self) -> None:
-        """The bytes of the request that came in one read have all been given."""
-
-    def client_writable(self, writable: bool) -> None:
-        """The client's side is full (False) or has room again (True)."""
-
-    def client_lost(self) -> None: ...
-
-
-class Request:
-    """What the proxy needs of a request besides its routing head."""
-
-    def __init__(self, head: RequestHead, raw_headers: list[tuple[bytes, bytes]],
-                 version: str, keep_alive: bool, upgrade: bool = False) -> None:  # fmt: skip
-        self.head, self.raw_headers = head, raw_headers
-        self.version, self.keep_alive = version, keep_alive
-        # An upgrade's bytes after its head are the new protocol's: httptools hands on no body.
-        self.upgrade = upgrade
-
-
 class SandboxProxy:
     """Turns requests for sandboxes into exchanges; holds the connections into sandboxes."""
 
@@ -122,14 +78,14 @@ class SandboxProxy:
         try:
             target = resolve(head, self.domain, self.lookup)
         except RouteError as exc:
-            return Answer(client, request, *_plain(400, str(exc)))
+            return Answer(client, request, *plain_answer(400, str(exc)))
         if refusal := _unrelayable(request):
-            return Answer(client, request, *_plain(400, refusal))
+            return Answer(client, request, *plain_answer(400, refusal))
         if is_envd_control_path(target, head.path):
-            return Answer(client, request, *_plain(404, "404 page not found"))
+            return Answer(client, request, *plain_answer(404, "404 page not found"))
         box = self.lookup.running_box(target.sandbox_id)
         if box is None:
-            return Answer(client, request, *_sandbox_not_found(target))
+            return Answer(client, request, *sandbox_not_found(target))
         return Relay(self, client, request, box, target)
 
     def cut(self, sandbox_id: str) -> None:
@@ -141,39 +97,6 @@ class SandboxProxy:
 
     def close(self) -> None:
         self.pool.close()
-
-
-class Answer:
-    """An answer of the proxy's own (E2B's 400, 404 and 502); the request body is dropped."""
-
-    def __init__(self, client: Client, request: Request, status: bytes, body: bytes,
-                 media: bytes) -> None:  # fmt: skip
-        self.client, self.keep_alive = client, request.keep_alive
-        self.response = b"HTTP/1.1 %s\r\ncontent-type: %s\r\ncontent-length: %d\r\n\r\n%s" % (
-            status,
-            media,
-            len(body),
-            b"" if request.head.method == "HEAD" else body,  # the length only, as for GET
-        )
-
-    def start(self) -> None:
-        self.client.write(self.response)
-        self.client.answered(self.keep_alive)
-
-    def body(self, data: bytes) -> None:
-        pass
-
-    def end(self) -> None:
-        pass
-
-    def flush(self) -> None:
-        pass
-
-    def client_writable(self, writable: bool) -> None:
-        pass
-
-    def client_lost(self) -> None:
-        pass
 
 
 class Relay:
@@ -340,9 +263,9 @@ class Relay:
         its port."""
         target = self.target
         if self.proxy.lookup.running_box(target.sandbox_id) is None:
-            answer = _sandbox_not_found(target)
+            answer = sandbox_not_found(target)
         else:
-            answer = _json({"sandboxId": target.sandbox_id, "port": target.port,
+            answer = json_answer({"sandboxId": target.sandbox_id, "port": target.port,
                             "message": message, "code": 502})  # fmt: skip
         Answer(self.client, self.request, *answer).start()
 
@@ -395,20 +318,3 @@ def _connection_tokens(raw: list[tuple[bytes, bytes]]) -> set[bytes]:
         if name.lower() == b"connection":
             tokens.update(t.strip().lower() for t in value.split(b",") if t.strip())
     return tokens
-
-
-def _sandbox_not_found(target: Target) -> tuple[bytes, bytes, bytes]:
-    return _json(
-        {"sandboxId": target.sandbox_id, "message": "The sandbox was not found", "code": 502}
-    )
-
-
-def _json(
-    body: dict[str, object], status: bytes = b"502 Bad Gateway"
-) -> tuple[bytes, bytes, bytes]:
-    return status, json.dumps(body).encode(), b"application/json"
-
-
-def _plain(status: int, text: str) -> tuple[bytes, bytes, bytes]:
-    reason = {400: b"Bad Request", 404: b"Not Found"}[status]
-    return b"%d %s" % (status, reason), text.encode() + b"\n", b"text/plain; charset=utf-8"
