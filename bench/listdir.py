@@ -33,7 +33,7 @@ from connectrpc.codec import proto_binary_codec, proto_json_codec
 
 from envd._gen.filesystem.filesystem_connect import FilesystemClientSync
 from envd._gen.filesystem.filesystem_pb import ListDirRequest, ListDirResponse
-from envd.filesystem import listing
+from envd.filesystem import listing, listing_codecs
 from tests.envd_process import start_envd
 
 if TYPE_CHECKING:
@@ -93,7 +93,7 @@ def _stages(directory: Path, runs: int) -> None:
     log.info("|---|---|")
     log.info("| scandir + lstat (the floor) | %.1f |", _median_ms(lambda: _floor(directory), runs))
     log.info("| scandir + lstat + listxattr | %.1f |", _median_ms(with_xattrs, runs))
-    stocks = {listing.PROTO: proto_binary_codec(), listing.JSON: proto_json_codec()}
+    stocks = {listing_codecs.PROTO: proto_binary_codec(), listing_codecs.JSON: proto_json_codec()}
     for codec, stock in stocks.items():
         body = bytes(listing.encode_listing(str(directory), 1, codec, gzip=False))
         decode = functools.partial(stock.decode, body, ListDirResponse)

@@ -16,7 +16,7 @@ from envd._gen.filesystem.filesystem_connect import Filesystem, FilesystemASGIAp
 from envd._gen.process.process_connect import Process, ProcessASGIApplication
 from envd.errors import EnvdHTTPError, ErrorMappingInterceptor
 from envd.filesystem.legacy import LegacySDKInterceptor
-from envd.filesystem.listing import ListingGzip, listing_codecs
+from envd.filesystem.listing_codecs import ListingGzip, listing_codecs
 from envd.filesystem.service import FilesystemService
 from envd.gate import RequestGate
 from envd.grpc_refusal import GRPCRefusal

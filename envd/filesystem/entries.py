@@ -1,4 +1,5 @@
-"""EntryInfo as the reference envd builds it (lstat based, symlinks described by their target).
+"""EntryInfo as the reference envd builds it (lstat based, symlinks described by their target
+and marked with is_symlink).
 ListDir writes the common entries itself (listing.py) and hands the rest to entry_from_lstat."""
 
 from __future__ import annotations
@@ -67,7 +68,8 @@ def entry_from_lstat(
     kind = file_type(st.st_mode)
     mode = st.st_mode & 0o777
     symlink_target: str | None = None
-    if stat.S_ISLNK(st.st_mode):
+    is_symlink = stat.S_ISLNK(st.st_mode)
+    if is_symlink:
         try:
             target_st = os.stat(path)
             kind, mode = file_type(target_st.st_mode), target_st.st_mode & 0o777
@@ -87,6 +89,7 @@ def entry_from_lstat(
         owner=_owner_name(st.st_uid),
         group=_group_name(st.st_gid),
         metadata=read_metadata(path),
+        is_symlink=is_symlink,
     )
     if st.st_mtime_ns:
         seconds, nanos = divmod(st.st_mtime_ns, 1_000_000_000)

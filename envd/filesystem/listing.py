@@ -10,40 +10,29 @@ are encoded once per distinct (st_mode, uid, gid) by the stock codecs themselves
 hand-written part writes is the name, path, size and modification time. Entries that are
 symlinks, carry `user.e2b.*` metadata or were modified before 1970 are rare and go through
 entries.entry_from_lstat and the stock codecs. The bytes are the stock codecs' bytes;
-tests/filesystem/test_list_dir_wire.py compares them over the wire.
+tests/filesystem/test_list_dir_wire.py compares them over the wire. The walk itself is
+listing_walk.py; what lets the bytes through connectrpc is listing_codecs.py.
 """
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import posixpath
 import re
 import stat
 import time
-from typing import TYPE_CHECKING, Any, Final
+from typing import Final
 
-from connectrpc.codec import proto_binary_codec, proto_json_codec
-from connectrpc.compression.gzip import GzipCompression
 from isal import isal_zlib
 
 from envd._gen.filesystem.filesystem_pb import EntryInfo, ListDirResponse
 from envd.filesystem import entries
-from envd.json_depth import rpc_codecs
+from envd.filesystem.listing_codecs import JSON, PROTO, STOCK, EncodedListing
+from envd.filesystem.listing_walk import walk
 from envd.metadata import XATTR_PREFIX
 from envd.users import group_name, owner_name
 
-if TYPE_CHECKING:
-    from collections.abc import Iterator
-
-    from connectrpc.codec import Codec
-
-PROTO: Final = "proto"
-JSON: Final = "json"
-_STOCK: Final[dict[str, Codec]] = {PROTO: proto_binary_codec(), JSON: proto_json_codec()}
-# The Connect unary content types connectrpc maps to each codec (it strips parameters and case).
-_CONTENT_TYPES: Final = {"application/proto": PROTO, "application/json": JSON}
 # RFC 3339 (protobuf JSON's Timestamp) covers years 1 to 9999; written by hand, 1970 to 9999
 # (earlier times have negative seconds; later ones the stock codec refuses, as before).
 _LAST_RFC3339_NS: Final = 253_402_300_799_999_999_999
@@ -54,66 +43,6 @@ _JSON_ESCAPED: Final = re.compile(rb'["\\\x00-\x1f]')
 _GZIP_LEVEL: Final = 1
 _GZIP_WBITS: Final = 16 + isal_zlib.MAX_WBITS  # a gzip member
 _ONE_BYTE_VARINTS: Final = [bytes((n,)) for n in range(0x80)]
-
-
-class EncodedListing(bytes):
-    """A ListDirResponse already encoded with `codec`; `gzipped` is the body gzipped when the
-    client accepts gzip."""
-
-    codec: str
-    gzipped: bytes | None
-
-
-class ListingCodec:
-    """A stock codec, except that an EncodedListing passes through as it is."""
-
-    def __init__(self, stock: Codec) -> None:
-        self._stock = stock
-
-    def name(self) -> str:
-        return self._stock.name()
-
-    def encode(self, message: Any) -> bytes:
-        if not isinstance(message, EncodedListing):
-            return self._stock.encode(message)
-        if message.codec == self._stock.name():
-            return message
-        # Not reached: the codec is chosen from the same content type connectrpc reads.
-        return self._stock.encode(_STOCK[message.codec].decode(message, ListDirResponse))
-
-    def decode(self, data: bytes | bytearray, message_class: type[Any]) -> Any:
-        return self._stock.decode(data, message_class)
-
-
-def listing_codecs() -> list[Codec]:
-    """The filesystem service's codecs: rpc_codecs(), passing EncodedListings through."""
-    return [ListingCodec(codec) for codec in rpc_codecs()]
-
-
-class ListingGzip(GzipCompression):
-    """connectrpc's gzip, except that an EncodedListing's body comes already gzipped."""
-
-    def compress(self, data: bytes | bytearray | memoryview) -> bytes:
-        if isinstance(data, EncodedListing) and data.gzipped is not None:
-            return data.gzipped
-        return super().compress(data)
-
-
-def wire_codec(headers: Any) -> str | None:
-    """The codec of a Connect unary request from its headers; None for anything else (gRPC-Web),
-    which gets messages and the stock path."""
-    content_type = headers.get("content-type", "").partition(";")[0].strip().lower()
-    return _CONTENT_TYPES.get(content_type)
-
-
-def accepts_gzip(accept_encoding: str) -> bool:
-    """Whether connectrpc will answer gzip: the first of the client's encodings it supports
-    (gzip or identity) is gzip. Only decides whether the body is gzipped in advance."""
-    for token in accept_encoding.split(","):
-        name = token.strip()
-        if name in ("gzip", "identity"):
-            return name == "gzip"
-    return False
 
 
 def _varint(n: int) -> bytes:
@@ -159,70 +88,6 @@ def _json_inner(text: bytes) -> bytes:
     return json.dumps(text.decode(), ensure_ascii=False).encode()[1:-1]
 
 
-def _walk(root: str, depth: int) -> Iterator[tuple[str, list[tuple[bytes, os.stat_result, bytes]]]]:
-    """Every entry under `root` down to `depth` levels, pre-order, siblings in byte order, as
-    runs of siblings: (shown directory, [(name, lstat, real path)]). A run ends at the end of
-    its directory or at a subdirectory the walk goes into next.
-
-    The walk of the reference's ListDir: it reads the root's realpath but shows paths under
-    the requested (cleaned) root, never follows symlinks inside the tree, and is iterative, so
-    a very deep tree cannot exhaust the interpreter's recursion limit. Each directory is read
-    and its entries lstat-ed through one descriptor, closed before the walk goes deeper.
-
-    Raises:
-        OSError: the root could not be resolved or read (ELOOP for a symlink cycle), or a
-            directory in the tree could not be read or an entry not stat-ed (as in Go).
-        RootNotADirectoryError: the root is not a directory.
-    """
-    real_root = os.path.realpath(root, strict=True)
-    if not os.path.isdir(real_root):
-        raise entries.RootNotADirectoryError(root)
-    children = _children(real_root.encode("utf-8", "surrogateescape"))
-    if children is None:
-        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), root)
-    # One (remaining children, shown directory path, level) per directory being walked.
-    stack = [(iter(children), posixpath.normpath(root), 1)]
-    while stack:
-        remaining, shown_dir, level = stack[-1]
-        if level == depth:  # nothing below: the rest of the directory is one run
-            stack.pop()
-            yield shown_dir, list(remaining)
-            continue
-        run = []
-        for child in remaining:
-            run.append(child)
-            name, st, real = child
-            if stat.S_ISDIR(st.st_mode) and (grandchildren := _children(real)) is not None:
-                shown = posixpath.join(shown_dir, name.decode("utf-8", "surrogateescape"))
-                stack.append((iter(grandchildren), shown, level + 1))
-                break
-        else:
-            stack.pop()
-        yield shown_dir, run
-
-
-def _children(directory: bytes) -> list[tuple[bytes, os.stat_result, bytes]] | None:
-    """(name, lstat, real path) of a directory's entries in byte order of their names (Go's
-    os.ReadDir order); None if the directory vanished. Entries that vanish between the listing
-    and their lstat are left out."""
-    try:
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
-    try:
-        prefix = directory if directory.endswith(b"/") else directory + b"/"
-        found = []
-        for name in sorted([name.encode("utf-8", "surrogateescape") for name in os.listdir(fd)]):
-            try:
-                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-            except FileNotFoundError:
-                continue
-            found.append((name, st, prefix + name))
-        return found
-    finally:
-        os.close(fd)
-
-
 def _plain(mode: int, mtime_ns: int, real: bytes) -> bool:
     """Whether the entry is written by hand: not a symlink, a modification time RFC 3339 can
     show, and no `user.e2b.*` metadata."""
@@ -240,7 +105,7 @@ class _Encoder:
     the rest are the stock codec's EntryInfo, put in the form `item` gives them."""
 
     def __init__(self, codec: str) -> None:
-        self._stock = _STOCK[codec]
+        self._stock = STOCK[codec]
         # The encoded type, and mode to group fields, of one (st_mode, uid, gid).
         self._shared: dict[tuple[int, int, int], tuple[bytes, bytes]] = {}
         # The modification time's whole seconds, encoded: files made together share them.
@@ -252,7 +117,7 @@ class _Encoder:
         # Encoded modification times: files written together often share one (file systems
         # stamp them with a coarse clock; archives and copies set them whole).
         stamps: dict[int, bytes] = {}
-        for shown_dir, run in _walk(root, depth):
+        for shown_dir, run in walk(root, depth):
             shown_b = posixpath.join(shown_dir, "").encode("utf-8", "surrogateescape")
             prefix = self.text(_utf8(shown_b))
             for name, st, real in run:
@@ -419,7 +284,7 @@ def encode_listing(root: str, depth: int, codec: str, gzip: bool) -> EncodedList
     when `gzip`). Blocking: run in a worker thread.
 
     Raises:
-        OSError, RootNotADirectoryError: as _walk.
+        OSError, RootNotADirectoryError: as listing_walk.walk.
     """
     if codec == PROTO:
         body = b"".join(_ProtoEncoder().entries(root, depth))
@@ -449,7 +314,7 @@ def _fraction(nanos: int) -> bytes:
 def list_dir(root: str, depth: int) -> ListDirResponse:
     """The listing as a message, for clients the encoded path does not serve (gRPC-Web, the
     legacy SDK's reduced entries). Blocking: run in a worker thread."""
-    response: ListDirResponse = _STOCK[PROTO].decode(
+    response: ListDirResponse = STOCK[PROTO].decode(
         encode_listing(root, depth, PROTO, gzip=False), ListDirResponse
     )
     return response

@@ -23,7 +23,7 @@ from envd._gen.filesystem.filesystem_pb import (
     StatResponse,
 )
 from envd.errors import os_errors
-from envd.filesystem import entries, listing
+from envd.filesystem import entries, listing, listing_codecs
 from envd.filesystem.legacy import LEGACY_USER_AGENT
 from envd.filesystem.polling import PollingWatchers, WatcherNotFoundError
 from envd.filesystem.remove import ProtectedPathError, check_removable, remove_tree
@@ -165,12 +165,12 @@ class FilesystemService(Filesystem):
         cycle = (Code.FAILED_PRECONDITION, f'cyclic symlink or chain >255 links at "{path}"')
         depth = request.depth or 1
         headers = ctx.request_headers
-        codec = listing.wire_codec(headers)
+        codec = listing_codecs.wire_codec(headers)
         with os_errors(f"error reading directory {path}", ENOENT="path not found", ELOOP=cycle):
             if codec is None or headers.get("user-agent") == LEGACY_USER_AGENT:
                 # gRPC-Web, or the legacy SDK, whose interceptor rebuilds the entries
                 return await to_thread.run_sync(listing.list_dir, path, depth)
-            gzip = listing.accepts_gzip(headers.get("accept-encoding", ""))
+            gzip = listing_codecs.accepts_gzip(headers.get("accept-encoding", ""))
             encoded = await to_thread.run_sync(listing.encode_listing, path, depth, codec, gzip)
         # Bytes in place of the message: the service's ListingCodec and ListingGzip send them.
         return cast("ListDirResponse", encoded)

@@ -179,7 +179,8 @@ def open_upload_target(
     reader, and a device may wait too. The caller then opens it again in a worker thread.
 
     Raises:
-        EnvdHTTPError: 400 for a directory target, 507 when no inode is left, 500 otherwise.
+        EnvdHTTPError: 400 for a directory target, 507 when no inode (or inode quota) is
+            left, 500 otherwise.
     """
     # The common case first: a new file in an existing directory, created in one syscall
     # where the checks below take three. Failing leaves nothing behind, and the checks then
@@ -216,7 +217,7 @@ def open_upload_target(
             if fd < 0:
                 return None
     except OSError as exc:
-        if exc.errno == errno.ENOSPC:
+        if is_disk_full(exc):  # no inode left, or the user's quota of them used up
             raise EnvdHTTPError(
                 507, f"not enough inodes available: {go_error('open', path, exc)}"
             ) from exc

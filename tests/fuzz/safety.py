@@ -28,7 +28,7 @@ from envd._gen.filesystem.filesystem_pb import (
 )
 from envd._gen.process.process_pb import StartRequest
 from envd.http.init_body import parse_init_body
-from envd.http.upload import _part_filename
+from envd.http.multipart_parts import part_filename
 from envd.json_depth import nesting_depth
 from envd.users import User, basic_auth_username, expand_path
 
@@ -190,7 +190,7 @@ class Confinement:
 
     def _parts(self, payload: bytes) -> str | None:
         for match in _DISPOSITION.finditer(payload):
-            is_file, filename = _part_filename({"content-disposition": match.group(1).strip()})
+            is_file, filename = part_filename({"content-disposition": match.group(1).strip()})
             if is_file and filename is not None and not self.path_ok(filename):
                 return f"multipart filename {filename!r}"
         return None

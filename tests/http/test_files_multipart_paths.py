@@ -1,4 +1,4 @@
-"""POST /files multipart: a body that arrives whole is split in one pass (_whole_body_events),
+"""POST /files multipart: a body that arrives whole is split in one pass (whole_body_events),
 any other goes through python-multipart. The same bodies, well formed or not, are sent both
 ways and must give the same answer and leave the same files."""
 
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import httpx
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
-from envd.http.upload import _whole_body_events
+from envd.http.multipart_parts import whole_body_events
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -176,7 +176,7 @@ def test_sdk_body_takes_the_whole_body_path() -> None:
         "POST", "http://envd/files", files=[("file", ("/a", b"x\r\n")), ("file", ("/b", b""))]
     )
     boundary = request.headers["content-type"].split("boundary=")[1].encode()
-    events = _whole_body_events(request.read(), boundary)
+    events = whole_body_events(request.read(), boundary)
     assert events is not None
     assert [type(event) for event in events] == [dict, memoryview, type(None), dict, type(None)]
     first, data = events[:2]

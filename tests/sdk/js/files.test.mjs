@@ -108,6 +108,29 @@ test('list with depth', async (t) => {
   )
 })
 
+test('symlinks: described by their target, the link kept in symlinkTarget', async (t) => {
+  // This SDK (2.51) does not read EntryInfo.isSymlink, which envd now sends: a link shows its
+  // target's type, as before the field existed; list() leaves out a dangling link (no type).
+  const sbx = await sandbox()
+  const dir = await workdir(t, sbx)
+  await sbx.files.write(`${dir}/file.txt`, 'x')
+  await sbx.files.makeDir(`${dir}/dir`)
+  await sh(sbx, `cd ${dir} && ln -s file.txt to-file && ln -s dir to-dir && ln -s nowhere dangling`)
+  const listed = Object.fromEntries(
+    (await sbx.files.list(dir)).map((e) => [e.name, [e.type, e.symlinkTarget]]),
+  )
+  assert.deepEqual(listed, {
+    dir: [FileType.DIR, undefined],
+    'file.txt': [FileType.FILE, undefined],
+    'to-dir': [FileType.DIR, `${dir}/dir`],
+    'to-file': [FileType.FILE, `${dir}/file.txt`],
+  })
+  const info = await sbx.files.getInfo(`${dir}/to-file`)
+  assert.deepEqual([info.type, info.symlinkTarget], [FileType.FILE, `${dir}/file.txt`])
+  const dangling = await sbx.files.getInfo(`${dir}/dangling`)
+  assert.deepEqual([dangling.type, dangling.symlinkTarget], [undefined, `${dir}/dangling`])
+})
+
 test('rename and remove', async (t) => {
   const sbx = await sandbox()
   const dir = await workdir(t, sbx)

@@ -107,6 +107,36 @@ def test_get_info_of_file_and_directory(sandbox: Sandbox, workdir: str) -> None:
     assert dir_info.owner == DEFAULT_USER
 
 
+def test_symlinks_are_reported_as_symlinks(sandbox: Sandbox, workdir: str) -> None:
+    # SDK 2.63 shows an entry envd marks with is_symlink as SYMLINK, whatever the link points
+    # to; symlink_target stays the resolved target (the link itself when dangling).
+    sandbox.files.write(f"{workdir}/file.txt", "x")
+    sandbox.files.make_dir(f"{workdir}/dir")
+    sh(
+        sandbox,
+        f"cd {workdir} && ln -s file.txt to-file && ln -s dir to-dir && ln -s nowhere dangling",
+    )
+    infos = {n: sandbox.files.get_info(f"{workdir}/{n}") for n in ("to-file", "to-dir", "dangling")}
+    assert {n: i.type for n, i in infos.items()} == dict.fromkeys(infos, FileType.SYMLINK)
+    assert {n: i.symlink_target for n, i in infos.items()} == {
+        "to-file": f"{workdir}/file.txt",
+        "to-dir": f"{workdir}/dir",
+        "dangling": f"{workdir}/dangling",
+    }
+    assert sandbox.files.get_info(f"{workdir}/file.txt").type == FileType.FILE
+
+    # list() leaves out entries whose type (the target's) is unknown: the dangling link.
+    listed = {e.name: e.type for e in sandbox.files.list(workdir)}
+    assert listed == {
+        "dir": FileType.DIR,
+        "file.txt": FileType.FILE,
+        "to-dir": FileType.SYMLINK,
+        "to-file": FileType.SYMLINK,
+    }
+    moved = sandbox.files.rename(f"{workdir}/to-dir", f"{workdir}/dir-link")
+    assert (moved.name, moved.type) == ("dir-link", FileType.SYMLINK)
+
+
 def test_list_with_depth(sandbox: Sandbox, workdir: str) -> None:
     for rel in ("file1.txt", "subdir1/subdir1_1/a.txt", "subdir1/subdir1_2/b.txt", "subdir2/c.txt"):
         sandbox.files.write(f"{workdir}/{rel}", rel)
