@@ -282,12 +282,12 @@ def test_pause_then_connect_resumes_with_the_same_token(
     assert api.post(f"/sandboxes/{sandbox_id}/pause", json={"memory": True}).status_code == 204
     detail = api.get(f"/sandboxes/{sandbox_id}").json()
     assert detail["state"] == "paused"
-    assert server.envd(sandbox_id, "GET", "/health", timeout_s=0.5)[0] == 0  # frozen: silent
-    again = api.post(f"/sandboxes/{sandbox_id}/pause")
-    assert again.status_code == 409
-    assert api.post(f"/sandboxes/{sandbox_id}/timeout", json={"timeout": 5}).status_code == 404
-    resumed = api.post(f"/sandboxes/{sandbox_id}/connect", json={"timeout": 60})
-    assert resumed.status_code == 201
+    with server.held_until_resumed(sandbox_id):  # frozen: silent until resumed
+        again = api.post(f"/sandboxes/{sandbox_id}/pause")
+        assert again.status_code == 409
+        assert api.post(f"/sandboxes/{sandbox_id}/timeout", json={"timeout": 5}).status_code == 404
+        resumed = api.post(f"/sandboxes/{sandbox_id}/connect", json={"timeout": 60})
+        assert resumed.status_code == 201
     assert resumed.json()["envdAccessToken"] == token
     assert server.envd(sandbox_id, "GET", "/health")[0] == 204
     status, body = server.envd(sandbox_id, "GET", "/envs", token=str(token))

@@ -36,11 +36,13 @@ def test_a_restart_keeps_running_and_paused_sandboxes_and_their_ttls(
             after = api.get(f"/sandboxes/{running['sandboxID']}").json()
             assert after == before
             assert api.get(f"/sandboxes/{paused['sandboxID']}").json()["state"] == "paused"
-            assert server.envd(paused["sandboxID"], "GET", "/health", timeout_s=0.5)[0] == 0
-            token = running["envdAccessToken"]
-            assert server.envd(running["sandboxID"], "GET", "/envs", token=token)[0] == 200
-            resumed = api.post(f"/sandboxes/{paused['sandboxID']}/connect", json={"timeout": 60})
-            assert resumed.status_code == 201
+            with server.held_until_resumed(paused["sandboxID"]):  # still frozen, not gone
+                token = running["envdAccessToken"]
+                assert server.envd(running["sandboxID"], "GET", "/envs", token=token)[0] == 200
+                resumed = api.post(
+                    f"/sandboxes/{paused['sandboxID']}/connect", json={"timeout": 60}
+                )
+                assert resumed.status_code == 201
             assert resumed.json()["envdAccessToken"] == paused["envdAccessToken"]
             wait_gone(api, short["sandboxID"], 20)  # its TTL fired after the restart
             wait_until(lambda: server.traces(short["sandboxID"]) == [], 10, "its traces to go")
