@@ -10,17 +10,16 @@ import hashlib
 import json
 import os
 import re
-import struct
 import subprocess
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import httptools
 import httpx
 import pytest
 
 from envd.http.signing import file_signature
-from tests.client import AS_USER
+from tests.client import AS_USER, frames, start_request
 from tests.sandboxd.inside import run
 from tests.sandboxd.proxied import CONTROL_API_STAND_IN, ServedProxy, envd_init, serve_proxy
 from tests.waiting import wait_until_async
@@ -47,28 +46,6 @@ async def served(runtime: Runtime, base_template: Path) -> AsyncIterator[tuple[S
 
 def routed(box: Box, port: int = 49983) -> dict[str, str]:
     return {"e2b-sandbox-id": box.id, "e2b-sandbox-port": str(port)}
-
-
-def envelope(message: dict[str, object]) -> bytes:
-    payload = json.dumps(message).encode()
-    return struct.pack(">BI", 0, len(payload)) + payload
-
-
-def start_request(script: str) -> bytes:
-    return envelope({"process": {"cmd": "/bin/sh", "args": ["-c", script]}})
-
-
-async def frames(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
-    """Connect envelopes of a streamed response, each as soon as it is whole."""
-    buffer = b""
-    async for chunk in response.aiter_raw():
-        buffer += chunk
-        while len(buffer) >= 5:
-            _, size = struct.unpack(">BI", buffer[:5])
-            if len(buffer) < 5 + size:
-                break
-            yield json.loads(buffer[5 : 5 + size])
-            buffer = buffer[5 + size :]
 
 
 def established_to_envd(box: Box) -> int:
