@@ -242,9 +242,17 @@ async def test_connect_errors(
 
 
 async def test_keepalive_at_the_requested_interval(client: ProcessClient) -> None:
-    headers = {"keepalive-ping-interval": "1"}
-    run = await _rest(client.start(shell("sleep 2.5; echo x"), headers=headers))
-    assert run.keepalives >= 2
+    asked = time.monotonic()
+    stream = client.start(shell("read x; echo $x"), headers={"keepalive-ping-interval": "1"})
+    pid = await _started(stream)
+    run = Run()
+    with anyio.fail_after(30):  # the default interval (90 s) would not give two by then
+        while run.keepalives < 2:
+            run.add((await anext(stream)).event)
+    assert time.monotonic() - asked >= 2  # one a second, not a flood
+    await client.send_input(SendInputRequest(process=by_pid(pid), input=stdin_input(b"x\n")))
+    run = await _rest(stream, run)
+    assert run.order == ["keepalive", "keepalive", "data", "end"]
     assert run.stdout == b"x\n"
 
 
