@@ -6,7 +6,6 @@ measured by bench.startup."""
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 from typing import TYPE_CHECKING
 
@@ -78,16 +77,6 @@ async def test_sigterm_ends_streams_and_stops_children(
     )
 
 
-def _has_open(daemon: EnvdProcess, path: Path) -> bool:
-    """Whether envd holds `path` open (a transfer of it is under way)."""
-    fds = f"/proc/{daemon.pid}/fd"
-    for fd in os.listdir(fds):
-        with contextlib.suppress(OSError):  # closed since the listing
-            if os.readlink(f"{fds}/{fd}") == str(path):
-                return True
-    return False
-
-
 async def _slow_download(daemon: EnvdProcess, path: Path) -> None:
     """Asks for a large file, then reads 4 KiB a tenth of a second (until cancelled: what the
     socket buffers hold would last minutes after the cut)."""
@@ -126,7 +115,7 @@ async def test_sigterm_with_slow_transfers_and_streams_exits_on_its_own(
         tg.start_soon(_slow_download, daemon, big)
         tg.start_soon(_slow_upload, daemon, workdir / "upload.bin")
         await wait_until_async(
-            lambda: _has_open(daemon, big) and _has_open(daemon, workdir / "upload.bin"),
+            lambda: daemon.holds_open(big) and daemon.holds_open(workdir / "upload.bin"),
             10,
             "both transfers to be under way",
         )
