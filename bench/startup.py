@@ -1,10 +1,12 @@
 """Start-up time: from process start to READY=1 on a NOTIFY_SOCKET of our own (what systemd
 waits for with Type=notify), against two baselines run in the same session: the bare interpreter
-(`python -I -c pass`) and `envd -version` (the CLI without the server stack).
+(`python -I -c pass`) and `envd -version` (the CLI without the server stack). And shut-down
+time: from SIGTERM to exit with a Start stream open on a child deaf to SIGTERM, which envd
+must cut and SIGKILL by its own deadline (tests/process/test_shutdown.py checks that it does).
 
 Run: .venv/bin/python -m bench.startup [--runs 7] [--launcher /usr/bin/envd]
 `--launcher` measures an installed envd (packaging/install.sh) instead of this tree's.
-Target: READY=1 within 1 s.
+Targets: READY=1 within 1 s; exit within the systemd unit's TimeoutStopSec (5 s).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import signal
 import socket
 import statistics
 import subprocess
@@ -22,9 +25,12 @@ from pathlib import Path
 
 import httpx
 
-from tests.envd_process import free_port
+from tests.client import start_request
+from tests.envd_process import free_port, start_envd
 
 TARGET_MS = 1000
+STOP_TARGET_MS = 5000  # packaging/envd.service: TimeoutStopSec
+STUBBORN = "trap '' TERM; exec sleep 300"
 
 
 def time_to_exit(command: list[str]) -> float:
@@ -79,6 +85,25 @@ def start_to_ready(command: list[str], tmp: Path) -> tuple[float, float]:
     return elapsed, cpu
 
 
+def sigterm_to_exit(command: list[str], tmp: Path) -> float:
+    """Milliseconds from SIGTERM to envd's exit, with a Start stream open on STUBBORN."""
+    daemon = start_envd(tmp, command=command)
+    try:
+        with (
+            httpx.Client(timeout=30) as http,
+            http.stream("POST", f"{daemon.url}/process.Process/Start",
+                        content=start_request(STUBBORN),
+                        headers={"content-type": "application/connect+json"}) as r,
+        ):  # fmt: skip
+            next(r.iter_raw())  # the start event: the stream is open
+            begin = time.perf_counter()
+            daemon.proc.send_signal(signal.SIGTERM)
+            daemon.proc.wait(60)
+            return (time.perf_counter() - begin) * 1000
+    finally:
+        daemon.stop()
+
+
 def row(name: str, samples: list[float], baseline: float) -> str:
     median = statistics.median(samples)
     return f"{name:<34} {median:>9.0f} {min(samples):>9.0f} {median / baseline:>8.1f}x"
@@ -98,6 +123,7 @@ def main() -> None:
         bare = [time_to_exit([python, "-I", "-c", "pass"]) for _ in range(args.runs)]
         version = [time_to_exit([*envd, "-version"]) for _ in range(args.runs)]
         ready = [time_to_ready(envd, Path(tmp)) for _ in range(args.runs)]
+        stop = [sigterm_to_exit(envd, Path(tmp)) for _ in range(args.runs)]
     baseline = statistics.median(bare)
     print(f"{'ms (median of ' + str(args.runs) + ')':<34} {'median':>9} {'min':>9} {'ratio':>9}")
     print(row("python -I -c pass (baseline)", bare, baseline))
@@ -105,6 +131,10 @@ def main() -> None:
     print(row("envd start -> READY=1", ready, baseline))
     verdict = "ok" if statistics.median(ready) < TARGET_MS else "OVER TARGET"
     print(f"target: READY=1 within {TARGET_MS} ms: {verdict}")
+    print(f"{'envd SIGTERM -> exit':<34} {statistics.median(stop):>9.0f} "
+          f"{min(stop):>9.0f}")  # fmt: skip
+    verdict = "ok" if max(stop) < STOP_TARGET_MS else "OVER TARGET"
+    print(f"target: exit within {STOP_TARGET_MS} ms of SIGTERM (slowest of the runs): {verdict}")
 
 
 if __name__ == "__main__":

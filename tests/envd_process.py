@@ -3,6 +3,7 @@ loopback, each with its own port and log file."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -51,6 +52,15 @@ class EnvdProcess:
 
     def open_fds(self) -> int:
         return len(os.listdir(f"/proc/{self.pid}/fd"))
+
+    def holds_open(self, path: Path) -> bool:
+        """Whether the daemon has `path` open (a transfer of it is under way)."""
+        fds = f"/proc/{self.pid}/fd"
+        for fd in os.listdir(fds):
+            with contextlib.suppress(OSError):  # closed since the listing
+                if os.readlink(f"{fds}/{fd}") == str(path):
+                    return True
+        return False
 
     def cpu_seconds(self) -> float:
         """User plus system CPU time used so far, all threads."""

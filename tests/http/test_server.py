@@ -270,14 +270,19 @@ def test_at_the_cap_busy_connections_refuse_new_ones(
     )
 
 
-def test_stop_is_bounded_with_a_request_in_flight(envd_factory: Callable[..., EnvdProcess]) -> None:
+def test_stop_is_bounded_with_a_request_in_flight(
+    envd_factory: Callable[..., EnvdProcess], workdir: Path
+) -> None:
     daemon = envd_factory()
+    target = workdir / "in-flight.bin"
     with socket.create_connection(("127.0.0.1", daemon.port)) as stuck:
-        # Headers complete, body never sent: the handler waits for it.
-        stuck.sendall(b"POST /init HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
-        time.sleep(0.2)  # nothing to observe: uvicorn parses the head on its next loop turn
-        # STOPPED holds no SIGKILL: envd must exit on its own within its 5 s (+1 s of slack).
-        assert daemon.stop(timeout=6) in STOPPED
+        # Headers and part of the body, the rest never sent: the handler waits for it.
+        path = b"/files?path=" + str(target).encode()
+        stuck.sendall(_post_head(path, 100, b"application/octet-stream") + b"partial")
+        wait_until(lambda: daemon.holds_open(target), 10, "the upload's handler to run")
+        # STOPPED holds no SIGKILL: envd must exit on its own, by its own deadline (how soon,
+        # against the unit's 5 s, is bench.startup's); the 60 s only bound a hung daemon.
+        assert daemon.stop(timeout=60) in STOPPED
 
 
 @pytest.fixture

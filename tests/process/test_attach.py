@@ -6,10 +6,12 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import anyio
+import httpx
 import pytest
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
@@ -24,7 +26,7 @@ from envd._gen.process.process_pb import (
     Signal,
     StartRequest,
 )
-from tests.client import AS_USER
+from tests.client import AS_USER, frames, start_request
 from tests.process.client import (
     Run,
     by_pid,
@@ -89,13 +91,29 @@ def _runs_a(pid: int, command: str) -> bool:
     return False
 
 
-async def test_disconnect_leaves_the_process_running(client: ProcessClient) -> None:
-    stream = client.start(shell("sleep 30"))
-    pid = await _started(stream)
-    await stream.aclose()  # type: ignore[attr-defined]
-    # The scenario: give envd time to act on the disconnect. When it rightly leaves the process
-    # alone there is nothing to observe, so this one wait is a fixed time.
-    await anyio.sleep(0.2)
+def _comm(pid: int) -> str:
+    with contextlib.suppress(FileNotFoundError):
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    return ""
+
+
+async def test_disconnect_leaves_the_process_running(
+    envd: EnvdProcess, client: ProcessClient
+) -> None:
+    # More output than every buffer on the way holds: the child gets past it only once envd has
+    # acted on the disconnect (dropped the stream's subscription, which held the child back).
+    # httpx, which reads only when asked: the Connect client reads ahead of its caller.
+    script = f"head -c {64 * 1024 * 1024} /dev/zero; exec sleep 30"
+    async with (
+        httpx.AsyncClient(timeout=30) as http,
+        http.stream("POST", f"{envd.url}/process.Process/Start", content=start_request(script),
+                    headers={"content-type": "application/connect+json"}) as r,
+    ):  # fmt: skip
+        events = frames(r)
+        pid = (await anext(events))["event"]["start"]["pid"]
+    # Leaving the block closed the connection mid-stream.
+    await wait_until_async(lambda: _comm(pid) != "sh", 30, "the child to get past its output")
+    assert _comm(pid) == "sleep"
     assert pid in await _live_pids(client)
     attached = client.connect(ConnectRequest(process=by_pid(pid)))
     assert await _started(attached) == pid
@@ -224,9 +242,17 @@ async def test_connect_errors(
 
 
 async def test_keepalive_at_the_requested_interval(client: ProcessClient) -> None:
-    headers = {"keepalive-ping-interval": "1"}
-    run = await _rest(client.start(shell("sleep 2.5; echo x"), headers=headers))
-    assert run.keepalives >= 2
+    asked = time.monotonic()
+    stream = client.start(shell("read x; echo $x"), headers={"keepalive-ping-interval": "1"})
+    pid = await _started(stream)
+    run = Run()
+    with anyio.fail_after(30):  # the default interval (90 s) would not give two by then
+        while run.keepalives < 2:
+            run.add((await anext(stream)).event)
+    assert time.monotonic() - asked >= 2  # one a second, not a flood
+    await client.send_input(SendInputRequest(process=by_pid(pid), input=stdin_input(b"x\n")))
+    run = await _rest(stream, run)
+    assert run.order == ["keepalive", "keepalive", "data", "end"]
     assert run.stdout == b"x\n"
 
 

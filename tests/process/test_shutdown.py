@@ -1,10 +1,11 @@
 """SIGTERM to envd: open streams end cleanly, children are stopped (SIGKILL for the stubborn),
-slow transfers are cut, all within the 5 s the systemd unit allows (TimeoutStopSec)."""
+slow transfers are cut, and envd exits on its own: by its own deadline, as nothing here ends
+by itself. How long that takes, against the 5 s the systemd unit allows (TimeoutStopSec), is
+measured by bench.startup."""
 
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 from typing import TYPE_CHECKING
 
@@ -26,9 +27,9 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.anyio
 
-# The unit's TimeoutStopSec is 5 s: systemd SIGKILLs envd after that. The tests give envd that
-# plus slack for a shared CPU before they SIGKILL it themselves, which fails them.
-SHUTDOWN_BOUND_S = 6
+# After this the tests SIGKILL envd themselves, which fails them: it only bounds how long a
+# daemon that never exits takes to fail a test (speed is bench.startup's).
+GIVE_UP_S = 60
 # uvicorn re-raises the SIGTERM it handled; a SIGKILL from stop() would be -SIGKILL.
 STOPPED_ON_ITS_OWN = (0, -signal.SIGTERM)
 # Any failure of a cut connection, as the client sees it.
@@ -67,23 +68,13 @@ async def test_sigterm_ends_streams_and_stops_children(
         await _read_all(client.start(shell("sleep 300 & echo bg")), ended)
         assert ended.end is not None
         async with _streaming(client) as (_, runs):
-            exit_code = await anyio.to_thread.run_sync(daemon.stop, SHUTDOWN_BOUND_S)
+            exit_code = await anyio.to_thread.run_sync(daemon.stop, GIVE_UP_S)
     assert exit_code in STOPPED_ON_ITS_OWN
     for run in runs:
         assert run.order == ["start"]  # ended cleanly: no error, no end event
     await wait_until_async(
         lambda: not any(group_alive(run.pid) for run in [*runs, ended]), 5, "every group to end"
     )
-
-
-def _has_open(daemon: EnvdProcess, path: Path) -> bool:
-    """Whether envd holds `path` open (a transfer of it is under way)."""
-    fds = f"/proc/{daemon.pid}/fd"
-    for fd in os.listdir(fds):
-        with contextlib.suppress(OSError):  # closed since the listing
-            if os.readlink(f"{fds}/{fd}") == str(path):
-                return True
-    return False
 
 
 async def _slow_download(daemon: EnvdProcess, path: Path) -> None:
@@ -110,7 +101,7 @@ async def _slow_upload(daemon: EnvdProcess, path: Path) -> None:
                 await anyio.sleep(0.1)
 
 
-async def test_sigterm_with_slow_transfers_and_streams_exits_in_time(
+async def test_sigterm_with_slow_transfers_and_streams_exits_on_its_own(
     envd_factory: Callable[..., EnvdProcess], workdir: Path
 ) -> None:
     daemon = envd_factory()
@@ -124,11 +115,11 @@ async def test_sigterm_with_slow_transfers_and_streams_exits_in_time(
         tg.start_soon(_slow_download, daemon, big)
         tg.start_soon(_slow_upload, daemon, workdir / "upload.bin")
         await wait_until_async(
-            lambda: _has_open(daemon, big) and _has_open(daemon, workdir / "upload.bin"),
+            lambda: daemon.holds_open(big) and daemon.holds_open(workdir / "upload.bin"),
             10,
             "both transfers to be under way",
         )
-        exit_code = await anyio.to_thread.run_sync(daemon.stop, SHUTDOWN_BOUND_S)
+        exit_code = await anyio.to_thread.run_sync(daemon.stop, GIVE_UP_S)
         tg.cancel_scope.cancel()
     assert exit_code in STOPPED_ON_ITS_OWN
     for run in runs:

@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -163,6 +164,20 @@ class Sandboxd:
                 netns.close()
 
         return asyncio.run(ask())
+
+    @contextlib.contextmanager
+    def held_until_resumed(self, sandbox_id: str) -> Iterator[None]:
+        """For a paused sandbox: a /health request to its envd that gets no answer while the
+        block starts (half a second) and gets 204 once the block has resumed the sandbox. Frozen,
+        not gone: a dead envd fails the request at once or never answers it."""
+        with ThreadPoolExecutor(1) as background:
+            health = background.submit(self.envd, sandbox_id, "GET", "/health", None, 30)
+            answered, _ = wait([health], timeout=0.5)
+            assert not answered, (
+                f"envd did not hold the request: {health.result()} (0: unreachable)"
+            )
+            yield
+            assert health.result()[0] == 204, "the request held while paused got no answer"
 
     def traces(self, sandbox_id: str) -> list[str]:
         """What of the sandbox is still on the host."""

@@ -282,12 +282,12 @@ def test_pause_then_connect_resumes_with_the_same_token(
     assert api.post(f"/sandboxes/{sandbox_id}/pause", json={"memory": True}).status_code == 204
     detail = api.get(f"/sandboxes/{sandbox_id}").json()
     assert detail["state"] == "paused"
-    assert server.envd(sandbox_id, "GET", "/health", timeout_s=0.5)[0] == 0  # frozen: silent
-    again = api.post(f"/sandboxes/{sandbox_id}/pause")
-    assert again.status_code == 409
-    assert api.post(f"/sandboxes/{sandbox_id}/timeout", json={"timeout": 5}).status_code == 404
-    resumed = api.post(f"/sandboxes/{sandbox_id}/connect", json={"timeout": 60})
-    assert resumed.status_code == 201
+    with server.held_until_resumed(sandbox_id):  # frozen: silent until resumed
+        again = api.post(f"/sandboxes/{sandbox_id}/pause")
+        assert again.status_code == 409
+        assert api.post(f"/sandboxes/{sandbox_id}/timeout", json={"timeout": 5}).status_code == 404
+        resumed = api.post(f"/sandboxes/{sandbox_id}/connect", json={"timeout": 60})
+        assert resumed.status_code == 201
     assert resumed.json()["envdAccessToken"] == token
     assert server.envd(sandbox_id, "GET", "/health")[0] == 204
     status, body = server.envd(sandbox_id, "GET", "/envs", token=str(token))
@@ -349,22 +349,24 @@ def test_auto_pause_at_the_end(api: httpx.Client) -> None:
 
 
 def test_metrics_are_sampled(api: httpx.Client) -> None:
+    before = int(time.time())
     sandbox_id = str(create(api)["sandboxID"])
-    created_at = int(time.time())
-    wait_until(lambda: api.get(f"/sandboxes/{sandbox_id}/metrics").json(), 10, "a first sample")
-    # Samples every 5 s land in 5-s buckets (max per bucket): a second point within 11 s.
+    wait_until(lambda: api.get(f"/sandboxes/{sandbox_id}/metrics").json(), 60, "a first sample")
+    # Samples every 5 s land in 5-s buckets (max per bucket): a second point follows.
     points = wait_until(
         lambda: (p := api.get(f"/sandboxes/{sandbox_id}/metrics").json()) and len(p) >= 2 and p,
-        11,
+        60,
         "a second point",
     )
     first = points[0]
     assert set(first) == {"timestamp", "timestampUnix", "cpuCount", "cpuUsedPct", "memUsed",
                           "memTotal", "memCache", "diskUsed", "diskTotal"}  # fmt: skip
-    assert abs(first["timestampUnix"] - created_at) <= 10
+    # Sampled since the create began, stamped with its bucket's start (Unix seconds).
+    stamps = [p["timestampUnix"] for p in points]
+    assert before // 5 * 5 <= stamps[0] < stamps[1] <= int(time.time())
     assert first["memTotal"] > 0
     old = api.get(f"/sandboxes/{sandbox_id}/metrics",
-                  params={"start": created_at - 7200, "end": created_at - 1800})  # fmt: skip
+                  params={"start": before - 7200, "end": before - 1800})  # fmt: skip
     assert old.json() == []
     kill(api, sandbox_id)
     assert api.get(f"/sandboxes/{sandbox_id}/metrics").json()  # history outlives the sandbox

@@ -19,8 +19,10 @@ from sandboxd.errors import BootError, SandboxError, TemplateError
 from sandboxd.host import nspawn
 from sandboxd.host.cgroups import Limits, SandboxCgroups
 from sandboxd.host.runtime import Runtime
+from sandboxd.host.spec import RECORD
 from sandboxd.host.steps import SandboxDirs
 from tests.sandboxd.inside import processes_seen_from, run, sandbox_ids_left
+from tests.waiting import wait_until_async
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -182,8 +184,9 @@ async def _container_init_up(runtime: Runtime, sandbox_id: str) -> None:
         await asyncio.sleep(0.005)
 
 
-# Cancelled as soon as the boot has claimed its id, while the launch thread runs, and while the boot
-# waits for envd (a fixed delay would not do: boots got faster than any safe guess).
+# Cancelled as soon as the boot has claimed its id, once the launch thread has written the record
+# (then come the host steps), and while the boot waits for envd (a fixed delay would not do:
+# boots got faster than any safe guess).
 @pytest.mark.parametrize("cancel_at", ["at once", "launching", "waiting for envd"])
 async def test_a_cancelled_boot_leaves_nothing(
     runtime: Runtime, base_template: Path, cancel_at: str
@@ -193,7 +196,8 @@ async def test_a_cancelled_boot_leaves_nothing(
     if cancel_at == "at once":
         await asyncio.sleep(0)  # the boot claims its id and hands the launch to its thread
     elif cancel_at == "launching":
-        await asyncio.sleep(0.05)
+        record = runtime.sandboxes_dir / sandbox_id / RECORD
+        await wait_until_async(record.exists, 60, "the launch thread to write the record")
     elif cancel_at == "waiting for envd":
         await asyncio.wait_for(_container_init_up(runtime, sandbox_id), 60)
     assert not boot.done(), f"the boot ended before it could be cancelled {cancel_at}"

@@ -36,4 +36,6 @@ def test_remove_tree_detaches_binds_instead_of_emptying_them(tmp_path: Path) -> 
 
 
 def test_remove_tree_of_a_missing_path_is_a_no_op(tmp_path: Path) -> None:
-    remove_tree(tmp_path / "absent")
+    (tmp_path / "neighbour").write_text("kept")
+    remove_tree(tmp_path / "absent")  # no error
+    assert [(p.name, p.read_text()) for p in tmp_path.iterdir()] == [("neighbour", "kept")]
