@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from typing import TYPE_CHECKING
 
 import pytest
@@ -19,6 +18,8 @@ from e2b.sandbox.commands.command_handle import PtySize
 from tests.sdk.python.mode import DEFAULT_HOME, DEFAULT_USER
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from e2b.sandbox_sync.commands.command_handle import CommandHandle
 
 # Commands killed early run as `user`: a SIGKILL landing in root's login profile
@@ -40,16 +41,28 @@ def test_non_zero_exit_raises_command_exit_exception(sandbox: Sandbox) -> None:
     assert caught.value.stderr == "broken\n"
 
 
-def test_stdout_and_stderr_callbacks_arrive_while_running(sandbox: Sandbox) -> None:
-    seen: list[tuple[str, str, float]] = []
-    started = time.monotonic()
+def test_stdout_and_stderr_callbacks_arrive_while_running(sandbox: Sandbox, workdir: str) -> None:
+    # After each of its first two lines the command waits for the test to have seen it: output
+    # held back until the exit would never let it end.
+    seen: list[tuple[str, str]] = []
+
+    def seeing(kind: str) -> Callable[[str], None]:
+        def callback(line: str) -> None:
+            seen.append((kind, line))
+            mark = f"{workdir}/seen-{line.strip()}"
+            threading.Thread(target=sandbox.files.write, args=(mark, "")).start()
+
+        return callback
+
+    wait_for = "while [ ! -e {0}/seen-{1} ]; do sleep 0.05; done"
     sandbox.commands.run(
-        "echo one; sleep 0.5; echo two >&2; sleep 0.5; echo three",
-        on_stdout=lambda s: seen.append(("out", s, time.monotonic() - started)),
-        on_stderr=lambda s: seen.append(("err", s, time.monotonic() - started)),
+        f"echo one; {wait_for.format(workdir, 'one')}; echo two >&2; "
+        f"{wait_for.format(workdir, 'two')}; echo three",
+        on_stdout=seeing("out"),
+        on_stderr=seeing("err"),
+        timeout=120,
     )
-    assert [(k, s) for k, s, _ in seen] == [("out", "one\n"), ("err", "two\n"), ("out", "three\n")]
-    assert seen[0][2] < seen[2][2] - 0.7  # streamed, not delivered at exit
+    assert seen == [("out", "one\n"), ("err", "two\n"), ("out", "three\n")]
 
 
 def test_large_output_arrives_complete(sandbox: Sandbox) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-import time
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -154,12 +153,11 @@ def test_envd_stopped_while_command_streams(daemon: Daemon) -> None:
         ticks += (out or "").count("tick")
         if ticks >= 3:
             break
-    stopped_at = time.monotonic()
     daemon.stop()
-    # envd ends open streams on SIGTERM (the SDK sees no end event) instead of hanging them.
+    # envd ends open streams on SIGTERM (the SDK sees no end event) instead of hanging them:
+    # a hung stream would keep wait() from returning (the suite's timeout ends it).
     with pytest.raises(Exception, match="ended without an end event"):
         handle.wait()
-    assert time.monotonic() - stopped_at < 8
     daemon.start()
     assert sandbox.commands.run("echo back").stdout == "back\n"
 

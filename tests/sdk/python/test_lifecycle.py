@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -206,10 +205,9 @@ def test_killed_while_a_command_streams(made: list[Sandbox]) -> None:
             threading.Thread(target=Sandbox.kill, args=(sandbox.sandbox_id,)).start()
 
     handle = sandbox.commands.run("while true; do echo tick; sleep 0.1; done", background=True)
-    started = time.monotonic()
+    # The kill ends the stream: wait() raises instead of following the endless loop.
     with pytest.raises(TimeoutException, match="killed or reached its end of life"):
         handle.wait(on_stdout=kill_on_third_tick)
-    assert time.monotonic() - started < 20
     assert not sandbox.is_running()
 
 
