@@ -1,6 +1,4 @@
-"""sandboxd: runs E2B-style sandboxes as booted containers with envd inside (this package holds
-the runtime layer: templates, cgroups, overlay roots, nspawn and network-namespace sockets)."""
-
-from __future__ import annotations
-
-__version__ = "0.1.0"
+"""sandboxd: E2B's control API and sandbox proxy on one port, running each sandbox as a booted
+systemd-nspawn container with envd inside. `api/` (HTTP) over `lifecycle/` (the sandboxes'
+lives) over `host/` (what is made on the machine); `proxy/` beside the API; `templates`,
+`store`, `ids`, `errors` and `envd_client` shared below the API."""
