@@ -6,12 +6,13 @@ import os
 import socket
 
 
-def sd_notify(message: str) -> bool:
+def sd_notify(message: str, address: str | None = None) -> bool:
     """Send a notification (e.g. "READY=1") to the service manager, if there is one.
 
-    Returns whether it was sent. Abstract socket names ("@...") are supported.
+    Returns whether it was sent. Abstract socket names ("@...") are supported. `address` is
+    $NOTIFY_SOCKET unless given (sandboxd takes it out of its environment, away from its children).
     """
-    address = os.environ.get("NOTIFY_SOCKET")
+    address = address or os.environ.get("NOTIFY_SOCKET")
     if not address:
         return False
     if address.startswith("@"):

@@ -3,7 +3,7 @@
 # running it again upgrades envd in place. Run as root.
 #
 #   packaging/install.sh [--root DIR] [--prefix DIR] [--python PATH] [--bin-dir DIR]
-#                     [--unit-dir DIR] [--commit SHA] [--enable]
+#                     [--unit-dir DIR] [--commit SHA] [--wheel PATH] [--enable]
 #   packaging/install.sh --artifact PATH [--root DIR] [--prefix DIR] [--bin-dir DIR]
 #                     [--unit-dir DIR] [--enable]
 #
@@ -18,6 +18,8 @@
 #   --bin-dir DIR   where the launcher `envd` goes (default /usr/bin, which the unit runs)
 #   --unit-dir DIR  where envd.service goes (default /lib/systemd/system)
 #   --commit SHA    the build commit `envd -commit` prints (default: the source tree's git HEAD)
+#   --wheel PATH    install this envd wheel (its commit stamped at its build) instead of building
+#                   one from the source tree: what a sandboxd wheel ships with this script
 #   --enable        enable envd.service (and, on a running system, start or restart it)
 #
 # Why a prefix of its own: the interpreter is part of the artifact. Templates pip-install into
@@ -34,6 +36,7 @@ unit_dir=/lib/systemd/system
 commit=""
 enable=no
 artifact=""
+wheel=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --root) root=$2; shift 2 ;;
@@ -44,7 +47,8 @@ while [ $# -gt 0 ]; do
     --commit) commit=$2; shift 2 ;;
     --enable) enable=yes; shift ;;
     --artifact) artifact=$2; shift 2 ;;
-    -h | --help) sed -n '2,20s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    --wheel) wheel=$2; shift 2 ;;
+    -h | --help) sed -n '2,22s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "install.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -56,7 +60,13 @@ fail() {
 
 [ "$(id -u)" = 0 ] || fail "run as root"
 src=$(cd "$(dirname "$0")/.." && pwd)
-{ [ -f "$src/pyproject.toml" ] && [ -d "$src/envd" ]; } || fail "no envd source tree at $src"
+[ -f "$src/packaging/envd.service" ] || fail "no packaging/envd.service at $src"
+if [ -n "$wheel" ]; then
+  [ -f "$wheel" ] || fail "no wheel at $wheel"
+  [ -z "$commit" ] || fail "--commit: a wheel's commit is stamped when it is built"
+elif [ -z "$artifact" ]; then
+  { [ -f "$src/pyproject.toml" ] && [ -d "$src/envd" ]; } || fail "no envd source tree at $src"
+fi
 if [ -n "$root" ]; then
   root=$(cd "$root" && pwd) || fail "no root file system at $root"
   [ "$root" != / ] || root=""
@@ -139,14 +149,20 @@ fi
 in_target "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' ||
   fail "$python is missing or older than 3.11: install python3 >= 3.11 (and its venv module) first"
 
-# A copy of the source with the build commit in a generated envd/_build.py (a source tree has
-# none and says "unknown"); the build happens in the target, against the target's Python.
+# The wheel is staged inside the target, where pip runs. Without --wheel: a copy of the source
+# with the build commit in a generated envd/_build.py (a source tree has none and says
+# "unknown"), built in the target, against the target's Python, further down.
 stage=$(mktemp -d -p "$root/var/tmp" envd-install.XXXXXX)
 stage=${stage#"$root"}
-tar -C "$src" --exclude=__pycache__ -cf - pyproject.toml README.md envd | tar -C "$root$stage" -xf -
-[ -n "$commit" ] || commit=$(git -C "$src" rev-parse --short=7 HEAD 2>/dev/null || echo unknown)
-case "$commit" in *[!0-9A-Za-z._-]*) fail "--commit: letters, digits, '.', '_' and '-' only" ;; esac
-printf '"""Written by packaging/install.sh."""\n\nCOMMIT = "%s"\n' "$commit" >"$root$stage/envd/_build.py"
+if [ -n "$wheel" ]; then
+  mkdir "$root$stage/dist"
+  cp "$wheel" "$root$stage/dist/"
+else
+  tar -C "$src" --exclude=__pycache__ -cf - pyproject.toml README.md envd | tar -C "$root$stage" -xf -
+  [ -n "$commit" ] || commit=$(git -C "$src" rev-parse --short=7 HEAD 2>/dev/null || echo unknown)
+  case "$commit" in *[!0-9A-Za-z._-]*) fail "--commit: letters, digits, '.', '_' and '-' only" ;; esac
+  printf '"""Written by packaging/install.sh."""\n\nCOMMIT = "%s"\n' "$commit" >"$root$stage/envd/_build.py"
+fi
 chmod -R a+rX "$root$stage"
 
 # Recreate the venv when its interpreter is gone or is a different Python than the target's
@@ -158,21 +174,23 @@ if [ "$want" != "$have" ]; then
   in_target "$python" -m venv "$prefix" ||
     fail "cannot create a venv with $python: install its venv module (Debian: python3-venv)"
 fi
-# Build a wheel (not an editable install: the prefix must not depend on this source tree), then
-# replace envd itself even when the version is unchanged, and add any missing dependency.
-in_target env PIP_DISABLE_PIP_VERSION_CHECK=1 \
+# Build a wheel (not an editable install: the prefix must not depend on this source tree) unless
+# one was given, then replace envd itself even when the version is unchanged, and add any
+# missing dependency.
+[ -n "$wheel" ] || in_target env PIP_DISABLE_PIP_VERSION_CHECK=1 \
   "$prefix/bin/python" -I -m pip wheel -q --no-deps -w "$stage/dist" "$stage"
-wheel=$(cd "$root$stage/dist" && ls envd-*.whl)
+envd_wheel=$(cd "$root$stage/dist" && ls ./*.whl)
+envd_wheel=${envd_wheel#./}
 in_target env PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_WARN_SCRIPT_LOCATION=1 \
   "$prefix/bin/python" -I -m pip install -q --force-reinstall --no-deps \
-  "$stage/dist/$wheel"
+  "$stage/dist/$envd_wheel"
 in_target env PIP_DISABLE_PIP_VERSION_CHECK=1 \
-  "$prefix/bin/python" -I -m pip install -q "$stage/dist/$wheel"
+  "$prefix/bin/python" -I -m pip install -q "$stage/dist/$envd_wheel"
 # Byte-compile everything in the prefix now, so the first start does not pay for it (pip's own
 # compile step is skipped when PYTHONDONTWRITEBYTECODE is set).
 in_target "$prefix/bin/python" -I -m compileall -q -j 0 "$prefix/lib" >/dev/null
 
-# The spawn helper (envd/process/spawn_helper.c), prebuilt as a static binary with this host's
+# The spawn helper (envd/process/spawn_helper.c, from the installed envd), prebuilt as a static binary with this host's
 # compiler: images without one get it too, and envd's first start does not compile it. Skipped
 # (envd then builds it itself when it can, or starts children without it) when there is no
 # compiler or static libc here, or the target is another architecture.
@@ -180,7 +198,8 @@ helper=""
 cc=$(command -v cc || command -v gcc || true)
 if [ -n "$cc" ] && [ "$(in_target "$python" -c 'import platform; print(platform.machine())')" = "$(uname -m)" ]; then
   mkdir -p "$root$prefix/libexec"
-  if "$cc" -O2 -static -o "$root$prefix/libexec/spawn-helper" "$src/envd/process/spawn_helper.c" 2>/dev/null; then
+  package=$(in_target "$prefix/bin/python" -I -c 'import envd.process as p; print(p.__path__[0])')
+  if "$cc" -O2 -static -o "$root$prefix/libexec/spawn-helper" "$root$package/spawn_helper.c" 2>/dev/null; then
     helper=$prefix/libexec/spawn-helper
   fi
 fi
@@ -197,4 +216,4 @@ mkdir -p "$root$bin_dir"
 chmod 0755 "$root$bin_dir/envd.new"
 mv -f "$root$bin_dir/envd.new" "$root$bin_dir/envd"
 
-finish "$(in_target "$bin_dir/envd" -version)" "$commit"
+finish "$(in_target "$bin_dir/envd" -version)" "$(in_target "$bin_dir/envd" -commit)"

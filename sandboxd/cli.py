@@ -1,18 +1,20 @@
-"""sandboxd's command line: `serve`, `api-key create` and `template build-base`."""
+"""sandboxd's command line: `serve`, `api-key create`, `template build-base` and
+`install-service`."""
 
 from __future__ import annotations
 
 import argparse
-import logging
 import sqlite3
 import sys
 import time
 from pathlib import Path
 
+from envd.logs import setup_logging
 from sandboxd.errors import SandboxError
 from sandboxd.host.base_image import build_base
 from sandboxd.host.disk import MIN_DISK_MB
 from sandboxd.serve import ServeOptions, base_rootfs, new_api_key, serve
+from sandboxd.service import install_service
 from sandboxd.store import Store
 from sandboxd.templates import BASE_DISK_MB
 
@@ -30,6 +32,10 @@ def _state_dir_option(p: argparse.ArgumentParser) -> None:
         default=DEFAULT_STATE_DIR,
         help=f"sandboxd's state directory (default {DEFAULT_STATE_DIR})",
     )
+
+
+def _verbose_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--verbose", action="store_true", help="log debug messages too")
 
 
 def _disk_size(text: str) -> int:
@@ -50,6 +56,7 @@ def _serve_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser])
         "leaves the sandboxes running: the next start adopts them.",
     )
     _state_dir_option(p)
+    _verbose_option(p)
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"(default {DEFAULT_PORT})")
     p.add_argument(
         "--bind",
@@ -117,6 +124,7 @@ def _parser() -> argparse.ArgumentParser:
         "packaging/install.sh; the debootstrap stage is cached and reused while its recipe holds.",
     )
     _state_dir_option(build)
+    _verbose_option(build)
     build.add_argument(
         "--stage-cache",
         type=Path,
@@ -128,7 +136,21 @@ def _parser() -> argparse.ArgumentParser:
         help="build the root filesystem here instead of STATE_DIR/templates/base/rootfs",
     )
     build.add_argument("--commit", help="the build commit envd reports (default: git HEAD)")
+    _install_service_parser(commands)
     return p
+
+
+def _install_service_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = commands.add_parser(
+        "install-service",
+        help="install the systemd unit sandboxd.service (as root)",
+        description="Write sandboxd.service into ROOT/etc/systemd/system, its ExecStart running "
+        "this sandboxd's serve with the flags after --, e.g. `sandboxd install-service -- "
+        "--port 3000 --pool 2`.",
+    )
+    p.add_argument("--root", type=Path, default=Path("/"), help="root file system (default /)")
+    p.add_argument("--enable", action="store_true", help="enable it (and start it if running)")
+    p.add_argument("serve_flags", nargs="*", metavar="SERVE-FLAG", help="flags for serve")
 
 
 def _create_key(state_dir: Path) -> None:
@@ -144,9 +166,13 @@ def _create_key(state_dir: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="sandboxd: %(message)s", stream=sys.stderr)
-    state_dir: Path = args.state_dir.absolute()
+    setup_logging(getattr(args, "verbose", False))
     try:
+        if args.command == "install-service":
+            parser.parse_args(["serve", *args.serve_flags])  # a typo fails here, not at start
+            install_service(args.root.absolute(), args.serve_flags, args.enable)
+            return 0
+        state_dir: Path = args.state_dir.absolute()
         if args.command == "serve":
             if args.pool < 0 or args.max_timeout < 1:
                 raise SandboxError("--pool must be 0 or more and --max-timeout 1 or more")

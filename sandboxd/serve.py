@@ -1,6 +1,7 @@
 """`sandboxd serve`: the state directory's store, secret and base template, the sandbox manager,
 and uvicorn serving the control API. SIGTERM stops serving and leaves the sandboxes running; the
-next start adopts them."""
+next start adopts them. Under systemd (Type=notify) it sends READY=1 once it listens and
+STOPPING=1 when it stops."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import uvicorn
 
+from envd.systemd import sd_notify
 from sandboxd.api.app import create_app
 from sandboxd.errors import HostError, SandboxError
 from sandboxd.host.base_image import BUILD_FILE, build_base
@@ -25,6 +27,7 @@ from sandboxd.store import Store
 from sandboxd.templates import BASE_DISK_MB, register_base
 
 if TYPE_CHECKING:
+    import socket
     from pathlib import Path
 
 log = logging.getLogger("sandboxd.serve")
@@ -53,6 +56,25 @@ class ServeOptions:
     disk_mb: int = BASE_DISK_MB
 
 
+class _Server(uvicorn.Server):
+    """uvicorn telling the service manager when sandboxd serves and when it stops."""
+
+    def __init__(self, config: uvicorn.Config, notify_socket: str | None) -> None:
+        super().__init__(config)
+        self.notify_socket = notify_socket
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:  # the listener is bound: only now does the API answer
+            status = f"serving on {self.config.host} port {self.config.port}"
+            sd_notify(f"READY=1\nSTATUS={status}", self.notify_socket)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        sd_notify("STOPPING=1", self.notify_socket)
+        log.info("stopping: sandboxes keep running for the next start to adopt")
+        await super().shutdown(sockets)
+
+
 def base_rootfs(state_dir: Path) -> Path:
     """Where the base template's root filesystem lives in a state directory."""
     return state_dir / "templates" / "base" / "rootfs"
@@ -78,7 +100,9 @@ def server_secret(state_dir: Path) -> bytes:
     return path.read_bytes()
 
 
-def ensure_base(store: Store, state_dir: Path, given: Path | None, disk_mb: int) -> None:
+def ensure_base(
+    store: Store, state_dir: Path, given: Path | None, disk_mb: int, notify_socket: str | None
+) -> None:
     """Register the base template with a disk of `disk_mb` (0: no limit); build its root
     filesystem first when it is missing.
 
@@ -92,6 +116,7 @@ def ensure_base(store: Store, state_dir: Path, given: Path | None, disk_mb: int)
         rootfs = base_rootfs(state_dir)
         if not (rootfs / BUILD_FILE).is_file():
             log.info("the base template is missing: building it (a few minutes the first time)")
+            sd_notify("STATUS=building the base template", notify_socket)
             build_base(rootfs, state_dir / "cache")
     register_base(store, rootfs, disk_mb)
 
@@ -115,10 +140,13 @@ def serve(options: ServeOptions) -> None:
     if os.geteuid() != 0:
         raise HostError("sandboxd serve needs root (it boots containers)")
     state_dir = options.state_dir.absolute()
+    # Only sandboxd notifies its service manager: nspawn, given the variable, would report each
+    # container's start ("READY=1", "STATUS=Container running.") there too.
+    notify_socket = os.environ.pop("NOTIFY_SOCKET", None)
     store = Store(state_dir)
     try:
         register_env_key(store)
-        ensure_base(store, state_dir, options.base_rootfs, options.disk_mb)
+        ensure_base(store, state_dir, options.base_rootfs, options.disk_mb, notify_socket)
         # This thread's priority, inherited by the threads it starts (the event loop runs here).
         try:
             os.setpriority(os.PRIO_PROCESS, 0, SERVE_NICE)
@@ -139,7 +167,7 @@ def serve(options: ServeOptions) -> None:
             timeout_graceful_shutdown=5,
             server_header=False,
         )
-        uvicorn.Server(config).run()
+        _Server(config, notify_socket).run()
     except OSError as exc:
         raise SandboxError(f"cannot serve: {exc}") from exc
     finally:

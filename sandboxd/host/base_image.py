@@ -1,6 +1,7 @@
 """The `base` template's root filesystem: Debian bookworm from debootstrap (a stage cached by its
 recipe), the `user` account, the host's CA bundle, envd from packaging/install.sh, and a slimmed
-boot. Builds into `DEST.new` and renames at the end; does not boot anything."""
+boot. Builds into `DEST.new` and renames at the end; does not boot anything. packaging/ and envd
+come from this source tree, or from sandboxd/recipe/ where sandboxd was installed from a wheel."""
 
 from __future__ import annotations
 
@@ -18,6 +19,9 @@ from sandboxd.host.removal import bound_somewhere, remove_tree
 log = logging.getLogger("sandboxd.host.base_image")
 
 SOURCE_TREE = Path(__file__).resolve().parents[2]
+# What a sandboxd wheel ships instead (packaging/sandboxd/hatch_build.py): envd's wheel and
+# packaging/'s install files.
+PACKAGED_RECIPE = Path(__file__).resolve().parents[1] / "recipe"
 SUITE = "bookworm"
 PACKAGES = (
     "systemd",
@@ -134,6 +138,24 @@ def _tail(path: Path, lines: int = 20) -> str:
     return f"; the end of {path}:\n" + "\n".join(text)
 
 
+def packaging_dir() -> Path:
+    """packaging/ of the sandboxd wheel's recipe when installed from one, else of this source tree.
+
+    Raises:
+        TemplateError: neither has packaging/install.sh.
+    """
+    for tree in (PACKAGED_RECIPE, SOURCE_TREE):
+        if (tree / "packaging/install.sh").is_file():
+            return tree / "packaging"
+    raise TemplateError(f"no packaging/install.sh in {PACKAGED_RECIPE} or an envd source tree")
+
+
+def envd_wheel() -> Path | None:
+    """The envd wheel a sandboxd wheel ships; None in a source tree (install.sh builds one)."""
+    wheels = sorted(PACKAGED_RECIPE.glob("*.whl"))
+    return wheels[-1] if wheels else None
+
+
 def _recipe(suite: str, packages: tuple[str, ...]) -> str:
     if (suite, packages) == (SUITE, PACKAGES):
         return RECIPE
@@ -158,7 +180,7 @@ def _build_stage(stage: Path, log_file: Path, suite: str, packages: tuple[str, .
         log_file,
     )
     log.info("adding the user account and the host's CA bundle")
-    _run([str(SOURCE_TREE / "packaging/add-user"), "--root", str(stage), "--sudo"], "add-user")
+    _run(["sh", str(packaging_dir() / "add-user"), "--root", str(stage), "--sudo"], "add-user")
     # Trust what this host trusts, so pip inside works behind a TLS-inspecting proxy.
     shutil.copyfile(HOST_CA_BUNDLE, stage / "usr/local/share/ca-certificates/build-host.crt")
     _run(["chroot", str(stage), "update-ca-certificates"], "update-ca-certificates", log_file)
@@ -231,11 +253,16 @@ def slim_boot(root: Path) -> None:
 def install_envd(root: Path, commit: str | None = None, artifact: Path | None = None) -> None:
     """packaging/install.sh --root ROOT --enable, plus the isnotfc drop-in (not a sandbox VM).
 
-    With `artifact`, the self-contained build (install.sh --artifact; its commit is stamped).
+    With `artifact`, the self-contained build (install.sh --artifact; its commit is stamped); from
+    a sandboxd wheel, the envd wheel it ships (install.sh --wheel; stamped too).
     """
-    argv = [str(SOURCE_TREE / "packaging/install.sh"), "--root", str(root), "--enable"]
+    packaging = packaging_dir()
+    argv = ["sh", str(packaging / "install.sh"), "--root", str(root), "--enable"]
+    wheel = envd_wheel()
     if artifact is not None:
         argv += ["--artifact", str(artifact)]
+    elif wheel is not None:
+        argv += ["--wheel", str(wheel)]
     elif commit:
         argv += ["--commit", commit]
     log_file = root.parent / f"{root.name}.install.log"
@@ -249,7 +276,7 @@ def install_envd(root: Path, commit: str | None = None, artifact: Path | None = 
     log.info("%s", summary[-1] if summary else "envd installed")
     dropin = root / "etc/systemd/system/envd.service.d"
     dropin.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(SOURCE_TREE / "packaging/isnotfc.conf", dropin / "isnotfc.conf")
+    shutil.copyfile(packaging / "isnotfc.conf", dropin / "isnotfc.conf")
 
 
 def _replace(new: Path, dest: Path) -> None:
@@ -270,7 +297,8 @@ def build_base(dest: Path, stage_cache: Path, commit: str | None = None) -> Path
     Args:
         dest: where the root filesystem goes; its parent is created.
         stage_cache: where the debootstrap stage is cached (shared with scripts/test-image).
-        commit: the build commit `envd -commit` prints (default: the source tree's git HEAD).
+        commit: the build commit `envd -commit` prints (default: the source tree's git HEAD;
+            ignored for the envd wheel a sandboxd wheel ships, stamped when it was built).
 
     Returns:
         `dest`.
@@ -284,8 +312,7 @@ def build_base(dest: Path, stage_cache: Path, commit: str | None = None) -> Path
     for tool in ("debootstrap", "chroot", "unshare"):
         if shutil.which(tool) is None:
             raise HostError(f"{tool} is missing (scripts/install installs it)")
-    if not (SOURCE_TREE / "packaging/install.sh").is_file():
-        raise TemplateError(f"no envd source tree with packaging/install.sh at {SOURCE_TREE}")
+    packaging_dir()  # before the stage: a missing recipe fails at once
     stage = ensure_stage(stage_cache)
     dest.parent.mkdir(parents=True, exist_ok=True)
     new = dest.with_name(dest.name + ".new")

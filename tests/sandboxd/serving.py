@@ -59,10 +59,14 @@ def free_port() -> int:
 class Sandboxd:
     """One state directory served by (successive) `sandboxd serve` processes."""
 
-    def __init__(self, state_dir: Path, base_rootfs: Path, *flags: str) -> None:
+    def __init__(self, state_dir: Path, base_rootfs: Path | None, *flags: str) -> None:
         self.state_dir = state_dir
-        self.base_rootfs = base_rootfs
+        self.base_rootfs = base_rootfs  # None: serve builds its own
         self.flags = flags
+        # How serve is run, with what in its environment, and how long it may take to answer.
+        self.command = [sys.executable, "-m", "sandboxd"]
+        self.env: dict[str, str] = {}
+        self.ready_timeout_s = 60.0
         self.cgroup_parent = f"sandboxd-test-{os.getpid()}-{state_dir.name}"
         self.log = state_dir.parent / f"{state_dir.name}.log"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -71,14 +75,13 @@ class Sandboxd:
     def start(self) -> None:
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
-        argv = [sys.executable, "-m", "sandboxd", "serve", "--port", str(port),
-                "--state-dir", str(self.state_dir), "--base-rootfs", str(self.base_rootfs),
-                "--cgroup-parent", self.cgroup_parent, *self.flags]  # fmt: skip
+        base = [] if self.base_rootfs is None else ["--base-rootfs", str(self.base_rootfs)]
+        argv = [*self.command, "serve", "--port", str(port), "--state-dir", str(self.state_dir),
+                *base, "--cgroup-parent", self.cgroup_parent, *self.flags]  # fmt: skip
+        env = {**os.environ, "SANDBOXD_API_KEY": API_KEY, **self.env}
         with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(
-                argv, stdout=log, stderr=log, env={**os.environ, "SANDBOXD_API_KEY": API_KEY}
-            )
-        wait_until(self._ready, 60, "sandboxd to serve")
+            self.proc = subprocess.Popen(argv, stdout=log, stderr=log, env=env)
+        wait_until(self._ready, self.ready_timeout_s, "sandboxd to serve")
 
     def _ready(self) -> bool:
         assert self.proc is not None
