@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from sandboxd.errors import SandboxError
 from sandboxd.ids import now_us
-from sandboxd.lifecycle.sandbox import Sandbox
+from sandboxd.lifecycle.sandbox import Sandbox, ingress_of
 
 if TYPE_CHECKING:
     from sandboxd.host.runtime import Runtime
@@ -37,7 +37,7 @@ async def adopt(runtime: Runtime, store: Store, tokens: Tokens) -> list[Sandbox]
             )
             continue
         token = tokens.envd(row.sandbox_id) if row.secure else None
-        sandbox = Sandbox(row, box, token)
+        sandbox = Sandbox(row, box, token, ingress_of(row, tokens.traffic(row.sandbox_id)))
         if row.uid_base != box.uid_base:  # the record on the host is the truth
             row.uid_base = box.uid_base
             await store.write(functools.partial(store.put_sandbox, row))

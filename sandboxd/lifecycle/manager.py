@@ -33,8 +33,9 @@ from sandboxd.lifecycle.envd_init import init_envd
 from sandboxd.lifecycle.evictor import EXPIRE_RETRY_S, Evictor
 from sandboxd.lifecycle.pool import WarmPool
 from sandboxd.lifecycle.sampler import MetricsSampler
-from sandboxd.lifecycle.sandbox import Sandbox
+from sandboxd.lifecycle.sandbox import Sandbox, ingress_of
 from sandboxd.lifecycle.tokens import Tokens
+from sandboxd.proxy.routing import Ingress
 from sandboxd.templates import Templates
 
 if TYPE_CHECKING:
@@ -77,6 +78,10 @@ class SandboxManager:
     def running_box(self, sandbox_id: str) -> Box | None:
         sandbox = self._sandboxes.get(sandbox_id)
         return sandbox.box if sandbox is not None and sandbox.running else None
+
+    def ingress(self, sandbox_id: str) -> Ingress:
+        sandbox = self._sandboxes.get(sandbox_id)
+        return Ingress() if sandbox is None else sandbox.ingress
 
     def sandbox_for_signature(
         self, path: str, operation: str, username: str, signature: str, expiration: str | None
@@ -177,7 +182,8 @@ class SandboxManager:
         # Times are set again once envd took /init; these keep the evictor off meanwhile.
         started = now_us()
         row = request.row(box.id, template, started, box.uid_base)
-        sandbox = Sandbox(row, box, self.tokens.envd(box.id) if request.secure else None)
+        token = self.tokens.envd(box.id) if request.secure else None
+        sandbox = Sandbox(row, box, token, ingress_of(row, self.tokens.traffic(box.id)))
         self._starting[box.id] = sandbox
         try:
             await init_envd(self.envd, sandbox)

@@ -7,6 +7,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from sandboxd.proxy.routing import Ingress
 from sandboxd.store import SandboxRow
 
 if TYPE_CHECKING:
@@ -59,6 +60,7 @@ class Sandbox:
     row: SandboxRow
     box: Box
     token: str | None
+    ingress: Ingress = field(default_factory=Ingress)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     # A kill that could not remove everything: listed (its record stays) until a retry does,
     # but neither running nor reachable; the evictor retries it.
@@ -71,3 +73,13 @@ class Sandbox:
     @property
     def running(self) -> bool:
         return self.row.state == "running" and not self.dying
+
+
+def ingress_of(row: SandboxRow, traffic_token: str) -> Ingress:
+    """The proxy's rules for the sandbox's own ports, from its create's `network`: the traffic
+    token when public traffic is off, and maskRequestHost."""
+    network = row.options.get("network") or {}
+    return Ingress(
+        traffic_token if network.get("allowPublicTraffic") is False else None,
+        network.get("maskRequestHost") or None,
+    )

@@ -20,9 +20,11 @@ upstream connection, so the sandbox's server sees it leave too.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
 from typing import TYPE_CHECKING
 
+from sandboxd.envd_client import ENVD_PORT
 from sandboxd.proxy.exchange import (
     Answer,
     Client,
@@ -33,6 +35,8 @@ from sandboxd.proxy.exchange import (
     sandbox_not_found,
 )
 from sandboxd.proxy.routing import (
+    TRAFFIC_TOKEN_HEADER,
+    Ingress,
     RouteError,
     SandboxLookup,
     Target,
@@ -86,7 +90,15 @@ class SandboxProxy:
         box = self.lookup.running_box(target.sandbox_id)
         if box is None:
             return Answer(client, request, *sandbox_not_found(target))
-        return Relay(self, client, request, box, target)
+        host = None
+        if target.port != ENVD_PORT:
+            ingress = self.lookup.ingress(target.sandbox_id)
+            if refusal := _token_refusal(ingress, request):
+                return Answer(client, request, *json_answer(
+                    {"sandboxId": target.sandbox_id, "message": refusal, "code": 403},
+                    b"403 Forbidden"))  # fmt: skip
+            host = ingress.host_for(target.port)
+        return Relay(self, client, request, box, target, host)
 
     def cut(self, sandbox_id: str) -> None:
         """End every open proxied connection of the sandbox at transport level (on kill and
@@ -103,11 +115,11 @@ class Relay:
     """One request relayed to a port inside a sandbox, and its response back."""
 
     def __init__(self, proxy: SandboxProxy, client: Client, request: Request, box: Box,
-                 target: Target) -> None:  # fmt: skip
+                 target: Target, host: bytes | None = None) -> None:  # fmt: skip
         self.proxy, self.client, self.request = proxy, client, request
         self.box, self.target = box, target
         self.upstream: UpstreamConnection | None = None
-        self.head, self.chunked = _request_head(request, target)
+        self.head, self.chunked = _request_head(request, target, host)
         # Bytes not yet written: the head and body, until the connection is made or the end of
         # the read they came in (one write, one wakeup of the sandbox's server for both).
         self.pending: list[bytes] = [self.head]
@@ -270,8 +282,9 @@ class Relay:
         Answer(self.client, self.request, *answer).start()
 
 
-def _request_head(request: Request, target: Target) -> tuple[bytes, bool]:
-    """The request's head for the sandbox, and whether its body goes chunked."""
+def _request_head(request: Request, target: Target, host: bytes | None) -> tuple[bytes, bool]:
+    """The request's head for the sandbox, and whether its body goes chunked; `host`, when
+    given, replaces the request's Host (the sandbox's maskRequestHost)."""
     raw = request.raw_headers
     connection_named = _connection_tokens(raw)
     lines = [b"%s %s HTTP/%s" % (request.head.method.encode(), request.head.url,
@@ -287,15 +300,31 @@ def _request_head(request: Request, target: Target) -> tuple[bytes, bool]:
             continue
         if lower == b"content-length":
             has_length = True
-        has_host = has_host or lower == b"host"
+        if lower == b"host":
+            has_host = True
+            value = host or value
         lines.append(b"%s: %s" % (name, value))
     if chunked:
         if has_length:  # RFC 9112 §6.3: chunked wins; the length must not go on
             lines = [line for line in lines if not line.lower().startswith(b"content-length:")]
         lines.append(b"transfer-encoding: chunked")
     if not has_host:  # HTTP/1.0 clients may send none; HTTP/1.1 requires one
-        lines.append(b"host: 127.0.0.1:%d" % target.port)
+        lines.append(b"host: %s" % (host or b"127.0.0.1:%d" % target.port))
     return b"\r\n".join(lines) + b"\r\n\r\n", chunked
+
+
+def _token_refusal(ingress: Ingress, request: Request) -> str | None:
+    """Why a request to a port of a sandbox with a traffic token is refused (E2B's words), or
+    None when it carries the token."""
+    if ingress.traffic_token is None:
+        return None
+    given = [v for n, v in request.raw_headers if n.lower() == TRAFFIC_TOKEN_HEADER]
+    if not given:
+        return (f"Sandbox is secured with traffic access token. Token header "
+                f"'{TRAFFIC_TOKEN_HEADER.decode()}' is missing")  # fmt: skip
+    if not hmac.compare_digest(given[0], ingress.traffic_token.encode()):
+        return "Sandbox is secured with traffic access token. Provided token is invalid."
+    return None
 
 
 def _unrelayable(request: Request) -> str | None:

@@ -18,6 +18,7 @@ from envd.http.signing import file_signature
 from sandboxd.proxy.connection_policy import ConnectionPolicy
 from sandboxd.proxy.listener import Listener
 from sandboxd.proxy.relay import SandboxProxy
+from sandboxd.proxy.routing import Ingress
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -36,6 +37,9 @@ class MemoryLookup:
 
     def running_box(self, sandbox_id: str) -> Box | None:
         return self.running.get(sandbox_id)
+
+    def ingress(self, sandbox_id: str) -> Ingress:
+        return Ingress()  # the proxy's ingress rules are tested through sandboxd serve
 
     def sandbox_for_signature(
         self, path: str, operation: str, username: str, signature: str, expiration: str | None

@@ -5,12 +5,15 @@ sandbox's proxied streams, and the proxy then answers E2B's 502."""
 from __future__ import annotations
 
 import json
+import subprocess
 from typing import TYPE_CHECKING
 
 import httpx
 import pytest
 
+from sandboxd.host import nspawn
 from tests.sandboxd.serving import running_sandboxd
+from tests.waiting import wait_until
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -103,3 +106,63 @@ def test_control_paths_and_unknown_sandboxes(server: Sandboxd) -> None:
         # The API key goes to the control API only; without one a control call is refused.
         assert envd.get("/v2/sandboxes").status_code == 401
         assert api.delete(f"/sandboxes/{created['sandboxID']}").status_code == 204
+
+
+# Answers every GET with the Host header it was sent.
+ECHO_HOST = """
+from http.server import BaseHTTPRequestHandler, HTTPServer
+class Handler(BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = self.headers.get("Host", "").encode()
+        self.send_response(200)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+HTTPServer(("0.0.0.0", 8090), Handler).serve_forever()
+"""
+
+
+def _start_in(server: Sandboxd, sandbox_id: str, unit: str, script: str) -> None:
+    supervisor = nspawn.supervisor(server.cgroups(sandbox_id))
+    leader = nspawn.leader(supervisor) if supervisor else None
+    assert leader is not None
+    subprocess.run(
+        ["nsenter", "-t", str(leader), "-a", "systemd-run", "-q", "--unit", unit,
+         "python3", "-c", script],
+        check=True, timeout=30,
+    )  # fmt: skip
+
+
+def test_traffic_token_and_masked_host_on_the_sandbox_s_own_ports(server: Sandboxd) -> None:
+    """network.allowPublicTraffic false and maskRequestHost, as E2B's proxy applies them: the
+    sandbox's own ports need e2b-traffic-access-token (403 JSON without it or with another)
+    and get the masked Host; envd's port has its own token and keeps its Host."""
+    network = {"allowPublicTraffic": False, "maskRequestHost": "app.example.test:${PORT}"}
+    with server.client() as api, httpx.Client(base_url=server.url, timeout=30) as proxy:
+        created = api.post(
+            "/v2/sandboxes", json={"templateID": "base", "timeout": 120, "network": network}
+        ).json()
+        sandbox_id, traffic = created["sandboxID"], created["trafficAccessToken"]
+        _start_in(server, sandbox_id, "echo-host", ECHO_HOST)
+        port = {"E2b-Sandbox-Id": sandbox_id, "E2b-Sandbox-Port": "8090"}
+        with_token = {**port, "e2b-traffic-access-token": traffic}
+        wait_until(lambda: proxy.get("/", headers=with_token).status_code == 200, 30,
+                   "the server in the sandbox to answer through the proxy")  # fmt: skip
+        answer = proxy.get("/", headers=with_token)
+        assert answer.content == b"app.example.test:8090"
+        missing = proxy.get("/", headers=port)
+        assert missing.status_code == 403
+        assert missing.json() == {
+            "sandboxId": sandbox_id,
+            "message": "Sandbox is secured with traffic access token. "
+            "Token header 'e2b-traffic-access-token' is missing",
+            "code": 403,
+        }
+        wrong = proxy.get("/", headers={**port, "e2b-traffic-access-token": traffic[::-1]})
+        assert wrong.status_code == 403
+        assert wrong.json()["message"] == (
+            "Sandbox is secured with traffic access token. Provided token is invalid."
+        )
+        envd = _envd_headers(sandbox_id, created["envdAccessToken"])
+        assert proxy.get("/health", headers=envd).status_code == 204
+        assert api.delete(f"/sandboxes/{sandbox_id}").status_code == 204
