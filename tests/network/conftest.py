@@ -1,0 +1,20 @@
+"""Fixtures: the fake internet (docs/network.md §4), checked before use and removed after."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+from tests.network.fake_internet import FakeInternet, running_fake_internet
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+
+@pytest.fixture
+def fake_internet() -> Iterator[FakeInternet]:
+    """A fresh fake internet; its namespaces, processes and files are gone after the test,
+    whether it passed or not."""
+    with running_fake_internet() as net:
+        yield net
