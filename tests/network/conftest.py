@@ -1,4 +1,5 @@
-"""Fixtures: the fake internet (docs/network.md §4), checked before use and removed after."""
+"""Fixtures: the fake internet (docs/testing.md, "Network tests"), checked before use and
+removed after."""
 
 from __future__ import annotations
 

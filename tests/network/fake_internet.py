@@ -1,5 +1,6 @@
-"""The fake internet of docs/network.md §4: a namespace `uplink` whose only way out is a veth
-to a namespace `internet`, which holds HTTP, HTTPS and DNS servers on documentation addresses.
+"""The fake internet (docs/testing.md, "Network tests"): a namespace `uplink` whose only way
+out is a veth to a namespace `internet`, which holds HTTP, HTTPS and DNS servers on
+documentation addresses.
 
 Nothing is made in the host's namespace: both veth ends are created inside the harness's own
 namespaces, and every sysctl is set from a thread that has entered one (and checked it did).

@@ -1,6 +1,6 @@
-"""The refusal of docs/network.md §4: before a test may send anything from the fake internet's
-namespaces, their links and routes must be exactly the ones the harness made, so that no
-packet can leave for a network the test did not make."""
+"""The fake internet's refusal (docs/testing.md, "Network tests"): before a test may send
+anything from the harness's namespaces, their links and routes must be exactly the ones the
+harness made, so that no packet can leave for a network the test did not make."""
 
 from __future__ import annotations
 
@@ -64,5 +64,5 @@ def check_sealed(ns: NetworkNamespace, sealed: Sealed) -> None:
         raise NotIsolated(
             f"refusing to use network namespace {ns.name}: it holds what the fake internet "
             f"did not make ({', '.join(found)}); tests may only reach loopback and namespaces "
-            "they made (docs/network.md §4)"
+            "they made (docs/testing.md, Network tests)"
         )
