@@ -4,6 +4,7 @@ make, and it leaves nothing behind."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import ssl
 
@@ -89,8 +90,16 @@ def test_refuses_a_namespace_holding_what_it_did_not_make(intrusion: str) -> Non
         net.close()
 
 
-def test_teardown_leaves_no_namespace_link_process_or_file() -> None:
-    with running_fake_internet() as net:
+class EndedEarly(Exception):
+    """Stands for whatever ends a test early."""
+
+
+@pytest.mark.parametrize("outcome", ["passed", "failed"])
+def test_teardown_leaves_no_namespace_link_process_or_file(outcome: str) -> None:
+    with contextlib.ExitStack() as stack:
+        if outcome == "failed":
+            stack.enter_context(pytest.raises(EndedEarly))
+        net = stack.enter_context(running_fake_internet())
         namespaces = [net.uplink, net.internet]
         # What a test runs in `uplink` (later: sandboxd serve) is stopped by teardown too.
         net.uplink.popen(["sleep", "infinity"])
@@ -100,6 +109,8 @@ def test_teardown_leaves_no_namespace_link_process_or_file() -> None:
             assert ns.path.exists()
         assert set(pids) <= {pid for ns in namespaces for pid in ns.pids_inside()}
         assert net.uplink.call(probes.get, NAMES["other.test"], "other.test")["tls"] is False
+        if outcome == "failed":
+            raise EndedEarly
 
     for ns in namespaces:
         assert not ns.path.exists(), ns.name
