@@ -23,6 +23,7 @@ import trustme
 
 from tests.network.isolation import Sealed, check_sealed
 from tests.network.namespaces import NetworkNamespace
+from tests.network.package_index import make_index
 from tests.waiting import wait_until
 
 if TYPE_CHECKING:
@@ -39,6 +40,9 @@ NAMES = {
     "a.example.test": "198.51.100.11",
     "other.test": "198.51.100.12",
 }
+# The package index (package_index.py) has a name and an address of its own.
+INDEX_NAME = "pypi.test"
+INDEX_ADDRESS = "198.51.100.20"
 # The links live only inside the harness's namespaces, so their names need not be unique.
 UPLINK_LINK = "uplink0"
 INTERNET_LINK = "internet0"
@@ -57,7 +61,7 @@ class FakeInternet:
 
     `uplink` is where the code under test runs (later `sandboxd serve`): `uplink.call(fn)` runs
     a callable there, `uplink.popen(argv)` a process. `names` maps each test name to the
-    address its servers answer on; DNS at `DNS_ADDRESS` resolves them.
+    address its servers answer on; DNS at `DNS_ADDRESS` resolves them, and `INDEX_NAME`.
     """
 
     def __init__(self, names: dict[str, str] | None = None) -> None:
@@ -108,7 +112,7 @@ class FakeInternet:
             lo = ipr.link_lookup(ifname="lo")[0]
             # The servers' addresses are local to `internet`: reached through its veth end
             # from `uplink`, with no further link that could carry a packet anywhere.
-            for address in {*self.names.values(), DNS_ADDRESS}:
+            for address in {*self.names.values(), DNS_ADDRESS, INDEX_ADDRESS}:
                 ipr.addr("add", index=lo, address=address, prefixlen=32)
             ipr.link("set", index=lo, state="up")
         with uplink.ipr() as ipr:
@@ -125,19 +129,24 @@ class FakeInternet:
         check_sealed(self.internet, INTERNET_SEALED)
 
     def start_servers(self) -> None:
-        """Make the CA and the servers' certificate, start the servers inside `internet` and
+        """Make the CA, the servers' certificate and the package index, start the servers
+        inside `internet` and
         wait until every socket of theirs is bound."""
         ca = trustme.CA(organization_name="fake internet")
         ca.cert_pem.write_to_path(str(self.ca_pem))
-        leaf = ca.issue_cert(*self.names)
+        leaf = ca.issue_cert(*self.names, INDEX_NAME)
         cert, key = self.workdir / "server.pem", self.workdir / "server.key"
         leaf.private_key_pem.write_to_path(str(key))
         for i, blob in enumerate(leaf.cert_chain_pems):
             blob.write_to_path(str(cert), append=i > 0)
         config = self.workdir / "servers.json"
         ready = self.workdir / "servers.ready"
-        config.write_text(json.dumps({"names": self.names, "dns": DNS_ADDRESS, "cert": str(cert),
-                                      "key": str(key), "ready": str(ready)}))  # fmt: skip
+        make_index(self.workdir / "index")
+        config.write_text(json.dumps({
+            "names": {**self.names, INDEX_NAME: INDEX_ADDRESS}, "dns": DNS_ADDRESS,
+            "cert": str(cert), "key": str(key), "ready": str(ready),
+            "index_address": INDEX_ADDRESS, "index_root": str(self.workdir / "index"),
+        }))  # fmt: skip
         with open(self.server_log, "ab") as log:
             self.servers = self.internet.popen(
                 [sys.executable, "-m", "tests.network.servers", str(config)],

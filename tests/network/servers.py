@@ -1,7 +1,8 @@
 """The fake internet's servers, one process run inside the `internet` namespace: HTTP on :80
 and HTTPS on :443 on every address there, each answering with what identifies the request
-(the Host asked for, the address that took the connection, the client's address), and DNS on
-one address answering A records for the test names.
+(the Host asked for, the address that took the connection, the client's address), except on
+the package index's address, which serves the index's files; and DNS on one address answering
+A records for the test names.
 
 Run as `python -m tests.network.servers CONFIG.json` (fake_internet.py writes the config); it
 creates the config's `ready` file once every socket is bound, and runs until killed.
@@ -9,15 +10,16 @@ creates the config's `ready` file once every socket is bound, and runs until kil
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import signal
 import ssl
 import sys
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 # dnslib rather than a hand-written responder: its zone resolver answers from zone-file
 # text, so the whole DNS server is the records plus two constructor calls.
@@ -27,13 +29,18 @@ from dnslib.zoneresolver import ZoneResolver
 log = logging.getLogger("fake-internet")
 
 
-class Echo(BaseHTTPRequestHandler):
-    """Answers any GET with JSON naming the request, so a test sees where it really landed."""
+class Echo(SimpleHTTPRequestHandler):
+    """Answers any GET with JSON naming the request, so a test sees where it really landed;
+    on `index_address`, serves the package index's files instead."""
 
     protocol_version = "HTTP/1.1"
+    index_address: ClassVar[str] = ""
 
     def do_GET(self) -> None:
         server_ip, server_port = self.connection.getsockname()[:2]
+        if server_ip == self.index_address:
+            super().do_GET()
+            return
         body = json.dumps({
             "host": self.headers.get("Host"),
             "server": server_ip,
@@ -62,8 +69,8 @@ class EchoServer(ThreadingHTTPServer):
 
 
 class TLSEchoServer(EchoServer):
-    def __init__(self, address: tuple[str, int], context: ssl.SSLContext) -> None:
-        super().__init__(address, Echo)
+    def __init__(self, address: tuple[str, int], handler: Any, context: ssl.SSLContext) -> None:
+        super().__init__(address, handler)
         self.context = context
 
     def get_request(self) -> tuple[Any, Any]:
@@ -85,7 +92,12 @@ def serve(config: dict[str, Any]) -> None:
         port=53,
         logger=DNSLogger("-request,-reply", prefix=False, logf=log.info),
     )
-    servers = [EchoServer(("0.0.0.0", 80), Echo), TLSEchoServer(("0.0.0.0", 443), context)]
+    Echo.index_address = config["index_address"]
+    handler = functools.partial(Echo, directory=config["index_root"])
+    servers = [
+        EchoServer(("0.0.0.0", 80), handler),
+        TLSEchoServer(("0.0.0.0", 443), handler, context),
+    ]
     for server in [*servers, dns.server]:
         threading.Thread(target=server.serve_forever, daemon=True).start()
     Path(config["ready"]).touch()

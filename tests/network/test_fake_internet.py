@@ -7,13 +7,18 @@ from __future__ import annotations
 import contextlib
 import errno
 import ssl
+import sys
+import zipfile
+from typing import TYPE_CHECKING
 
 import pytest
 from pyroute2 import IPRoute
 
-from tests.network import probes
+from tests.network import package_index, probes
 from tests.network.fake_internet import (
     DNS_ADDRESS,
+    INDEX_ADDRESS,
+    INDEX_NAME,
     INTERNET_ADDRESS,
     INTERNET_LINK,
     NAMES,
@@ -23,6 +28,9 @@ from tests.network.fake_internet import (
     running_fake_internet,
 )
 from tests.network.isolation import NotIsolated
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 pytestmark = pytest.mark.root
 
@@ -54,6 +62,20 @@ def test_tls_verifies_against_the_harness_ca_only(fake_internet: FakeInternet) -
         uplink.call(probes.get, address, "a.example.test", 443, ssl.create_default_context())
     with pytest.raises(ssl.SSLCertVerificationError, match="mismatch"):
         uplink.call(probes.get, address, "not-in-the-cert.test", 443, trusting)
+
+
+def test_pip_downloads_from_the_package_index(fake_internet: FakeInternet, tmp_path: Path) -> None:
+    assert fake_internet.uplink.call(probes.resolve, INDEX_NAME, DNS_ADDRESS) == [INDEX_ADDRESS]
+    # --isolated: neither this machine's pip configuration nor PIP_* variables take part.
+    fake_internet.uplink.run(
+        [sys.executable, "-m", "pip", "--isolated", "--disable-pip-version-check", "download",
+         "--no-cache-dir", "--no-deps", "--dest", str(tmp_path), package_index.PROJECT,
+         "--index-url", f"http://{INDEX_ADDRESS}/simple/", "--trusted-host", INDEX_ADDRESS],
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+    )  # fmt: skip
+    with zipfile.ZipFile(tmp_path / package_index.WHEEL) as wheel:
+        module = wheel.read(f"{package_index.MODULE}.py").decode()
+    assert repr(package_index.GREETING) in module
 
 
 def test_addresses_it_did_not_make_are_unreachable(fake_internet: FakeInternet) -> None:
