@@ -94,9 +94,11 @@ class FakeInternet:
         of `uplink`."""
         self._uplink = uplink = NetworkNamespace(f"{self.prefix}-uplink")
         self._internet = internet = NetworkNamespace(f"{self.prefix}-internet")
-        # Forwarding inside `internet` makes it answer an address it does not hold with ICMP
-        # "unreachable" (without it the packet is dropped silently and a connection to it
-        # hangs); no rate limit, so each test's connection gets its answer.
+        # Forwarding inside `internet` makes it answer a packet for an address it does not hold
+        # with ICMP "unreachable" (without forwarding the kernel drops it silently and a
+        # connection hangs). It can only forward back to `uplink`: it has no other link.
+        # icmp_ratelimit 0 lifts one limit on those answers; the kernel's route-error limiter
+        # still allows a burst of 5 and then one a second, which only delays a SYN's retry.
         internet.call(set_sysctls, {"net/ipv4/ip_forward": "1", "net/ipv4/icmp_ratelimit": "0"})
         with uplink.ipr() as ipr:
             ipr.link("add", ifname=UPLINK_LINK, kind="veth",
