@@ -28,6 +28,7 @@ from tests.network.fake_internet import (
     running_fake_internet,
 )
 from tests.network.isolation import NotIsolated
+from tests.waiting import wait_until
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -129,7 +130,9 @@ def test_teardown_leaves_no_namespace_link_process_or_file(outcome: str) -> None
         assert len(pids) == 2  # the servers and the sleep
         for ns in namespaces:
             assert ns.path.exists()
-        assert set(pids) <= {pid for ns in namespaces for pid in ns.pids_inside()}
+        # nsenter enters the namespace after the fork: wait for it to have.
+        wait_until(lambda: set(pids) <= {pid for ns in namespaces for pid in ns.pids_inside()},
+                   10, "the started processes to be inside the namespaces")  # fmt: skip
         assert net.uplink.call(probes.get, NAMES["other.test"], "other.test")["tls"] is False
         if outcome == "failed":
             raise EndedEarly
