@@ -10,6 +10,7 @@ hierarchies; freezing `payload` stops the container while nspawn stays responsiv
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import time
 from dataclasses import dataclass
@@ -183,12 +184,7 @@ class SandboxCgroups:
         A restart of the unit inside the sandbox runs it at the default priority again."""
         found = False
         for d, _, _ in os.walk(self.payload / "system.slice" / unit):
-            try:
-                with open(os.path.join(d, "cgroup.procs")) as f:
-                    pids = [int(line) for line in f]
-            except FileNotFoundError:
-                continue
-            for pid in pids:
+            for pid in _procs(d):
                 try:
                     for task in os.listdir(f"/proc/{pid}/task"):
                         os.setpriority(os.PRIO_PROCESS, int(task), -20)
@@ -205,11 +201,7 @@ class SandboxCgroups:
         """Every process in the sandbox (the whole cgroup2 subtree)."""
         found: set[int] = set()
         for d, _, _ in os.walk(self.unified):
-            try:
-                with open(os.path.join(d, "cgroup.procs")) as f:
-                    found.update(int(line) for line in f)
-            except FileNotFoundError:
-                continue  # removed while walking
+            found.update(_procs(d))
         return found
 
     def populated(self) -> bool:
@@ -272,6 +264,19 @@ class SandboxCgroups:
             memory = (self._v1["memory"] / "memory.usage_in_bytes").read_text()
             pids = (self._v1["pids"] / "pids.current").read_text()
         return Usage(cpu, int(memory), int(pids))
+
+
+def _procs(cgroup_dir: str) -> list[int]:
+    """The pids in one cgroup; none if it was removed while we walked the tree. A cgroup
+    removed between listing and opening answers ENODEV rather than ENOENT (its kernfs node is
+    gone while the path still resolved)."""
+    try:
+        with open(os.path.join(cgroup_dir, "cgroup.procs")) as f:
+            return [int(line) for line in f]
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENODEV):
+            return []
+        raise
 
 
 def existing_sandboxes(host: CgroupHost, parent: str) -> list[str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -74,3 +75,32 @@ def test_nspawns_child_seen_without_nspawn_is_not_taken_for_it(cgroups: SandboxC
         parent.wait()
         if parent.stdout is not None:
             parent.stdout.close()
+
+
+def test_pids_reads_through_cgroups_removed_while_walking(cgroups: SandboxCgroups) -> None:
+    """A container's systemd makes and removes cgroups under payload all the time; a cgroup
+    removed between the walk listing it and the read of its cgroup.procs answers ENODEV or
+    ENOENT, and pids() must take it for empty (a leak test once failed on ENODEV)."""
+    member = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    stop = threading.Event()
+
+    def churn() -> None:
+        while not stop.is_set():
+            children = [cgroups.unified / f"churn{i}" for i in range(20)]
+            for d in children:
+                d.mkdir(exist_ok=True)
+            for d in children:
+                d.rmdir()
+
+    churner = threading.Thread(target=churn)
+    try:
+        (cgroups.unified / "cgroup.procs").write_text(str(member.pid))
+        churner.start()
+        for _ in range(3000):  # the race hits within a few hundred walks on these machines
+            assert member.pid in cgroups.pids()
+    finally:
+        stop.set()
+        if churner.ident is not None:
+            churner.join()
+        member.kill()
+        member.wait()
