@@ -33,7 +33,7 @@ from sandboxd.lifecycle.envd_init import init_envd
 from sandboxd.lifecycle.evictor import EXPIRE_RETRY_S, Evictor
 from sandboxd.lifecycle.pool import WarmPool
 from sandboxd.lifecycle.sampler import MetricsSampler
-from sandboxd.lifecycle.sandbox import Sandbox, ingress_of
+from sandboxd.lifecycle.sandbox import Sandbox, egress_of, ingress_of
 from sandboxd.lifecycle.tokens import Tokens
 from sandboxd.proxy.routing import Ingress
 from sandboxd.templates import Templates
@@ -186,6 +186,8 @@ class SandboxManager:
         sandbox = Sandbox(row, box, token, ingress_of(row, self.tokens.traffic(box.id)))
         self._starting[box.id] = sandbox
         try:
+            if (egress := egress_of(row.options)) is not None:  # before envd serves the user
+                await asyncio.to_thread(self.runtime.set_egress, box, egress)
             await init_envd(self.envd, sandbox)
         except BaseException:
             await self._kill_quietly(box)

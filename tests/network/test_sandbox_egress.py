@@ -1,7 +1,7 @@
 """Sandboxes' way out, as a user sees it: `sandboxd serve --network-pool` inside the fake
 internet's `uplink`, sandboxes created over the API, and commands run in them by envd through
-sandboxd's proxy. Default access is masqueraded out of `uplink`; what is always denied stays
-so; a kill leaves nothing in `uplink`."""
+sandboxd's proxy. Default access is masqueraded out of `uplink`; allow_internet_access false,
+denyOut and allowOut apply; what is always denied stays so; a kill leaves nothing in `uplink`."""
 
 from __future__ import annotations
 
@@ -100,6 +100,25 @@ def test_always_denied_whatever_the_rules(server: UplinkSandboxd) -> None:
         server.kill(second)
 
 
+def test_no_internet_access(server: UplinkSandboxd) -> None:
+    sandbox_id = server.create(allow_internet_access=False)
+    try:
+        assert connect(server, sandbox_id, EXAMPLE, 80) == REFUSED
+        assert connect(server, sandbox_id, DNS_ADDRESS, 53) == REFUSED
+    finally:
+        server.kill(sandbox_id)
+
+
+def test_allow_beats_deny(server: UplinkSandboxd) -> None:
+    network = {"allowOut": [EXAMPLE], "denyOut": ["198.51.100.0/24"]}
+    sandbox_id = server.create(network=network)
+    try:
+        assert connect(server, sandbox_id, EXAMPLE, 80) == "connected"
+        assert connect(server, sandbox_id, OTHER, 80) == REFUSED
+    finally:
+        server.kill(sandbox_id)
+
+
 def leftovers(server: UplinkSandboxd, net: FakeInternet) -> list[object]:
     """What of the sandboxes' networks in `uplink` no live sandbox's record accounts for (the
     warm pool's refill may be booting, and may take a killed sandbox's slot again)."""
@@ -125,3 +144,20 @@ def test_kills_leave_nothing_in_uplink(server: UplinkSandboxd, net: FakeInternet
         server.kill(sandbox_id)
         assert server.traces(sandbox_id) == []
         assert leftovers(server, net) == []
+
+
+def test_a_restarted_serve_adopts_sandboxes_with_their_rules(
+    server: UplinkSandboxd, net: FakeInternet
+) -> None:
+    """serve restarted (sandboxes keep running): the table is updated, not replaced, so each
+    adopted sandbox keeps its way out and its rules; killing it afterwards leaves nothing."""
+    open_id, closed_id = server.create(), server.create(allow_internet_access=False)
+    try:
+        server.stop()
+        server.start()
+        assert connect(server, open_id, EXAMPLE, 80) == "connected"
+        assert connect(server, closed_id, EXAMPLE, 80) == REFUSED
+    finally:
+        server.kill(open_id)
+        server.kill(closed_id)
+    assert leftovers(server, net) == []

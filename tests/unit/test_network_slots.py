@@ -1,4 +1,5 @@
-"""Pure parts of sandbox networking: a slot from a uid range, the pool's form and a record with a slot read back. The network itself is tested in
+"""Pure parts of sandbox networking: a slot from a uid range, the pool's form, the egress rules a
+create's options give, and a record with a slot read back. The network itself is tested in
 tests/network/test_sandbox_egress.py."""
 
 from __future__ import annotations
@@ -11,9 +12,11 @@ import pytest
 
 from sandboxd.errors import HostError
 from sandboxd.host.cgroups import Limits
+from sandboxd.host.firewall import Egress
 from sandboxd.host.network import NetworkPool, parse_pool
 from sandboxd.host.spec import SandboxSpec
 from sandboxd.host.uid_ranges import FIRST_BASE, RANGE_SIZE
+from sandboxd.lifecycle.sandbox import egress_of
 
 POOL = NetworkPool(ipaddress.IPv4Network("10.11.0.0/16"), "198.51.100.53")
 
@@ -35,6 +38,23 @@ def test_a_slot_is_the_uid_range_s_index() -> None:
 def test_pools_that_are_not_one(text: str) -> None:
     with pytest.raises(ValueError):  # noqa: PT011  # each its own message
         parse_pool(text)
+
+
+@pytest.mark.parametrize(
+    ("options", "egress"),
+    [
+        ({}, None),
+        ({"allow_internet_access": True}, None),
+        ({"allow_internet_access": False}, Egress((), ("0.0.0.0/0",))),
+        ({"network": {"allowOut": ["1.2.3.4", "example.com", "fd00::1"],
+                      "denyOut": ["0.0.0.0/0", "::/0"]}},
+         Egress(("1.2.3.4/32",), ("0.0.0.0/0",))),
+        ({"network": {"allowOut": ["8.8.8.8/32"]}, "allow_internet_access": False},
+         Egress(("8.8.8.8/32",), ("0.0.0.0/0",))),
+    ],
+)  # fmt: skip
+def test_egress_from_a_create(options: dict[str, object], egress: Egress | None) -> None:
+    assert egress_of(options) == egress
 
 
 def test_a_record_keeps_its_slot_and_old_records_have_none() -> None:
