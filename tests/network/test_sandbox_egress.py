@@ -5,7 +5,9 @@ denyOut and allowOut apply; what is always denied stays so; a kill leaves nothin
 
 from __future__ import annotations
 
+import asyncio
 import errno
+import ipaddress
 import json
 import os
 import re
@@ -13,12 +15,17 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from sandboxd.errors import BootError
+from sandboxd.host.network import NetworkPool
+from sandboxd.host.runtime import Runtime
 from tests.network.fake_internet import DNS_ADDRESS, NAMES, UPLINK_ADDRESS, running_fake_internet
 from tests.network.served import POOL, UplinkSandboxd, nft_table, uplink_network
+from tests.sandboxd.serving import kill_sandboxes
 from tests.sandboxd.template_cache import ensure_base_template
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
 
     from tests.network.fake_internet import FakeInternet
 
@@ -161,3 +168,24 @@ def test_a_restarted_serve_adopts_sandboxes_with_their_rules(
         server.kill(open_id)
         server.kill(closed_id)
     assert leftovers(server, net) == []
+
+
+def test_a_failed_boot_leaves_nothing(
+    server: UplinkSandboxd, net: FakeInternet, tmp_path: Path
+) -> None:
+    """A boot that fails after its network was made (no time at all to answer /health) undoes
+    it: a Runtime of its own beside serve's, in `uplink` (where serve installed the table)."""
+    state, parent = tmp_path / "state", f"{server.cgroup_parent}-failing"
+    pool = NetworkPool(ipaddress.IPv4Network(POOL), DNS_ADDRESS)
+    runtime = Runtime(state / "sandboxes", parent, boot_timeout_s=0, network=pool)
+
+    async def boot() -> None:
+        with pytest.raises(BootError, match="no answer from"):
+            await runtime.boot("failing", ensure_base_template())
+
+    try:
+        net.uplink.call(asyncio.run, boot())
+        assert list(runtime.sandboxes_dir.iterdir()) == []
+        assert leftovers(server, net) == []
+    finally:
+        net.uplink.call(kill_sandboxes, state, parent)
