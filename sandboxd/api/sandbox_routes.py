@@ -34,9 +34,10 @@ UNIX_S_MAX = 253_402_300_799  # 9999-12-31T23:59:59Z: the last second RFC 3339 c
 
 
 def _request(body: NewSandbox) -> CreateRequest:
-    unenforced = {"network", "allow_internet_access", "mcp", "volumeMounts", "autoResume",
-                  "autoPauseMemory"}  # fmt: skip
-    options: dict[str, Any] = body.model_dump(include=unenforced, exclude_none=True)
+    # Kept under their wire names (shown by GET; CreateRequest says which are enforced).
+    kept = {"network", "allow_internet_access", "mcp", "volumeMounts", "autoResume",
+            "autoPauseMemory"}  # fmt: skip
+    options: dict[str, Any] = body.model_dump(include=kept, exclude_none=True)
     return CreateRequest(body.templateID, body.timeout, body.secure, body.autoPause,
                          body.metadata or {}, body.envVars or {}, options)  # fmt: skip
 

@@ -18,15 +18,14 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from pyroute2 import IPRoute
-from pyroute2.netlink.exceptions import NetlinkError
-
-from sandboxd.errors import HostError
+from sandboxd.errors import HostError, TeardownError
 from sandboxd.host import libc
 from sandboxd.host.uid_ranges import FIRST_BASE, RANGE_SIZE
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+    from pyroute2 import IPRoute
 
 log = logging.getLogger("sandboxd.host.network")
 
@@ -121,28 +120,42 @@ def in_netns(fd: int, fn: Callable[[], T]) -> T:
     return result
 
 
+def _netlink() -> IPRoute:
+    """rtnetlink in the calling thread's namespace. pyroute2 is imported here, not with the
+    module: it adds a tenth of a second to every start of sandboxd, most of which serve no
+    network."""
+    from pyroute2 import IPRoute
+
+    return IPRoute()
+
+
 def make_link(slot: NetSlot, leader_pid: int) -> None:
     """The veth pair: its host end addressed and up here, `eth0` in the network namespace of
     process `leader_pid` (the container's PID 1), addressed, up, and the default route; `lo` up.
 
     Raises:
-        OSError: the container is gone, or netlink refused (NetlinkError is an OSError).
+        OSError: the container is gone.
+        HostError: netlink refused.
     """
+    from pyroute2.netlink.exceptions import NetlinkError
+
     container = os.open(f"/proc/{leader_pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
     try:
-        with IPRoute() as ipr:
+        with _netlink() as ipr:
             ipr.link("add", ifname=slot.ifname, kind="veth",
                      peer={"ifname": SANDBOX_IFNAME, "net_ns_fd": container})  # fmt: skip
             (index,) = ipr.link_lookup(ifname=slot.ifname)
             ipr.addr("add", index=index, address=slot.host_ip, prefixlen=SLOT_PREFIX)
             ipr.link("set", index=index, state="up")
         in_netns(container, lambda: _configure_inside(slot))
+    except NetlinkError as e:  # not an OSError
+        raise HostError(f"sandbox network {slot.ifname}: {e}") from e
     finally:
         os.close(container)
 
 
 def _configure_inside(slot: NetSlot) -> None:
-    with IPRoute() as ipr:
+    with _netlink() as ipr:
         (lo,) = ipr.link_lookup(ifname="lo")
         ipr.link("set", index=lo, state="up")
         (index,) = ipr.link_lookup(ifname=SANDBOX_IFNAME)
@@ -152,15 +165,21 @@ def _configure_inside(slot: NetSlot) -> None:
 
 
 def remove_link(slot: NetSlot) -> None:
-    """Delete the host end (its peer, address and routes go with it); nothing if it is gone."""
-    with IPRoute() as ipr:
+    """Delete the host end (its peer, address and routes go with it); nothing if it is gone.
+
+    Raises:
+        TeardownError: netlink refused.
+    """
+    from pyroute2.netlink.exceptions import NetlinkError
+
+    with _netlink() as ipr:
         try:
             ipr.link("del", ifname=slot.ifname)
         except NetlinkError as e:
             if e.code != errno.ENODEV:
-                raise
+                raise TeardownError(f"cannot delete {slot.ifname}: {e}") from e
 
 
 def link_exists(ifname: str) -> bool:
-    with IPRoute() as ipr:
+    with _netlink() as ipr:
         return bool(ipr.link_lookup(ifname=ifname))

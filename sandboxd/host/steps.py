@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path  # used at run time by dataclasses
 from typing import TYPE_CHECKING, Protocol
 
-from sandboxd.errors import BootError
+from sandboxd.errors import BootError, HostError, TeardownError
 from sandboxd.host import disk, firewall, libc, network, nspawn, overlay
 from sandboxd.host.cgroups import CgroupHost, SandboxCgroups
 from sandboxd.host.removal import detach_mounts, unmount
@@ -247,7 +247,10 @@ class Veth:
             log.warning("sandbox %s: its network is in another namespace; left alone", spec.id)
             return
         network.remove_link(slot)
-        firewall.remove_sandbox(slot.ifname)
+        try:
+            firewall.remove_sandbox(slot.ifname)
+        except HostError as e:
+            raise TeardownError(f"sandbox {spec.id}: {e}") from e
 
 
 def boot_steps(host: CgroupHost, cgroup_parent: str, disk_images: Path) -> list[Step]:

@@ -157,11 +157,17 @@ def test_a_restarted_serve_adopts_sandboxes_with_their_rules(
     server: UplinkSandboxd, net: FakeInternet
 ) -> None:
     """serve restarted (sandboxes keep running): the table is updated, not replaced, so each
-    adopted sandbox keeps its way out and its rules; killing it afterwards leaves nothing."""
+    adopted sandbox keeps its way out and its rules, across a pause too; killing it afterwards
+    leaves nothing."""
     open_id, closed_id = server.create(), server.create(allow_internet_access=False)
     try:
         server.stop()
         server.start()
+        assert connect(server, open_id, EXAMPLE, 80) == "connected"
+        # A pause freezes the processes, not the network: resumed, it goes out as before.
+        assert server.api("POST", f"/sandboxes/{open_id}/pause").status_code == 204
+        resumed = server.api("POST", f"/sandboxes/{open_id}/connect", json={"timeout": 60})
+        assert resumed.status_code == 201
         assert connect(server, open_id, EXAMPLE, 80) == "connected"
         assert connect(server, closed_id, EXAMPLE, 80) == REFUSED
     finally:
