@@ -29,11 +29,12 @@ from sandboxd.errors import (
 )
 from sandboxd.ids import new_sandbox_id, now_us
 from sandboxd.lifecycle.adoption import adopt
+from sandboxd.lifecycle.egress import egress_of
 from sandboxd.lifecycle.envd_init import init_envd
 from sandboxd.lifecycle.evictor import EXPIRE_RETRY_S, Evictor
 from sandboxd.lifecycle.pool import WarmPool
 from sandboxd.lifecycle.sampler import MetricsSampler
-from sandboxd.lifecycle.sandbox import Sandbox, egress_of, ingress_of
+from sandboxd.lifecycle.sandbox import Sandbox, ingress_of
 from sandboxd.lifecycle.tokens import Tokens
 from sandboxd.proxy.routing import Ingress
 from sandboxd.templates import Templates

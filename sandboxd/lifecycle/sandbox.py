@@ -4,12 +4,9 @@ its lock), and the create request that makes one."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import ipaddress
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sandboxd.host.firewall import Egress
 from sandboxd.proxy.routing import Ingress
 from sandboxd.store import SandboxRow
 
@@ -22,7 +19,7 @@ if TYPE_CHECKING:
 class CreateRequest:
     """A validated create: what the API hands the lifecycle. `options` are the create's
     settings sandboxd stores and shows, under their wire names; of them it enforces
-    `allow_internet_access`, `network`'s allowOut and denyOut addresses (`egress_of`) and its
+    `allow_internet_access`, `network`'s allowOut and denyOut addresses (sandboxd.lifecycle.egress) and its
     allowPublicTraffic and maskRequestHost (`ingress_of`), not yet mcp, volumeMounts,
     autoResume or autoPauseMemory."""
 
@@ -88,26 +85,3 @@ def ingress_of(row: SandboxRow, traffic_token: str) -> Ingress:
         traffic_token if network.get("allowPublicTraffic") is False else None,
         network.get("maskRequestHost") or None,
     )
-
-
-def _ipv4(entries: list[str]) -> tuple[str, ...]:
-    """The IPv4 addresses and CIDRs among `entries` (domains and IPv6 left out)."""
-    found = []
-    for entry in entries:
-        with contextlib.suppress(ValueError):
-            found.append(str(ipaddress.IPv4Network(entry, strict=False)))
-    return tuple(found)
-
-
-def egress_of(options: dict[str, Any]) -> Egress | None:
-    """The sandbox's egress rules from its create's options, as E2B has them: allow_internet_access false
-    is denyOut 0.0.0.0/0, and allowOut beats denyOut. None: the default (all allowed but what
-    is always denied). Domains in allowOut are not enforced yet: they allow nothing (the API
-    accepts them only beside denyOut 0.0.0.0/0, so what they name stays denied). A sandbox has
-    no IPv6, so IPv6 entries change nothing."""
-    network = options.get("network") or {}
-    allow = _ipv4(network.get("allowOut") or [])
-    deny = _ipv4(network.get("denyOut") or [])
-    if options.get("allow_internet_access") is False:
-        deny = (*deny, "0.0.0.0/0")
-    return Egress(allow, deny) if allow or deny else None

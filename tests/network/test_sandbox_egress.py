@@ -126,6 +126,30 @@ def test_allow_beats_deny(server: UplinkSandboxd) -> None:
         server.kill(sandbox_id)
 
 
+def test_an_update_replaces_the_rules_for_new_connections(server: UplinkSandboxd) -> None:
+    """PUT /sandboxes/{id}/network, as E2B: the egress rules replaced at once, a field left
+    out cleared, the create's other network settings kept; GET shows what applies."""
+    sandbox_id = server.create(network={"maskRequestHost": "app.test", "denyOut": [OTHER]})
+    path = f"/sandboxes/{sandbox_id}/network"
+    try:
+        assert connect(server, sandbox_id, OTHER, 80) == REFUSED
+        assert server.api("PUT", path, json={"allow_internet_access": False}).status_code == 204
+        assert connect(server, sandbox_id, EXAMPLE, 80) == REFUSED
+        info = server.api("GET", f"/sandboxes/{sandbox_id}").json()
+        assert (info["allowInternetAccess"], info["network"]) == (False, {"maskRequestHost":
+                                                                          "app.test"})  # fmt: skip
+        update = {"allowOut": [EXAMPLE], "denyOut": ["0.0.0.0/0"]}
+        assert server.api("PUT", path, json=update).status_code == 204
+        assert connect(server, sandbox_id, EXAMPLE, 80) == "connected"
+        assert connect(server, sandbox_id, OTHER, 80) == REFUSED
+        assert server.api("PUT", path, json={}).status_code == 204
+        assert connect(server, sandbox_id, OTHER, 80) == "connected"
+        assert server.api("PUT", path, json={"denyOut": ["nowhere"]}).status_code == 400
+        assert server.api("PUT", "/sandboxes/nosuch/network", json={}).status_code == 404
+    finally:
+        server.kill(sandbox_id)
+
+
 def leftovers(server: UplinkSandboxd, net: FakeInternet) -> list[object]:
     """What of the sandboxes' networks in `uplink` no live sandbox's record accounts for (the
     warm pool's refill may be booting, and may take a killed sandbox's slot again)."""

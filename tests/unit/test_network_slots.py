@@ -1,5 +1,5 @@
 """Pure parts of sandbox networking: a slot from a uid range, the pool's form, the egress rules a
-create's options give, and a record with a slot read back. The network itself is tested in
+create's options give and what an update makes of them, and a record with a slot read back. The network itself is tested in
 tests/network/test_sandbox_egress.py."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from sandboxd.host.firewall import Egress
 from sandboxd.host.network import NetworkPool, parse_pool
 from sandboxd.host.spec import SandboxSpec
 from sandboxd.host.uid_ranges import FIRST_BASE, RANGE_SIZE
-from sandboxd.lifecycle.sandbox import egress_of
+from sandboxd.lifecycle.egress import egress_of, with_update
 
 POOL = NetworkPool(ipaddress.IPv4Network("10.11.0.0/16"), "198.51.100.53")
 
@@ -63,3 +63,15 @@ def test_a_record_keeps_its_slot_and_old_records_have_none() -> None:
     record = json.loads(spec.to_json())
     del record["net"]  # a record from before networking
     assert SandboxSpec.from_json(json.dumps(record)).net is None
+
+
+def test_an_update_replaces_the_egress_fields_and_keeps_the_create_only_ones() -> None:
+    created = {"allow_internet_access": False, "mcp": {"x": 1},
+               "network": {"allowPublicTraffic": False, "maskRequestHost": "h",
+                           "allowOut": ["1.2.3.4"], "denyOut": ["0.0.0.0/0"]}}  # fmt: skip
+    assert with_update(created, {"denyOut": ["8.8.8.8"]}) == {
+        "mcp": {"x": 1},
+        "network": {"allowPublicTraffic": False, "maskRequestHost": "h", "denyOut": ["8.8.8.8"]},
+    }
+    assert with_update({"network": {"allowOut": ["1.2.3.4"]}}, {}) == {}
+    assert with_update({}, {"allow_internet_access": True}) == {"allow_internet_access": True}
