@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import sqlite3
 import sys
 import time
@@ -13,6 +14,7 @@ from envd.logs import setup_logging
 from sandboxd.errors import SandboxError
 from sandboxd.host.base_image import build_base
 from sandboxd.host.disk import MIN_DISK_MB
+from sandboxd.host.network import NetworkPool, parse_pool
 from sandboxd.serve import ServeOptions, base_rootfs, new_api_key, serve
 from sandboxd.service import install_service
 from sandboxd.store import Store
@@ -46,6 +48,20 @@ def _disk_size(text: str) -> int:
     if value < 0 or (0 < value < MIN_DISK_MB):
         raise argparse.ArgumentTypeError(f"0 (no limit) or at least {MIN_DISK_MB}, not {text!r}")
     return value
+
+
+def _pool(text: str) -> ipaddress.IPv4Network:
+    try:
+        return parse_pool(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _address(text: str) -> str:
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _serve_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -95,6 +111,20 @@ def _serve_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser])
         "--cgroup-parent",
         default="sandboxd",
         help="the cgroup the sandboxes' cgroups go under (default sandboxd)",
+    )
+    p.add_argument(
+        "--network-pool",
+        type=_pool,
+        metavar="CIDR",
+        help="give each sandbox a /30 of this IPv4 pool and a way out, masqueraded (e.g. "
+        "10.11.0.0/16); without it a sandbox has only its loopback",
+    )
+    p.add_argument(
+        "--dns",
+        type=_address,
+        metavar="ADDRESS",
+        help="with --network-pool: the resolver sandboxes' /etc/resolv.conf names (default: "
+        "the template's file, unchanged)",
     )
     p.add_argument(
         "--domain",
@@ -176,9 +206,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "serve":
             if args.pool < 0 or args.max_timeout < 1:
                 raise SandboxError("--pool must be 0 or more and --max-timeout 1 or more")
+            if args.dns is not None and args.network_pool is None:
+                raise SandboxError("--dns needs --network-pool")
+            network = (
+                None if args.network_pool is None else NetworkPool(args.network_pool, args.dns)
+            )
             serve(ServeOptions(state_dir, args.bind, args.port, args.pool, args.max_timeout,
                                args.base_rootfs, args.cgroup_parent, args.domain,
-                               args.disk_size_mb))  # fmt: skip
+                               args.disk_size_mb, network))  # fmt: skip
         elif args.command == "api-key":
             _create_key(state_dir)
         else:

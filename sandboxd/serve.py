@@ -17,7 +17,9 @@ import uvicorn
 from envd.systemd import sd_notify
 from sandboxd.api.app import create_app
 from sandboxd.errors import HostError, SandboxError
+from sandboxd.host import firewall
 from sandboxd.host.base_image import BUILD_FILE, build_base
+from sandboxd.host.network import NetworkPool, enable_forwarding
 from sandboxd.host.overlay import require_rootfs
 from sandboxd.host.runtime import Runtime
 from sandboxd.ids import now_us
@@ -54,6 +56,7 @@ class ServeOptions:
     cgroup_parent: str
     domain: str
     disk_mb: int = BASE_DISK_MB
+    network: NetworkPool | None = None  # None: sandboxes get only a loopback
 
 
 class _Server(uvicorn.Server):
@@ -152,7 +155,11 @@ def serve(options: ServeOptions) -> None:
             os.setpriority(os.PRIO_PROCESS, 0, SERVE_NICE)
         except PermissionError:  # root without CAP_SYS_NICE (some containers)
             log.warning("cannot raise sandboxd's priority: serving at the default one")
-        runtime = Runtime(state_dir / "sandboxes", cgroup_parent=options.cgroup_parent)
+        if options.network is not None:
+            enable_forwarding()
+            firewall.install(options.network.cidr)
+        runtime = Runtime(state_dir / "sandboxes", cgroup_parent=options.cgroup_parent,
+                          network=options.network)  # fmt: skip
         manager = SandboxManager(store, runtime, server_secret(state_dir),
                                  options.max_timeout_s, options.pool)  # fmt: skip
         app = create_app(manager, store)

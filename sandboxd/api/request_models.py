@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -31,16 +31,16 @@ class VolumeMount(_Body):
     path: str
 
 
-class Network(_Body):
-    allowPublicTraffic: bool | None = None  # camelCase: the wire's names
-    allowOut: list[str] | None = None
+class _Egress(_Body):
+    """The egress fields a create's `network` and an update share, checked alike."""
+
+    allowOut: list[str] | None = None  # camelCase: the wire's names
     denyOut: list[str] | None = None
-    maskRequestHost: str | None = None
     rules: dict[str, list[dict[str, Any]]] | None = None
     egressProxy: dict[str, Any] | None = None
 
     @model_validator(mode="after")
-    def _check_egress(self) -> Network:
+    def _check_egress(self) -> Self:
         for entry in self.denyOut or []:
             try:
                 ipaddress.ip_network(entry, strict=False)
@@ -50,6 +50,19 @@ class Network(_Body):
         if has_domains and ANY_IPV4 not in (self.denyOut or []):
             raise ValueError("allowOut: domains need 0.0.0.0/0 in denyOut")
         return self
+
+
+class Network(_Egress):
+    allowPublicTraffic: bool | None = None
+    maskRequestHost: str | None = None
+
+
+class NetworkUpdate(_Egress):
+    """`PUT /sandboxes/{id}/network` (E2B's SandboxNetworkUpdateConfig): replaces the egress
+    rules, a field left out is cleared."""
+
+    dnsServers: list[str] | None = None
+    allow_internet_access: bool | None = None
 
 
 def _is_ip(entry: str) -> bool:

@@ -1,5 +1,5 @@
 """The sandbox endpoints: create and connect (v1 and v2), get, list (v1 and v2), kill, resume,
-pause, timeout, and sandbox and team metrics."""
+pause, timeout, network rules, and sandbox and team metrics."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from sandboxd.api.idempotency import IdempotentCreates
 from sandboxd.api.metrics import sandbox_metrics, team_metrics
 from sandboxd.api.request_models import (
     ConnectV2,
+    NetworkUpdate,
     NewSandbox,
     NewSandboxV2,
     Pause,
@@ -22,6 +23,7 @@ from sandboxd.api.request_models import (
     Timeout,
 )
 from sandboxd.errors import SandboxNotFound
+from sandboxd.lifecycle.egress import update_network
 from sandboxd.lifecycle.sandbox import CreateRequest
 
 if TYPE_CHECKING:
@@ -34,9 +36,10 @@ UNIX_S_MAX = 253_402_300_799  # 9999-12-31T23:59:59Z: the last second RFC 3339 c
 
 
 def _request(body: NewSandbox) -> CreateRequest:
-    unenforced = {"network", "allow_internet_access", "mcp", "volumeMounts", "autoResume",
-                  "autoPauseMemory"}  # fmt: skip
-    options: dict[str, Any] = body.model_dump(include=unenforced, exclude_none=True)
+    # Kept under their wire names (shown by GET; CreateRequest says which are enforced).
+    kept = {"network", "allow_internet_access", "mcp", "volumeMounts", "autoResume",
+            "autoPauseMemory"}  # fmt: skip
+    options: dict[str, Any] = body.model_dump(include=kept, exclude_none=True)
     return CreateRequest(body.templateID, body.timeout, body.secure, body.autoPause,
                          body.metadata or {}, body.envVars or {}, options)  # fmt: skip
 
@@ -111,6 +114,12 @@ def routes(manager: SandboxManager, store: Store) -> list[Route]:
         await manager.set_timeout(sandbox_id, body.timeout)
         return Response(status_code=204)
 
+    async def set_network(request: Request) -> Response:
+        sandbox_id = params.sandbox_id(request)
+        body = await read_json(request, NetworkUpdate)
+        await update_network(manager, sandbox_id, body.model_dump(exclude_none=True))
+        return Response(status_code=204)
+
     async def list_v2(request: Request) -> Response:
         query = listing.parse(request)
         template_ids = None
@@ -158,6 +167,7 @@ def routes(manager: SandboxManager, store: Store) -> list[Route]:
         Route("/sandboxes/{sandbox_id}/resume", resume, methods=["POST"]),
         Route("/sandboxes/{sandbox_id}/pause", pause, methods=["POST"]),
         Route("/sandboxes/{sandbox_id}/timeout", set_timeout, methods=["POST"]),
+        Route("/sandboxes/{sandbox_id}/network", set_network, methods=["PUT"]),
         Route("/sandboxes/{sandbox_id}/metrics", metrics, methods=["GET"]),
         Route("/teams/{team_id}/metrics", team, methods=["GET"]),
     ]

@@ -34,7 +34,6 @@ UNSERVED = (
     ("GET", "/snapshots", "snapshots"),
     ("POST", "/sandboxes/{sandbox_id}/snapshots", "snapshots"),
     ("POST", "/sandboxes/{sandbox_id}/fork", "forking a sandbox"),
-    ("PUT", "/sandboxes/{sandbox_id}/network", "changing a sandbox's network rules"),
 )
 
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from sandboxd.envd_client import ENVD_PORT, health_status
 from sandboxd.errors import BootError, SandboxError, TeardownError
-from sandboxd.host import nspawn, uid_ranges
+from sandboxd.host import firewall, nspawn, uid_ranges
 from sandboxd.host.cgroups import CgroupHost, Limits, SandboxCgroups, Usage, existing_sandboxes
 from sandboxd.host.netns import NetNamespace
 from sandboxd.host.overlay import require_rootfs
@@ -33,6 +33,8 @@ from sandboxd.ids import is_sandbox_id
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+    from sandboxd.host.network import NetworkPool
 
 log = logging.getLogger("sandboxd.host.runtime")
 
@@ -92,11 +94,13 @@ class Runtime:
         cgroup_parent: str = "sandboxd",
         boot_timeout_s: float = 30,
         envd_port: int = ENVD_PORT,
+        network: NetworkPool | None = None,
     ) -> None:
         self.sandboxes_dir = sandboxes_dir.absolute()
         self.cgroup_parent = cgroup_parent
         self.boot_timeout_s = boot_timeout_s
         self.envd_port = envd_port
+        self.network = network  # None: each sandbox has only its loopback
         self.host = CgroupHost.detect()
         # Beside the sandboxes, not among them: adopt() reads every entry there as a sandbox.
         self.steps = boot_steps(self.host, cgroup_parent, self.sandboxes_dir.parent / DISK_IMAGES)
@@ -166,7 +170,9 @@ class Runtime:
         sandboxes' records and the record is fsynced. Returns the spec."""
         record = self._dirs(sandbox_id).dir / RECORD
         spec = SandboxSpec(sandbox_id, (template,), limits, None, disk_mb)
-        spec = dataclasses.replace(spec, uid_base=uid_ranges.claim(record, _holds_range))
+        uid_base = uid_ranges.claim(record, _holds_range)
+        net = self.network.slot(uid_base) if self.network else None
+        spec = dataclasses.replace(spec, uid_base=uid_base, net=net)
         write_record(record.parent, spec)
         ensure_inotify_instances(len(existing_sandboxes(self.host, self.cgroup_parent)) + 1)
         make_all(self.steps, spec, self._dirs(sandbox_id))
@@ -330,6 +336,15 @@ class Runtime:
             return box.cgroups.usage()
         except FileNotFoundError:
             raise SandboxError(f"sandbox {box.id} is gone") from None
+
+    def set_egress(self, box: Box, egress: firewall.Egress) -> None:
+        """Replace the sandbox's egress rules (nothing for a sandbox without a network).
+
+        Raises:
+            HostError: nftables refused.
+        """
+        if box.spec.net is not None:
+            firewall.set_egress(box.spec.net.ifname, box.spec.net.sandbox_ip, egress)
 
     def set_limits(self, box: Box, limits: Limits) -> None:
         """Change the limits of a running sandbox (and its record).

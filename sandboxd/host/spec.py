@@ -1,5 +1,5 @@
 """What one sandbox is made of on the host, frozen when it is claimed: its template's read-only
-layers, its limits, its uid range and its disk size. Written whole as the sandbox's record
+layers, its limits, its uid range, its disk size and its network slot. Written whole as the sandbox's record
 before anything of it is made, so that every undo (a failed boot, a kill, a retried kill, the
 leftovers an adopting sandboxd finds) is driven by the same record, and an adopted sandbox is
 exactly what was booted."""
@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from sandboxd.host.cgroups import Limits
+from sandboxd.host.network import NetSlot
 
 RECORD = "sandbox.json"
 
@@ -26,6 +27,7 @@ class SandboxSpec:
     limits: Limits
     uid_base: int | None
     disk_mb: int  # the writable layer's size; 0: no limit
+    net: NetSlot | None = None  # None: only a loopback (serve without --network-pool)
 
     @classmethod
     def unknown(cls, sandbox_id: str) -> SandboxSpec:
@@ -46,6 +48,7 @@ class SandboxSpec:
             Limits(**data["limits"]),
             None if data["uid_base"] is None else int(data["uid_base"]),
             int(data["disk_mb"]),
+            None if data.get("net") is None else NetSlot(**data["net"]),
         )
 
 

@@ -7,23 +7,30 @@ record, wherever the boot or an earlier teardown stopped.
 The order (docs/sandboxd.md, "Host steps"): cgroups with the limits, handed to the
 sandbox's uid range; the writable layer (sandboxd.host.disk) and the unit drop-ins a user-namespaced
 boot needs in it; the template's layers, idmapped to the range; the overlay root over them;
-nspawn in a user namespace of the range.
+nspawn in a user namespace of the range; with a network slot, its resolver written into the
+writable layer before the overlay, and its veth pair and firewall chain once nspawn made the
+container's network namespace.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path  # used at run time by dataclasses
 from typing import TYPE_CHECKING, Protocol
 
-from sandboxd.host import disk, libc, nspawn, overlay
+from sandboxd.errors import BootError, HostError, TeardownError
+from sandboxd.host import disk, firewall, libc, network, nspawn, overlay
 from sandboxd.host.cgroups import CgroupHost, SandboxCgroups
 from sandboxd.host.removal import detach_mounts, unmount
 from sandboxd.host.userns import mapped_namespace
 
 if TYPE_CHECKING:
     from sandboxd.host.spec import SandboxSpec
+
+log = logging.getLogger("sandboxd.host.steps")
 
 CONSOLE_LOG = "console.log"
 
@@ -124,13 +131,7 @@ class UnitOverrides:
     def make(self, spec: SandboxSpec, dirs: SandboxDirs) -> None:
         assert spec.uid_base is not None  # noqa: S101
         for name, text in UNIT_OVERRIDES.items():
-            path = dirs.upper
-            for part in Path(name).parts[:-1]:
-                path /= part
-                path.mkdir(mode=0o755, exist_ok=True)
-                os.chown(path, spec.uid_base, spec.uid_base)
-            (path / Path(name).name).write_text(text)
-            os.chown(path / Path(name).name, spec.uid_base, spec.uid_base)
+            _owned_file(dirs.upper, name, text, spec.uid_base)
 
     def undo(self, spec: SandboxSpec, dirs: SandboxDirs) -> None:
         """Nothing of its own to undo: the files are in the writable layer."""
@@ -182,9 +183,80 @@ class Nspawn:
         nspawn.remove_leftovers(spec.id)
 
 
+def _owned_file(root: Path, name: str, text: str, uid: int) -> None:
+    """`root/name` with `text`, it and the directories made for it owned by `uid`."""
+    path = root
+    for part in Path(name).parts[:-1]:
+        path /= part
+        path.mkdir(mode=0o755, exist_ok=True)
+        os.chown(path, uid, uid)
+    path /= Path(name).name
+    path.write_text(text)
+    os.chown(path, uid, uid)
+
+
+class Resolver:
+    """The slot's resolver as the sandbox's /etc/resolv.conf, in the writable layer (nspawn
+    leaves the file alone with a private network)."""
+
+    def make(self, spec: SandboxSpec, dirs: SandboxDirs) -> None:
+        if spec.net is None or spec.net.dns is None:
+            return
+        assert spec.uid_base is not None  # noqa: S101
+        _owned_file(dirs.upper, "etc/resolv.conf", f"nameserver {spec.net.dns}\n", spec.uid_base)
+
+    def undo(self, spec: SandboxSpec, dirs: SandboxDirs) -> None:
+        """Nothing of its own to undo: the file is in the writable layer."""
+
+
+@dataclass(frozen=True)
+class Veth:
+    """The sandbox's veth pair and firewall chain (sandboxd.host.network, .firewall). The
+    chain comes first: an interface without one gets nothing. Made and undone only in the
+    network namespace the slot was made in (a sandboxd serving elsewhere leaves them alone:
+    that namespace's are not its own, and they go with the namespace)."""
+
+    cgroups: Cgroups
+    timeout_s: float = 30
+
+    def make(self, spec: SandboxSpec, dirs: SandboxDirs) -> None:
+        slot = spec.net
+        if slot is None:
+            return
+        firewall.add_sandbox(slot.ifname, slot.sandbox_ip)
+        network.make_link(slot, self._leader(spec.id))
+
+    def _leader(self, sandbox_id: str) -> int:
+        """The container's PID 1, once it is in its own network namespace (milliseconds)."""
+        cgroups = self.cgroups.of(sandbox_id)
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            supervisor = nspawn.supervisor(cgroups)
+            leader = nspawn.leader(supervisor) if supervisor else None
+            if leader is not None:
+                return leader
+            if not cgroups.populated() or time.monotonic() > deadline:
+                raise BootError(f"sandbox {sandbox_id}: no container to give a network")
+            time.sleep(0.005)
+
+    def undo(self, spec: SandboxSpec, dirs: SandboxDirs) -> None:
+        slot = spec.net
+        if slot is None:
+            return
+        if slot.netns != network.own_netns_inode():
+            log.warning("sandbox %s: its network is in another namespace; left alone", spec.id)
+            return
+        network.remove_link(slot)
+        try:
+            firewall.remove_sandbox(slot.ifname)
+        except HostError as e:
+            raise TeardownError(f"sandbox {spec.id}: {e}") from e
+
+
 def boot_steps(host: CgroupHost, cgroup_parent: str, disk_images: Path) -> list[Step]:
     cgroups = Cgroups(host, cgroup_parent)
-    return [cgroups, Disk(disk_images), UnitOverrides(), Layers(), Overlay(), Nspawn(cgroups)]
+    return [cgroups, Disk(disk_images), UnitOverrides(), Resolver(), Layers(), Overlay(),
+            Nspawn(cgroups), Veth(cgroups)]  # fmt: skip
 
 
 def make_all(steps: list[Step], spec: SandboxSpec, dirs: SandboxDirs) -> None:

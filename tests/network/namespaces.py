@@ -10,13 +10,12 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pyroute2 import IPRoute, netns
 
-from sandboxd.host import libc
+from sandboxd.host.network import in_netns
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -61,29 +60,18 @@ class NetworkNamespace:
         setns moves only the calling thread, and that thread ends with `fn`: nothing else of
         the test process ever leaves the host's namespace, and nothing has to switch back.
         """
-        outcome: dict[str, Any] = {}
+        fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
 
-        def inside() -> None:
-            try:
-                fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
-                try:
-                    libc.setns(fd, libc.CLONE_NEWNET)
-                finally:
-                    os.close(fd)
-                here = netns_inode("/proc/thread-self/ns/net")
-                if here != self.inode:
-                    raise RuntimeError(f"setns into {self.name} landed in netns {here}")
-                outcome["result"] = fn(*args)
-            except BaseException as e:  # noqa: BLE001  # re-raised on the caller's thread
-                outcome["error"] = e
+        def checked() -> T:
+            here = netns_inode("/proc/thread-self/ns/net")
+            if here != self.inode:
+                raise RuntimeError(f"setns into {self.name} landed in netns {here}")
+            return fn(*args)
 
-        thread = threading.Thread(target=inside, name=f"in-{self.name}")
-        thread.start()
-        thread.join()
-        if "error" in outcome:
-            raise outcome["error"]
-        result: T = outcome["result"]
-        return result
+        try:
+            return in_netns(fd, checked)
+        finally:
+            os.close(fd)
 
     def popen(self, argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
         """Start `argv` inside the namespace (network only: mounts, pids and the rest stay the

@@ -402,7 +402,6 @@ def test_unserved_e2b_routes_say_so_and_reach_no_other_route(api: httpx.Client) 
     for method, path in (("POST", "/templates/tags"), ("GET", "/snapshots"),
                          ("GET", "/templates/base/builds/b1/status"),
                          ("POST", "/v2/templates/base/builds/b1"), ("POST", "/v3/templates"),
-                         ("PUT", "/sandboxes/nosuch/network"),
                          ("POST", "/sandboxes/nosuch/fork")):  # fmt: skip
         answer = api.request(method, path, json={})
         assert answer.status_code == 501, (method, path, answer.text)

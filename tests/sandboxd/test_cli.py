@@ -40,3 +40,21 @@ def test_building_without_root_is_one_line_and_exit_2(tmp_path: Path) -> None:
     done = sandboxd("template", "build-base", "--state-dir", str(tmp_path), as_user=True)
     assert done.returncode == 2
     assert done.stderr == "sandboxd: building a template needs root\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (["--network-pool", "10.11.0.0/31"], "a pool needs a prefix of /30 or shorter"),
+        (["--network-pool", "10.11.0.1/16"], "has host bits set"),
+        (["--network-pool", "10.11.0.0/16", "--dns", "resolver"], "does not appear to be"),
+        (["--dns", "198.51.100.53"], "sandboxd: --dns needs --network-pool\n"),
+    ],
+)
+def test_network_options_are_checked_before_anything_is_touched(
+    args: list[str], error: str, tmp_path: Path
+) -> None:
+    done = sandboxd("serve", "--state-dir", str(tmp_path / "state"), *args)
+    assert done.returncode == 2
+    assert error in done.stderr
+    assert not (tmp_path / "state").exists()

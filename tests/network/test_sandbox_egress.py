@@ -1,0 +1,221 @@
+"""Sandboxes' way out, as a user sees it: `sandboxd serve --network-pool` inside the fake
+internet's `uplink`, sandboxes created over the API, and commands run in them by envd through
+sandboxd's proxy. Default access is masqueraded out of `uplink`; allow_internet_access false,
+denyOut and allowOut apply; what is always denied stays so; a kill leaves nothing in `uplink`."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import ipaddress
+import json
+import os
+import re
+from typing import TYPE_CHECKING
+
+import pytest
+
+from sandboxd.errors import BootError
+from sandboxd.host.network import NetworkPool
+from sandboxd.host.runtime import Runtime
+from tests.network.fake_internet import DNS_ADDRESS, NAMES, UPLINK_ADDRESS, running_fake_internet
+from tests.network.served import POOL, UplinkSandboxd, nft_table, uplink_network
+from tests.sandboxd.serving import kill_sandboxes
+from tests.sandboxd.template_cache import ensure_base_template
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+    from tests.network.fake_internet import FakeInternet
+
+pytestmark = [
+    pytest.mark.root,
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root: namespaces and sandboxes"),
+]
+
+EXAMPLE = NAMES["example.test"]
+OTHER = NAMES["other.test"]
+# Prints "connected", or the errno connecting to ADDRESS:PORT gave.
+CONNECT = """import socket, sys
+try:
+    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=30).close()
+    print("connected")
+except OSError as e:
+    print(e.errno)
+"""
+
+
+@pytest.fixture(scope="module")
+def net() -> Iterator[FakeInternet]:
+    with running_fake_internet() as net:
+        yield net
+
+
+@pytest.fixture(scope="module")
+def server(net: FakeInternet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[UplinkSandboxd]:
+    """Serving on every address of `uplink` (the sandboxes' gateway included), so that only
+    the firewall keeps them from the API; a warm pool of one, so creates take sandboxes whose
+    network was made at boot."""
+    state = tmp_path_factory.mktemp("egress") / "state"
+    server = UplinkSandboxd(net, state, ensure_base_template(), "--network-pool", POOL,
+                            "--dns", DNS_ADDRESS, "--bind", "0.0.0.0", "--pool", "1")  # fmt: skip
+    try:
+        server.start()
+        yield server
+    finally:
+        server.clean_up()
+
+
+def connect(server: UplinkSandboxd, sandbox_id: str, address: str, port: int) -> str:
+    code, out, err = server.run(sandbox_id, "python3", "-c", CONNECT, address, str(port))
+    assert code == 0, err
+    return out.strip()
+
+
+REFUSED = str(errno.EHOSTUNREACH)  # the firewall's ICMP "administratively prohibited"
+
+
+def test_default_access_goes_out_masqueraded(server: UplinkSandboxd) -> None:
+    sandbox_id = server.create()
+    try:
+        code, out, err = server.run(sandbox_id, "curl", "-sS", "http://example.test/")
+        assert code == 0, err
+        echo = json.loads(out)
+        assert echo["server"] == EXAMPLE
+        assert echo["client"] == UPLINK_ADDRESS  # the fake internet never sees the pool
+        assert server.run(sandbox_id, "cat", "/etc/resolv.conf")[1] == f"nameserver {DNS_ADDRESS}\n"
+    finally:
+        server.kill(sandbox_id)
+
+
+def test_always_denied_whatever_the_rules(server: UplinkSandboxd) -> None:
+    """Even a sandbox allowing everything reaches neither sandboxd's API (on its gateway or
+    any address of the host), nor the metadata address, nor another sandbox."""
+    port = int(server.url.rsplit(":", 1)[1])
+    everything = {"network": {"allowOut": ["0.0.0.0/0"]}}
+    first, second = server.create(**everything), server.create(**everything)
+    try:
+        gateway = server.slot(first).host_ip
+        assert connect(server, first, gateway, port) == REFUSED
+        assert connect(server, first, UPLINK_ADDRESS, port) == REFUSED
+        assert connect(server, first, "169.254.169.254", 80) == REFUSED
+        assert connect(server, first, server.slot(second).sandbox_ip, 49983) == REFUSED
+        assert connect(server, first, EXAMPLE, 80) == "connected"
+    finally:
+        server.kill(first)
+        server.kill(second)
+
+
+def test_no_internet_access(server: UplinkSandboxd) -> None:
+    sandbox_id = server.create(allow_internet_access=False)
+    try:
+        assert connect(server, sandbox_id, EXAMPLE, 80) == REFUSED
+        assert connect(server, sandbox_id, DNS_ADDRESS, 53) == REFUSED
+    finally:
+        server.kill(sandbox_id)
+
+
+def test_allow_beats_deny(server: UplinkSandboxd) -> None:
+    network = {"allowOut": [EXAMPLE], "denyOut": ["198.51.100.0/24"]}
+    sandbox_id = server.create(network=network)
+    try:
+        assert connect(server, sandbox_id, EXAMPLE, 80) == "connected"
+        assert connect(server, sandbox_id, OTHER, 80) == REFUSED
+    finally:
+        server.kill(sandbox_id)
+
+
+def test_an_update_replaces_the_rules_for_new_connections(server: UplinkSandboxd) -> None:
+    """PUT /sandboxes/{id}/network, as E2B: the egress rules replaced at once, a field left
+    out cleared, the create's other network settings kept; GET shows what applies."""
+    sandbox_id = server.create(network={"maskRequestHost": "app.test", "denyOut": [OTHER]})
+    path = f"/sandboxes/{sandbox_id}/network"
+    try:
+        assert connect(server, sandbox_id, OTHER, 80) == REFUSED
+        assert server.api("PUT", path, json={"allow_internet_access": False}).status_code == 204
+        assert connect(server, sandbox_id, EXAMPLE, 80) == REFUSED
+        info = server.api("GET", f"/sandboxes/{sandbox_id}").json()
+        assert (info["allowInternetAccess"], info["network"]) == (False, {"maskRequestHost":
+                                                                          "app.test"})  # fmt: skip
+        update = {"allowOut": [EXAMPLE], "denyOut": ["0.0.0.0/0"]}
+        assert server.api("PUT", path, json=update).status_code == 204
+        assert connect(server, sandbox_id, EXAMPLE, 80) == "connected"
+        assert connect(server, sandbox_id, OTHER, 80) == REFUSED
+        assert server.api("PUT", path, json={}).status_code == 204
+        assert connect(server, sandbox_id, OTHER, 80) == "connected"
+        assert server.api("PUT", path, json={"denyOut": ["nowhere"]}).status_code == 400
+        assert server.api("PUT", "/sandboxes/nosuch/network", json={}).status_code == 404
+    finally:
+        server.kill(sandbox_id)
+
+
+def leftovers(server: UplinkSandboxd, net: FakeInternet) -> list[object]:
+    """What of the sandboxes' networks in `uplink` no live sandbox's record accounts for (the
+    warm pool's refill may be booting, and may take a killed sandbox's slot again)."""
+    slots = [server.slot(box.name) for box in server.box_dir("x").parent.iterdir()]
+    ifnames = {slot.ifname for slot in slots}
+    seen = net.uplink.call(uplink_network)
+    table = nft_table(net)
+    return [
+        *(link for link in seen["links"] if link.startswith("sbxn") and link not in ifnames),
+        *(a for a in seen["addresses"] if a[0].startswith("sbxn") and a[0] not in ifnames),
+        *(r for r in seen["routes"] if str(r[0]).startswith("sbxn") and r[0] not in ifnames),
+        *(c for c in re.findall(r"chain (sbxn\d+)", table) if c not in ifnames),
+        *(e for e in re.findall(r'"(sbxn\d+)" : jump', table) if e not in ifnames),
+    ]
+
+
+def test_kills_leave_nothing_in_uplink(server: UplinkSandboxd, net: FakeInternet) -> None:
+    for _ in range(3):
+        sandbox_id = server.create()
+        slot = server.slot(sandbox_id)
+        assert slot.ifname in net.uplink.call(uplink_network)["links"]
+        assert f"chain {slot.ifname} " in nft_table(net)
+        server.kill(sandbox_id)
+        assert server.traces(sandbox_id) == []
+        assert leftovers(server, net) == []
+
+
+def test_a_restarted_serve_adopts_sandboxes_with_their_rules(
+    server: UplinkSandboxd, net: FakeInternet
+) -> None:
+    """serve restarted (sandboxes keep running): the table is updated, not replaced, so each
+    adopted sandbox keeps its way out and its rules, across a pause too; killing it afterwards
+    leaves nothing."""
+    open_id, closed_id = server.create(), server.create(allow_internet_access=False)
+    try:
+        server.stop()
+        server.start()
+        assert connect(server, open_id, EXAMPLE, 80) == "connected"
+        # A pause freezes the processes, not the network: resumed, it goes out as before.
+        assert server.api("POST", f"/sandboxes/{open_id}/pause").status_code == 204
+        resumed = server.api("POST", f"/sandboxes/{open_id}/connect", json={"timeout": 60})
+        assert resumed.status_code == 201
+        assert connect(server, open_id, EXAMPLE, 80) == "connected"
+        assert connect(server, closed_id, EXAMPLE, 80) == REFUSED
+    finally:
+        server.kill(open_id)
+        server.kill(closed_id)
+    assert leftovers(server, net) == []
+
+
+def test_a_failed_boot_leaves_nothing(
+    server: UplinkSandboxd, net: FakeInternet, tmp_path: Path
+) -> None:
+    """A boot that fails after its network was made (no time at all to answer /health) undoes
+    it: a Runtime of its own beside serve's, in `uplink` (where serve installed the table)."""
+    state, parent = tmp_path / "state", f"{server.cgroup_parent}-failing"
+    pool = NetworkPool(ipaddress.IPv4Network(POOL), DNS_ADDRESS)
+    runtime = Runtime(state / "sandboxes", parent, boot_timeout_s=0, network=pool)
+
+    async def boot() -> None:
+        with pytest.raises(BootError, match="no answer from"):
+            await runtime.boot("failing", ensure_base_template())
+
+    try:
+        net.uplink.call(asyncio.run, boot())
+        assert list(runtime.sandboxes_dir.iterdir()) == []
+        assert leftovers(server, net) == []
+    finally:
+        net.uplink.call(kill_sandboxes, state, parent)
