@@ -10,7 +10,9 @@ The table (docs/sandboxd.md, "Sandbox networking"):
   never `always_deny` (network.md §2's ranges and the pool: the host's networks, the metadata
   service, the other sandboxes); then its allow set, its deny set, and accept.
 - `input`: a sandbox reaches nothing on the host itself (sandboxd's API port, the host end's
-  address, every address of the host's interfaces), replies excepted.
+  address, every address of the host's interfaces), replies and what sandboxd offers the
+  sandboxes on their gateways (the set `offered`: protocol and port, e.g. its DNS forwarder)
+  excepted.
 - `postrouting`: the pool's traffic leaving through any interface that is not a sandbox's is
   masqueraded.
 Refusals are ICMP "administratively prohibited": a client inside fails at once (EHOSTUNREACH)
@@ -23,16 +25,21 @@ import ipaddress
 import json
 import subprocess
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sandboxd.errors import HostError
 from sandboxd.host.network import IFNAME_PREFIX
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 TABLE = {"family": "inet", "table": "sandboxd"}
 ANY_SANDBOX = IFNAME_PREFIX + "*"
 ALWAYS_DENIED = ("10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16",
                  "172.16.0.0/12", "192.168.0.0/16")  # fmt: skip
 REFUSE = {"reject": {"type": "icmpx", "expr": "admin-prohibited"}}
+OFFERED = {"match": {"op": "==", "right": "@offered", "left": {"concat": [
+    {"meta": {"key": "l4proto"}}, {"payload": {"protocol": "th", "field": "dport"}}]}}}  # fmt: skip
 ESTABLISHED = {"match": {"op": "in", "left": {"ct": {"key": "state"}},
                          "right": ["established", "related"]}}  # fmt: skip
 
@@ -95,19 +102,26 @@ def apply(commands: list[dict[str, Any]]) -> None:
         raise HostError(f"nft refused sandboxd's rules: {done.stderr.strip()}")
 
 
-def install(pool: ipaddress.IPv4Network) -> None:
+def install(pool: ipaddress.IPv4Network, offered: Iterable[tuple[str, int]] = ()) -> None:
     """Create or update the table's shared part. The map `egress` and the sandboxes' chains
-    are kept, so sandboxes adopted after a restart keep their rules.
+    are kept, so sandboxes adopted after a restart keep their rules. `offered`: the services
+    ("tcp"/"udp", port) of sandboxd's that sandboxes may reach at an address of the pool (their
+    gateway).
 
     Raises:
         HostError: nft failed.
     """
     deny = {**TABLE, "name": "always_deny"}
+    services = {**TABLE, "name": "offered"}
+    elements = [{"concat": [proto, port]} for proto, port in offered]
     commands: list[dict[str, Any]] = [
         {"add": {"table": {"family": "inet", "name": "sandboxd"}}},
         {"add": {"set": {**deny, "type": "ipv4_addr", "flags": ["interval"]}}},
         {"flush": {"set": deny}},
         {"add": {"element": {**deny, "elem": _networks([*ALWAYS_DENIED, str(pool)])}}},
+        {"add": {"set": {**services, "type": ["inet_proto", "inet_service"]}}},
+        {"flush": {"set": services}},
+        *([{"add": {"element": {**services, "elem": elements}}}] if elements else []),
         {"add": {"map": {**TABLE, "name": "egress", "type": "ifname", "map": "verdict"}}},
         *_base_chain("forward", "filter", "forward", 0),
         _rule("forward", ESTABLISHED, {"accept": None}),
@@ -116,6 +130,13 @@ def install(pool: ipaddress.IPv4Network) -> None:
         _rule("forward", _meta("iifname", "==", ANY_SANDBOX), REFUSE),
         *_base_chain("input", "filter", "input", 0),
         _rule("input", _meta("iifname", "==", ANY_SANDBOX), ESTABLISHED, {"accept": None}),
+        _rule(
+            "input",
+            _meta("iifname", "==", ANY_SANDBOX),
+            _ip("daddr", "==", _addr(pool)),
+            OFFERED,
+            {"accept": None},
+        ),
         _rule("input", _meta("iifname", "==", ANY_SANDBOX), REFUSE),
         *_base_chain("postrouting", "nat", "postrouting", 100),
         _rule(
