@@ -16,6 +16,7 @@ import uvicorn
 
 from envd.systemd import sd_notify
 from sandboxd.api.app import create_app
+from sandboxd.egress_proxy.server import EgressProxy
 from sandboxd.errors import HostError, SandboxError
 from sandboxd.host import firewall
 from sandboxd.host.base_image import BUILD_FILE, build_base
@@ -155,11 +156,13 @@ def serve(options: ServeOptions) -> None:
             os.setpriority(os.PRIO_PROCESS, 0, SERVE_NICE)
         except PermissionError:  # root without CAP_SYS_NICE (some containers)
             log.warning("cannot raise sandboxd's priority: serving at the default one")
+        proxy = None
         if options.network is not None:
             enable_forwarding()
-            firewall.install(options.network.cidr)
+            proxy = EgressProxy(options.network)
+            firewall.install(options.network.cidr, offered=[("tcp", proxy.port)])
         runtime = Runtime(state_dir / "sandboxes", cgroup_parent=options.cgroup_parent,
-                          network=options.network)  # fmt: skip
+                          network=options.network, egress_proxy=proxy)  # fmt: skip
         manager = SandboxManager(store, runtime, server_secret(state_dir),
                                  options.max_timeout_s, options.pool)  # fmt: skip
         app = create_app(manager, store)

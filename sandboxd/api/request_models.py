@@ -11,6 +11,7 @@ from typing import Any, Self, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from sandboxd.api.errors import RequestError
+from sandboxd.egress_proxy.names import is_domain_entry
 from sandboxd.host.disk import MIN_DISK_MB
 
 Model = TypeVar("Model", bound=BaseModel)
@@ -36,19 +37,28 @@ class _Egress(_Body):
 
     allowOut: list[str] | None = None  # camelCase: the wire's names
     denyOut: list[str] | None = None
+    dnsServers: list[str] | None = None
     rules: dict[str, list[dict[str, Any]]] | None = None
     egressProxy: dict[str, Any] | None = None
 
     @model_validator(mode="after")
     def _check_egress(self) -> Self:
+        # As E2B's API (validateEgressRules): addresses must be specified ones (0.0.0.0/0 aside),
+        # denyOut holds no domains, and domains in allowOut need everything else denied.
         for entry in self.denyOut or []:
-            try:
-                ipaddress.ip_network(entry, strict=False)
-            except ValueError:
-                raise ValueError(f"denyOut: {entry!r} is not an IP address or CIDR") from None
+            if not _is_specified_ip(entry):
+                raise ValueError(f"denyOut: {entry!r} is not an IP address or CIDR")
+        for entry in self.allowOut or []:
+            if _is_ip(entry) and not _is_specified_ip(entry):
+                raise ValueError(f"allowOut: {entry!r} is not a usable IP address or CIDR")
+            if not _is_ip(entry) and not is_domain_entry(entry):
+                raise ValueError(f"allowOut: {entry!r} is not an IP address, CIDR or domain")
         has_domains = any(not _is_ip(entry) for entry in self.allowOut or [])
         if has_domains and ANY_IPV4 not in (self.denyOut or []):
             raise ValueError("allowOut: domains need 0.0.0.0/0 in denyOut")
+        for entry in self.dnsServers or []:
+            if not _is_ipv4_address(entry):
+                raise ValueError(f"dnsServers: {entry!r} is not an IPv4 address")
         return self
 
 
@@ -61,13 +71,31 @@ class NetworkUpdate(_Egress):
     """`PUT /sandboxes/{id}/network` (E2B's SandboxNetworkUpdateConfig): replaces the egress
     rules, a field left out is cleared."""
 
-    dnsServers: list[str] | None = None
     allow_internet_access: bool | None = None
 
 
 def _is_ip(entry: str) -> bool:
     try:
         ipaddress.ip_network(entry, strict=False)
+    except ValueError:
+        return False
+    return True
+
+
+def _is_specified_ip(entry: str) -> bool:
+    """An address or CIDR whose address is not 0.0.0.0 or :: (nftables refuses those), or
+    0.0.0.0/0 itself."""
+    if entry == ANY_IPV4:
+        return True
+    try:
+        return not ipaddress.ip_interface(entry).ip.is_unspecified
+    except ValueError:
+        return False
+
+
+def _is_ipv4_address(entry: str) -> bool:
+    try:
+        ipaddress.IPv4Address(entry)
     except ValueError:
         return False
     return True

@@ -13,6 +13,12 @@ The table (docs/sandboxd.md, "Sandbox networking"):
   address, every address of the host's interfaces), replies and what sandboxd offers the
   sandboxes on their gateways (the set `offered`: protocol and port, e.g. its DNS forwarder)
   excepted.
+- `prerouting` (nat): a sandbox's interface jumps, through the map `redirect`, to its chain
+  `IFNAME_nat`, which sends its TCP to ports 80 and 443 to the domain proxy
+  (sandboxd.egress_proxy) when its `allowOut` names domains; never what `always_deny` holds or an
+  address of the host's (those meet the filter's refusals as before).
+- `output`: the domain proxy's own connections (marked PROXY_MARK) reach neither `always_deny`
+  nor the host's own addresses, whatever a name resolves to.
 - `postrouting`: the pool's traffic leaving through any interface that is not a sandbox's is
   masqueraded.
 Refusals are ICMP "administratively prohibited": a client inside fails at once (EHOSTUNREACH)
@@ -35,21 +41,31 @@ if TYPE_CHECKING:
 
 TABLE = {"family": "inet", "table": "sandboxd"}
 ANY_SANDBOX = IFNAME_PREFIX + "*"
-ALWAYS_DENIED = ("10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16",
+# E2B's DeniedSandboxCIDRs; 0.0.0.0/8 is "this host" to a connect().
+ALWAYS_DENIED = ("0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16",
                  "172.16.0.0/12", "192.168.0.0/16")  # fmt: skip
+PROXIED_PORTS = (80, 443)  # E2B's: HTTP (Host header) and TLS (SNI) go to the domain proxy
+PROXY_MARK = 0x5BD0  # the domain proxy's sockets (SO_MARK), for the `output` guard
 REFUSE = {"reject": {"type": "icmpx", "expr": "admin-prohibited"}}
 OFFERED = {"match": {"op": "==", "right": "@offered", "left": {"concat": [
     {"meta": {"key": "l4proto"}}, {"payload": {"protocol": "th", "field": "dport"}}]}}}  # fmt: skip
 ESTABLISHED = {"match": {"op": "in", "left": {"ct": {"key": "state"}},
                          "right": ["established", "related"]}}  # fmt: skip
+PROXIED = {"match": {"op": "==", "left": {"meta": {"key": "mark"}}, "right": PROXY_MARK}}
+HOST_LOCAL = {"match": {"op": "==", "left": {"fib": {"result": "type", "flags": ["daddr"]}},
+                        "right": "local"}}  # fmt: skip
 
 
 @dataclass(frozen=True)
 class Egress:
-    """A sandbox's own rules: `allow` (CIDRs or addresses) beats `deny`; the rest is allowed."""
+    """A sandbox's own rules: `allow` (CIDRs or addresses) and `domains` (allowOut's names,
+    matched by the domain proxy on ports 80 and 443) beat `deny`; the rest is allowed. With
+    domains, the `resolvers` are allowed too (None: the sandbox's own, its slot's `dns`)."""
 
     allow: tuple[str, ...] = ()
     deny: tuple[str, ...] = ()
+    domains: tuple[str, ...] = ()
+    resolvers: tuple[str, ...] | None = None
 
 
 OPEN = Egress()
@@ -69,6 +85,11 @@ def _addr(network: ipaddress.IPv4Network) -> Any:
     if network.prefixlen == 32:
         return str(network.network_address)
     return {"prefix": {"addr": str(network.network_address), "len": network.prefixlen}}
+
+
+def never_reachable(pool: ipaddress.IPv4Network) -> tuple[ipaddress.IPv4Network, ...]:
+    """What `always_deny` holds: ALWAYS_DENIED and the pool."""
+    return (*(ipaddress.IPv4Network(e) for e in ALWAYS_DENIED), pool)
 
 
 def _networks(entries: tuple[str, ...] | list[str]) -> list[Any]:
@@ -138,6 +159,14 @@ def install(pool: ipaddress.IPv4Network, offered: Iterable[tuple[str, int]] = ()
             {"accept": None},
         ),
         _rule("input", _meta("iifname", "==", ANY_SANDBOX), REFUSE),
+        {"add": {"map": {**TABLE, "name": "redirect", "type": "ifname", "map": "verdict"}}},
+        *_base_chain("prerouting", "nat", "prerouting", -100),
+        _rule("prerouting", _ip("daddr", "==", "@always_deny"), {"return": None}),
+        _rule("prerouting", HOST_LOCAL, {"return": None}),
+        _rule("prerouting", {"vmap": {"key": {"meta": {"key": "iifname"}}, "data": "@redirect"}}),
+        *_base_chain("output", "filter", "output", 0),
+        _rule("output", PROXIED, _ip("daddr", "==", "@always_deny"), REFUSE),
+        _rule("output", PROXIED, HOST_LOCAL, REFUSE),
         *_base_chain("postrouting", "nat", "postrouting", 100),
         _rule(
             "postrouting",
@@ -149,47 +178,71 @@ def install(pool: ipaddress.IPv4Network, offered: Iterable[tuple[str, int]] = ()
     apply(commands)
 
 
-def _sandbox_rules(ifname: str, address: str, egress: Egress) -> list[dict[str, Any]]:
+def _nat_chain(ifname: str) -> str:
+    return f"{ifname}_nat"
+
+
+def _sandbox_rules(
+    ifname: str, address: str, egress: Egress, proxy_port: int | None
+) -> list[dict[str, Any]]:
+    """Both of the sandbox's chains refilled: one transaction changes what it may reach and what
+    is proxied together. The filter chain must exist (a killed sandbox's rules are not made
+    again); the nat chain is made when missing (a sandbox booted by a sandboxd before it)."""
+    nat = _nat_chain(ifname)
+    allow = egress.allow
+    if egress.domains:
+        allow = (*allow, *(egress.resolvers or ()))
     rules = [
         {"flush": {"chain": {**TABLE, "name": ifname}}},
         _rule(ifname, _meta("nfproto", "!=", "ipv4"), REFUSE),
         _rule(ifname, _ip("saddr", "!=", address), {"drop": None}),  # forged: no answer owed
         _rule(ifname, _ip("daddr", "==", "@always_deny"), REFUSE),
     ]
-    if egress.allow:
-        rules.append(_rule(ifname, _ip("daddr", "==", {"set": _networks(egress.allow)}),
+    if allow:
+        rules.append(_rule(ifname, _ip("daddr", "==", {"set": _networks(allow)}),
                            {"accept": None}))  # fmt: skip
     if egress.deny:
         rules.append(_rule(ifname, _ip("daddr", "==", {"set": _networks(egress.deny)}), REFUSE))
     # A verdict of its own: returning to `forward` would meet the refusal of sandboxes'
     # interfaces that have no chain.
     rules.append(_rule(ifname, {"accept": None}))
+    element = {**TABLE, "name": "redirect", "elem": [[ifname, {"jump": {"target": nat}}]]}
+    rules += [{"add": {"chain": {**TABLE, "name": nat}}},
+              {"flush": {"chain": {**TABLE, "name": nat}}},
+              {"add": {"element": element}}]  # fmt: skip
+    if egress.domains and proxy_port is not None:
+        port = {"payload": {"protocol": "tcp", "field": "dport"}}
+        rules.append(_rule(nat, _ip("saddr", "==", address),
+                           {"match": {"op": "==", "left": port, "right": {"set": PROXIED_PORTS}}},
+                           {"redirect": {"port": proxy_port}}))  # fmt: skip
     return rules
 
 
 def add_sandbox(ifname: str, address: str, egress: Egress = OPEN) -> None:
-    """The sandbox's chain with `egress`, and its interface's entry in `egress`.
+    """The sandbox's chains with `egress`, and its interface's entries in `egress` and
+    `redirect`.
 
     Raises:
         HostError: nft failed (the table is missing: serve did not `install` it).
     """
     element = {**TABLE, "name": "egress", "elem": [[ifname, {"jump": {"target": ifname}}]]}
     apply([{"add": {"chain": {**TABLE, "name": ifname}}},
-           *_sandbox_rules(ifname, address, egress),
+           *_sandbox_rules(ifname, address, egress, None),
            {"add": {"element": element}}])  # fmt: skip
 
 
-def set_egress(ifname: str, address: str, egress: Egress) -> None:
-    """Replace the sandbox's own rules at once (new connections see the new ones).
+def set_egress(ifname: str, address: str, egress: Egress, proxy_port: int | None = None) -> None:
+    """Replace the sandbox's own rules at once (new connections see the new ones); its TCP to
+    ports 80 and 443 goes to the domain proxy at `proxy_port` when `egress` has domains.
 
     Raises:
         HostError: nft failed (e.g. the sandbox's chain is gone).
     """
-    apply(_sandbox_rules(ifname, address, egress))
+    apply(_sandbox_rules(ifname, address, egress, proxy_port))
 
 
 def remove_sandbox(ifname: str) -> None:
-    """Remove the sandbox's entry and chain; nothing when they (or the table) are gone.
+    """Remove the sandbox's entries and chains; nothing when they (or the table) are gone.
     Each object is added before it is deleted, so that the one transaction applies whatever
     is left.
 
@@ -198,13 +251,15 @@ def remove_sandbox(ifname: str) -> None:
     """
     if not table_exists():
         return
-    chain = {**TABLE, "name": ifname}
-    element = {**TABLE, "name": "egress", "elem": [[ifname, {"jump": {"target": ifname}}]]}
-    apply([{"add": {"chain": chain}},
-           {"add": {"element": element}},
-           {"delete": {"element": {**TABLE, "name": "egress", "elem": [ifname]}}},
-           {"flush": {"chain": chain}},
-           {"delete": {"chain": chain}}])  # fmt: skip
+    commands: list[dict[str, Any]] = []
+    for chain, verdicts in ((ifname, "egress"), (_nat_chain(ifname), "redirect")):
+        entry = [ifname, {"jump": {"target": chain}}]
+        commands += [{"add": {"chain": {**TABLE, "name": chain}}},
+                     {"add": {"element": {**TABLE, "name": verdicts, "elem": [entry]}}},
+                     {"delete": {"element": {**TABLE, "name": verdicts, "elem": [ifname]}}},
+                     {"flush": {"chain": {**TABLE, "name": chain}}},
+                     {"delete": {"chain": {**TABLE, "name": chain}}}]  # fmt: skip
+    apply(commands)
 
 
 def table_exists() -> bool:

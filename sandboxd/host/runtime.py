@@ -34,6 +34,7 @@ from sandboxd.ids import is_sandbox_id
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from sandboxd.egress_proxy.server import EgressProxy
     from sandboxd.host.network import NetworkPool
 
 log = logging.getLogger("sandboxd.host.runtime")
@@ -95,12 +96,14 @@ class Runtime:
         boot_timeout_s: float = 30,
         envd_port: int = ENVD_PORT,
         network: NetworkPool | None = None,
+        egress_proxy: EgressProxy | None = None,
     ) -> None:
         self.sandboxes_dir = sandboxes_dir.absolute()
         self.cgroup_parent = cgroup_parent
         self.boot_timeout_s = boot_timeout_s
         self.envd_port = envd_port
         self.network = network  # None: each sandbox has only its loopback
+        self.egress_proxy = egress_proxy  # None: domains in allowOut allow nothing
         self.host = CgroupHost.detect()
         # Beside the sandboxes, not among them: adopt() reads every entry there as a sandbox.
         self.steps = boot_steps(self.host, cgroup_parent, self.sandboxes_dir.parent / DISK_IMAGES)
@@ -273,6 +276,8 @@ class Runtime:
             TeardownError: something could not be removed; calling `kill` again retries.
         """
         box.netns.close()
+        if self.egress_proxy is not None and box.spec.net is not None:
+            self.egress_proxy.forget(box.spec.net)
         await asyncio.to_thread(self._teardown, box.id)
 
     def _teardown(self, sandbox_id: str) -> None:
@@ -343,8 +348,22 @@ class Runtime:
         Raises:
             HostError: nftables refused.
         """
-        if box.spec.net is not None:
-            firewall.set_egress(box.spec.net.ifname, box.spec.net.sandbox_ip, egress)
+        net, proxy = box.spec.net, self.egress_proxy
+        if net is None:
+            return
+        if egress.domains and egress.resolvers is None:  # the sandbox's own resolver
+            egress = dataclasses.replace(egress, resolvers=(net.dns,) if net.dns else ())
+        if proxy is None:
+            firewall.set_egress(net.ifname, net.sandbox_ip, egress)
+            return
+        # The proxy knows the rules before the first connection is redirected to it.
+        before = proxy.rules_of(net)
+        proxy.set_rules(net, egress)
+        try:
+            firewall.set_egress(net.ifname, net.sandbox_ip, egress, proxy.port)
+        except BaseException:
+            proxy.restore(net, before)
+            raise
 
     def set_limits(self, box: Box, limits: Limits) -> None:
         """Change the limits of a running sandbox (and its record).

@@ -7,13 +7,20 @@ import asyncio
 import contextlib
 import functools
 import ipaddress
+import logging
 from typing import TYPE_CHECKING, Any
 
-from sandboxd.errors import SandboxNotFound
+from sandboxd.egress_proxy.names import is_domain_entry, normalize
+from sandboxd.errors import SandboxError, SandboxNotFound
 from sandboxd.host.firewall import OPEN, Egress
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from sandboxd.lifecycle.manager import SandboxManager
+    from sandboxd.lifecycle.sandbox import Sandbox
+
+log = logging.getLogger("sandboxd.lifecycle.egress")
 
 # What an update replaces; the rest of `network` (allowPublicTraffic, maskRequestHost) is the
 # create's for good, as in E2B, where the update's body has no such fields.
@@ -31,16 +38,32 @@ def _ipv4(entries: list[str]) -> tuple[str, ...]:
 
 def egress_of(options: dict[str, Any]) -> Egress | None:
     """The sandbox's egress rules from its options, as E2B has them: allow_internet_access
-    false is denyOut 0.0.0.0/0, and allowOut beats denyOut. None: the default (all allowed but what
-    is always denied). Domains in allowOut are not enforced yet: they allow nothing (the API
-    accepts them only beside denyOut 0.0.0.0/0, so what they name stays denied). A sandbox has
-    no IPv6, so IPv6 entries change nothing."""
+    false is denyOut 0.0.0.0/0, and allowOut (addresses, CIDRs and domains) beats denyOut; with
+    domains, `dnsServers` are allowed (absent: the sandbox's own resolver). None: the default
+    (all allowed but what is always denied). A sandbox has no IPv6, so IPv6 entries change
+    nothing."""
     network = options.get("network") or {}
-    allow = _ipv4(network.get("allowOut") or [])
+    allow_out = network.get("allowOut") or []
+    allow = _ipv4(allow_out)
+    domains = tuple(normalize(e) for e in allow_out if is_domain_entry(e))
     deny = _ipv4(network.get("denyOut") or [])
     if options.get("allow_internet_access") is False:
         deny = (*deny, "0.0.0.0/0")
-    return Egress(allow, deny) if allow or deny else None
+    servers = network.get("dnsServers")
+    resolvers = None if servers is None else _ipv4(servers)
+    return Egress(allow, deny, domains, resolvers) if allow or deny or domains else None
+
+
+async def restore_domains(manager: SandboxManager, sandboxes: Iterable[Sandbox]) -> None:
+    """Give adopted sandboxes with domain rules back to the domain proxy (a new one, on a new
+    port: its view and their redirects are made again)."""
+    for sandbox in sandboxes:
+        egress = egress_of(sandbox.row.options)
+        if egress is not None and egress.domains:
+            try:
+                await asyncio.to_thread(manager.runtime.set_egress, sandbox.box, egress)
+            except SandboxError:  # its old redirect goes to no proxy: refused, not let through
+                log.exception("sandbox %s: its domain rules were not restored", sandbox.id)
 
 
 def with_update(options: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:

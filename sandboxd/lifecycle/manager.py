@@ -29,7 +29,7 @@ from sandboxd.errors import (
 )
 from sandboxd.ids import new_sandbox_id, now_us
 from sandboxd.lifecycle.adoption import adopt
-from sandboxd.lifecycle.egress import egress_of
+from sandboxd.lifecycle.egress import egress_of, restore_domains
 from sandboxd.lifecycle.envd_init import init_envd
 from sandboxd.lifecycle.evictor import EXPIRE_RETRY_S, Evictor
 from sandboxd.lifecycle.pool import WarmPool
@@ -149,8 +149,11 @@ class SandboxManager:
 
     async def start(self) -> None:
         """Adopt what a previous sandboxd left, then start the evictor, sampler and pool."""
+        if self.runtime.egress_proxy is not None:
+            await self.runtime.egress_proxy.start()
         for sandbox in await adopt(self.runtime, self.store, self.tokens):
             self._sandboxes[sandbox.id] = sandbox
+        await restore_domains(self, self._sandboxes.values())
         self._spawn(self.evictor.run())
         self._spawn(self.sampler.run())
         for template in self.store.templates():
@@ -164,6 +167,8 @@ class SandboxManager:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.pool.close()
         await self.envd.aclose()
+        if self.runtime.egress_proxy is not None:
+            await self.runtime.egress_proxy.close()
         for sandbox in self._sandboxes.values():
             sandbox.box.netns.close()
 

@@ -150,6 +150,17 @@ def test_the_key_header_is_case_insensitive(server: Sandboxd) -> None:
         ({"templateID": "base", "envVars": ["A"]}, "envVars"),
         ({"templateID": "base", "secure": "yes"}, "secure"),
         ({"templateID": "base", "network": {"denyOut": ["nowhere"]}}, "denyOut"),
+        # E2B's egress rules: no domains in denyOut, no unspecified addresses, domains in
+        # allowOut only beside 0.0.0.0/0 in denyOut, and resolvers are IPv4 addresses.
+        ({"templateID": "base", "network": {"denyOut": ["example.com"]}}, "denyOut"),
+        ({"templateID": "base", "network": {"denyOut": ["0.0.0.0"]}}, "denyOut"),
+        ({"templateID": "base", "network": {"allowOut": ["0.0.0.0/8"]}}, "allowOut"),
+        (
+            {"templateID": "base", "network": {"allowOut": ["a..b"], "denyOut": ["0.0.0.0/0"]}},
+            "allowOut",
+        ),
+        ({"templateID": "base", "network": {"allowOut": ["*.example.com"]}}, "allowOut"),
+        ({"templateID": "base", "network": {"dnsServers": ["dns.test"]}}, "dnsServers"),
         ({"templateID": "base", "volumeMounts": [{"name": "v"}]}, "volumeMounts.0.path"),
     ],
 )

@@ -1,0 +1,197 @@
+"""The domain proxy's listener: one TCP socket in serve's network namespace that sandboxes'
+redirected connections arrive at. Each connection is matched to its sandbox by its source
+address, its original destination read back from the redirect (SO_ORIGINAL_DST), its name sniffed,
+and then relayed to what the verdict names or closed at once: a refused connection is accepted and
+closed, as E2B's is. The proxy's own connections carry `firewall.PROXY_MARK`, so the kernel also
+refuses them the host's own addresses (firewall.py's `output` chain)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import socket
+from typing import TYPE_CHECKING
+
+import dns.asyncresolver
+import dns.exception
+import dns.resolver
+
+from sandboxd.egress_proxy.policy import SandboxRules, decide, networks, usable
+from sandboxd.egress_proxy.sniff import read_name
+from sandboxd.host import firewall
+
+if TYPE_CHECKING:
+    from sandboxd.host.network import NetSlot, NetworkPool
+
+log = logging.getLogger("sandboxd.egress_proxy")
+
+SO_ORIGINAL_DST = 80  # linux/netfilter_ipv4.h
+TLS_PORTS = frozenset({443})  # E2B's: 443 is read as TLS, 80 as HTTP (firewall.PROXIED_PORTS)
+DIAL_TIMEOUT_S = 30
+RESOLVE_TIMEOUT_S = 10
+RELAY_CHUNK = 64 * 1024
+
+
+def _resolver(dns_address: str | None) -> dns.asyncresolver.Resolver:
+    """The proxy resolves names itself: at the pool's resolver (`serve --dns`), else at serve's
+    own (/etc/resolv.conf); answers cached for their TTL."""
+    resolver = dns.asyncresolver.Resolver(configure=dns_address is None)
+    if dns_address is not None:
+        resolver.nameservers = [dns_address]
+    resolver.cache = dns.resolver.Cache()
+    return resolver
+
+
+class EgressProxy:
+    """The proxy and its view of each domain-ruled sandbox's rules, by the sandbox's address."""
+
+    def __init__(self, pool: NetworkPool) -> None:
+        """Bind the listener (a port of the kernel's choosing, on every address: only
+        connections from a sandbox's address to its own gateway are served)."""
+        self.pool = pool
+        self._never = firewall.never_reachable(pool.cidr)
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind(("0.0.0.0", 0))  # every address: see the docstring
+        self.port: int = self._sock.getsockname()[1]
+        self._rules: dict[ipaddress.IPv4Address, SandboxRules] = {}
+        self._resolver: dns.asyncresolver.Resolver | None = None
+        self._server: asyncio.Server | None = None
+        self._open: set[asyncio.StreamWriter] = set()
+
+    def set_rules(self, slot: NetSlot, egress: firewall.Egress) -> None:
+        """The sandbox's rules from now on (none: its connections are closed)."""
+        rules = SandboxRules(ipaddress.IPv4Address(slot.host_ip), networks(egress.allow),
+                             networks(egress.deny), egress.domains)  # fmt: skip
+        self.restore(slot, rules if egress.domains else None)
+
+    def forget(self, slot: NetSlot) -> None:
+        self.restore(slot, None)
+
+    def rules_of(self, slot: NetSlot) -> SandboxRules | None:
+        return self._rules.get(ipaddress.IPv4Address(slot.sandbox_ip))
+
+    def restore(self, slot: NetSlot, rules: SandboxRules | None) -> None:
+        """Put back what `rules_of` gave."""
+        address = ipaddress.IPv4Address(slot.sandbox_ip)
+        if rules is None:
+            self._rules.pop(address, None)
+        else:
+            self._rules[address] = rules
+
+    async def start(self) -> None:
+        self._sock.listen(1024)
+        self._server = await asyncio.start_server(self._serve, sock=self._sock)
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for writer in list(self._open):
+            writer.transport.abort()
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._open.add(writer)
+        try:
+            upstream = await self._upstream(reader, writer)
+            if upstream is not None:
+                await _relay(reader, writer, *upstream)
+        except OSError as exc:
+            log.debug("egress connection ended: %s", exc)
+        finally:
+            self._open.discard(writer)
+            writer.transport.abort()
+
+    async def _upstream(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bytes] | None:
+        """The connection upstream with the bytes already read from the client, or None when
+        the connection is refused."""
+        sock = writer.get_extra_info("socket")
+        source = ipaddress.IPv4Address(writer.get_extra_info("peername")[0])
+        local = ipaddress.IPv4Address(writer.get_extra_info("sockname")[0])
+        rules = self._rules.get(source)
+        if rules is None or local != rules.gateway:  # not a redirected sandbox connection
+            return None
+        packed = sock.getsockopt(socket.SOL_IP, SO_ORIGINAL_DST, 16)
+        port = int.from_bytes(packed[2:4], "big")
+        destination = ipaddress.IPv4Address(packed[4:8])
+        if not usable(destination, self._never):  # the redirect skips these: never the proxy
+            return None
+        name, first = await read_name(reader, tls=port in TLS_PORTS)
+        verdict = decide(rules, destination, name)
+        log.debug("egress %s -> %s:%d (%s): %s", source, destination, port, name, verdict)
+        if verdict.address is not None:
+            addresses = [verdict.address]
+        elif verdict.name is not None:
+            addresses = await self._resolve(verdict.name)
+        else:
+            return None
+        for address in addresses:
+            try:
+                up_reader, up_writer = await _dial(address, port)
+            except OSError as exc:
+                log.debug("egress %s:%d: %s", address, port, exc)
+                continue
+            return up_reader, up_writer, first
+        return None
+
+    async def _resolve(self, name: str) -> list[ipaddress.IPv4Address]:
+        """The name's IPv4 addresses the proxy may dial (none: refused)."""
+        if self._resolver is None:
+            self._resolver = _resolver(self.pool.dns)
+        try:
+            answer = await self._resolver.resolve(name, "A", lifetime=RESOLVE_TIMEOUT_S)
+        except dns.exception.DNSException as exc:
+            log.debug("egress: %s does not resolve: %s", name, exc)
+            return []
+        found = [ipaddress.IPv4Address(record.address) for record in answer]
+        allowed = [a for a in found if usable(a, self._never)]
+        if len(allowed) < len(found):
+            log.warning("egress: %s resolves to an address always denied (%s)", name,
+                        ", ".join(str(a) for a in found if a not in allowed))  # fmt: skip
+        return allowed
+
+
+async def _dial(
+    address: ipaddress.IPv4Address, port: int
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """Connect to `address:port` as the proxy (marked: see the module's docstring)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_MARK, firewall.PROXY_MARK)
+        sock.setblocking(False)
+        async with asyncio.timeout(DIAL_TIMEOUT_S):
+            await asyncio.get_running_loop().sock_connect(sock, (str(address), port))
+    except (OSError, TimeoutError):
+        sock.close()
+        raise
+    return await asyncio.open_connection(sock=sock)
+
+
+async def _relay(
+    client_reader: asyncio.StreamReader,
+    client_writer: asyncio.StreamWriter,
+    up_reader: asyncio.StreamReader,
+    up_writer: asyncio.StreamWriter,
+    first: bytes,
+) -> None:
+    """Both ways until both ends are done; an end closing its side is passed on (half-close),
+    an error on either cuts both."""
+    try:
+        up_writer.write(first)
+        await asyncio.gather(_pump(client_reader, up_writer), _pump(up_reader, client_writer))
+    finally:
+        up_writer.transport.abort()
+
+
+async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    while data := await reader.read(RELAY_CHUNK):
+        writer.write(data)
+        await writer.drain()
+    if writer.can_write_eof() and not writer.is_closing():
+        with contextlib.suppress(OSError):
+            writer.write_eof()
