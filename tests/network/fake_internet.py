@@ -61,13 +61,17 @@ class FakeInternet:
 
     `uplink` is where the code under test runs (later `sandboxd serve`): `uplink.call(fn)` runs
     a callable there, `uplink.popen(argv)` a process. `names` maps each test name to the
-    address its servers answer on; DNS at `DNS_ADDRESS` resolves them, and `INDEX_NAME`.
+    address its servers answer on; DNS at `DNS_ADDRESS` resolves them, and `INDEX_NAME`, and
+    the names of `dns_only` (to addresses the harness does not hold, e.g. `uplink`'s own).
     """
 
-    def __init__(self, names: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, names: dict[str, str] | None = None, dns_only: dict[str, str] | None = None
+    ) -> None:
         # Unique per process and per harness: parallel runs and tests never share a name.
         self.prefix = f"fakenet-{os.getpid()}-{next(_runs)}"
         self.names = dict(NAMES if names is None else names)
+        self.dns_only = dict(dns_only or {})
         self.workdir = Path(tempfile.mkdtemp(prefix=f"{self.prefix}-"))
         self.ca_pem = self.workdir / "ca.pem"
         self.server_log = self.workdir / "servers.log"
@@ -145,7 +149,7 @@ class FakeInternet:
         ready = self.workdir / "servers.ready"
         make_index(self.workdir / "index")
         config.write_text(json.dumps({
-            "names": {**self.names, INDEX_NAME: INDEX_ADDRESS}, "dns": DNS_ADDRESS,
+            "names": {**self.names, **self.dns_only, INDEX_NAME: INDEX_ADDRESS}, "dns": DNS_ADDRESS,
             "cert": str(cert), "key": str(key), "ready": str(ready),
             "index_address": INDEX_ADDRESS, "index_root": str(self.workdir / "index"),
         }))  # fmt: skip
@@ -183,13 +187,15 @@ def set_sysctls(values: dict[str, str]) -> None:
 
 
 @contextlib.contextmanager
-def running_fake_internet(names: dict[str, str] | None = None) -> Iterator[FakeInternet]:
+def running_fake_internet(
+    names: dict[str, str] | None = None, dns_only: dict[str, str] | None = None
+) -> Iterator[FakeInternet]:
     """A built, checked and serving fake internet, removed whatever happens.
 
     Raises:
         NotIsolated: a namespace held something the harness did not make.
     """
-    net = FakeInternet(names)
+    net = FakeInternet(names, dns_only)
     try:
         net.build()
         net.check_isolated()
