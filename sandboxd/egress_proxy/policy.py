@@ -38,10 +38,6 @@ class Verdict:
     address: ipaddress.IPv4Address | None = None
     name: str | None = None
 
-    @property
-    def refused(self) -> bool:
-        return self.address is None and self.name is None
-
 
 REFUSED = Verdict()
 

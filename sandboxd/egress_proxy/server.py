@@ -141,9 +141,8 @@ class EgressProxy:
 
     async def _resolve(self, name: str) -> list[ipaddress.IPv4Address]:
         """The name's IPv4 addresses the proxy may dial (none: refused)."""
-        if self._resolver is None:
-            self._resolver = _resolver(self.pool.dns)
-        try:
+        try:  # made at first use: serve's resolv.conf may be missing, and is read only then
+            self._resolver = self._resolver or _resolver(self.pool.dns)
             answer = await self._resolver.resolve(name, "A", lifetime=RESOLVE_TIMEOUT_S)
         except dns.exception.DNSException as exc:
             log.debug("egress: %s does not resolve: %s", name, exc)
