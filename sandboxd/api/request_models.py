@@ -11,7 +11,7 @@ from typing import Any, Self, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from sandboxd.api.errors import RequestError
-from sandboxd.egress_proxy.names import is_domain_entry
+from sandboxd.egress_proxy.names import is_domain_entry, is_name, normalize
 from sandboxd.host.disk import MIN_DISK_MB
 
 Model = TypeVar("Model", bound=BaseModel)
@@ -32,6 +32,29 @@ class VolumeMount(_Body):
     path: str
 
 
+class EgressProxy(_Body):
+    """E2B's SandboxEgressProxyConfig: the SOCKS5 server a sandbox's TCP goes through."""
+
+    address: str
+    username: str | None = None
+    password: str | None = None
+
+    @model_validator(mode="after")
+    def _check_address(self) -> Self:
+        host, _, port = self.address.rpartition(":")
+        if not (host and port.isdigit() and 0 < int(port) < 65536 and _is_host(host)):
+            raise ValueError(f"address: {self.address!r} is not host:port (IPv4 or a name)")
+        return self
+
+
+def _is_host(host: str) -> bool:
+    try:
+        ipaddress.IPv4Address(host)
+    except ValueError:
+        return is_name(normalize(host))
+    return True
+
+
 class _Egress(_Body):
     """The egress fields a create's `network` and an update share, checked alike."""
 
@@ -39,7 +62,7 @@ class _Egress(_Body):
     denyOut: list[str] | None = None
     dnsServers: list[str] | None = None
     rules: dict[str, list[dict[str, Any]]] | None = None
-    egressProxy: dict[str, Any] | None = None
+    egressProxy: EgressProxy | None = None
 
     @model_validator(mode="after")
     def _check_egress(self) -> Self:

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sandboxd.egress_proxy.names import matches
+
+if TYPE_CHECKING:
+    from sandboxd.host.firewall import Tunnel
 
 Networks = tuple[ipaddress.IPv4Network, ...]
 
@@ -22,12 +26,14 @@ def networks(entries: tuple[str, ...]) -> Networks:
 @dataclass(frozen=True)
 class SandboxRules:
     """One sandbox's rules as the proxy holds them, with the address its connections arrive
-    at (the host end of its veth: a redirect leaves them addressed there)."""
+    at (the host end of its veth: a redirect leaves them addressed there) and the SOCKS5 server
+    its connections go through, if any."""
 
     gateway: ipaddress.IPv4Address
     allow: Networks
     deny: Networks
     domains: tuple[str, ...]
+    tunnel: Tunnel | None = None
 
 
 @dataclass(frozen=True)

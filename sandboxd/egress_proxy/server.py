@@ -17,9 +17,11 @@ from typing import TYPE_CHECKING
 import dns.asyncresolver
 import dns.exception
 import dns.resolver
+from python_socks import ProxyError
 
-from sandboxd.egress_proxy.policy import SandboxRules, decide, networks, usable
+from sandboxd.egress_proxy.policy import SandboxRules, Verdict, decide, networks, usable
 from sandboxd.egress_proxy.sniff import read_name
+from sandboxd.egress_proxy.tunnel import open_through
 from sandboxd.host import firewall
 
 if TYPE_CHECKING:
@@ -29,6 +31,7 @@ log = logging.getLogger("sandboxd.egress_proxy")
 
 SO_ORIGINAL_DST = 80  # linux/netfilter_ipv4.h
 TLS_PORTS = frozenset({443})  # E2B's: 443 is read as TLS, 80 as HTTP (firewall.PROXIED_PORTS)
+Upstream = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 DIAL_TIMEOUT_S = 30
 RESOLVE_TIMEOUT_S = 10
 RELAY_CHUNK = 64 * 1024
@@ -64,8 +67,8 @@ class EgressProxy:
     def set_rules(self, slot: NetSlot, egress: firewall.Egress) -> None:
         """The sandbox's rules from now on (none: its connections are closed)."""
         rules = SandboxRules(ipaddress.IPv4Address(slot.host_ip), networks(egress.allow),
-                             networks(egress.deny), egress.domains)  # fmt: skip
-        self.restore(slot, rules if egress.domains else None)
+                             networks(egress.deny), egress.domains, egress.tunnel)  # fmt: skip
+        self.restore(slot, rules if egress.domains or egress.tunnel else None)
 
     def forget(self, slot: NetSlot) -> None:
         self.restore(slot, None)
@@ -121,9 +124,27 @@ class EgressProxy:
         destination = ipaddress.IPv4Address(packed[4:8])
         if not usable(destination, self._never):  # the redirect skips these: never the proxy
             return None
-        name, first = await read_name(reader, tls=port in TLS_PORTS)
+        name, first = None, b""
+        if rules.domains and port in firewall.PROXIED_PORTS:  # a tunnel brings every port
+            name, first = await read_name(reader, tls=port in TLS_PORTS)
         verdict = decide(rules, destination, name)
         log.debug("egress %s -> %s:%d (%s): %s", source, destination, port, name, verdict)
+        try:
+            upstream = await self._connect(rules, verdict, port)
+        except (OSError, ProxyError) as exc:
+            log.debug("egress %s:%d: %s", verdict, port, exc)
+            return None
+        return None if upstream is None else (*upstream, first)
+
+    async def _connect(self, rules: SandboxRules, verdict: Verdict, port: int) -> Upstream | None:
+        """The connection the verdict allows: through the sandbox's tunnel, or to the address
+        (the name's addresses in turn); None when there is none to open."""
+        if rules.tunnel is not None and (verdict.address or verdict.name):
+            server = await self._tunnel_server(rules.tunnel.host)
+            if server is None:
+                return None
+            target = verdict.name or str(verdict.address)
+            return await open_through(rules.tunnel, server, target, port, DIAL_TIMEOUT_S)
         if verdict.address is not None:
             addresses = [verdict.address]
         elif verdict.name is not None:
@@ -132,12 +153,19 @@ class EgressProxy:
             return None
         for address in addresses:
             try:
-                up_reader, up_writer = await _dial(address, port)
+                return await _dial(address, port)
             except OSError as exc:
                 log.debug("egress %s:%d: %s", address, port, exc)
-                continue
-            return up_reader, up_writer, first
         return None
+
+    async def _tunnel_server(self, host: str) -> ipaddress.IPv4Address | None:
+        """The SOCKS server's address, never one always denied: python-socks dials it from a
+        socket of its own, which the `output` chain's mark does not cover."""
+        try:
+            address = ipaddress.IPv4Address(host)
+        except ValueError:
+            return next(iter(await self._resolve(host)), None)
+        return address if usable(address, self._never) else None
 
     async def _resolve(self, name: str) -> list[ipaddress.IPv4Address]:
         """The name's IPv4 addresses the proxy may dial (none: refused)."""
@@ -155,9 +183,7 @@ class EgressProxy:
         return allowed
 
 
-async def _dial(
-    address: ipaddress.IPv4Address, port: int
-) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+async def _dial(address: ipaddress.IPv4Address, port: int) -> Upstream:
     """Connect to `address:port` as the proxy (marked: see the module's docstring)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:

@@ -15,7 +15,8 @@ The table (docs/sandboxd.md, "Sandbox networking"):
   excepted.
 - `prerouting` (nat): a sandbox's interface jumps, through the map `redirect`, to its chain
   `IFNAME_nat`, which sends its TCP to ports 80 and 443 to the domain proxy
-  (sandboxd.egress_proxy) when its `allowOut` names domains; never what `always_deny` holds or an
+  (sandboxd.egress_proxy) when its `allowOut` names domains, and all its TCP with an
+  `egressProxy` (the proxy tunnels it); never what `always_deny` holds or an
   address of the host's (those meet the filter's refusals as before).
 - `output`: the domain proxy's own connections (marked PROXY_MARK) reach neither `always_deny`
   nor the host's own addresses, whatever a name resolves to.
@@ -57,15 +58,27 @@ HOST_LOCAL = {"match": {"op": "==", "left": {"fib": {"result": "type", "flags": 
 
 
 @dataclass(frozen=True)
+class Tunnel:
+    """`egressProxy`: the SOCKS5 server every permitted TCP connection goes through."""
+
+    host: str
+    port: int
+    username: str | None = None
+    password: str | None = None
+
+
+@dataclass(frozen=True)
 class Egress:
     """A sandbox's own rules: `allow` (CIDRs or addresses) and `domains` (allowOut's names,
     matched by the domain proxy on ports 80 and 443) beat `deny`; the rest is allowed. With
-    domains, the `resolvers` are allowed too (None: the sandbox's own, its slot's `dns`)."""
+    domains, the `resolvers` are allowed too (None: the sandbox's own, its slot's `dns`). With
+    a `tunnel`, all its TCP goes to the domain proxy, which dials through the tunnel."""
 
     allow: tuple[str, ...] = ()
     deny: tuple[str, ...] = ()
     domains: tuple[str, ...] = ()
     resolvers: tuple[str, ...] | None = None
+    tunnel: Tunnel | None = None
 
 
 OPEN = Egress()
@@ -210,10 +223,11 @@ def _sandbox_rules(
     rules += [{"add": {"chain": {**TABLE, "name": nat}}},
               {"flush": {"chain": {**TABLE, "name": nat}}},
               {"add": {"element": element}}]  # fmt: skip
-    if egress.domains and proxy_port is not None:
+    if proxy_port is not None and (egress.domains or egress.tunnel):
         port = {"payload": {"protocol": "tcp", "field": "dport"}}
-        rules.append(_rule(nat, _ip("saddr", "==", address),
-                           {"match": {"op": "==", "left": port, "right": {"set": PROXIED_PORTS}}},
+        tcp = {"match": {"op": "==", "left": {"meta": {"key": "l4proto"}}, "right": "tcp"}}
+        proxied = {"match": {"op": "==", "left": port, "right": {"set": PROXIED_PORTS}}}
+        rules.append(_rule(nat, _ip("saddr", "==", address), tcp if egress.tunnel else proxied,
                            {"redirect": {"port": proxy_port}}))  # fmt: skip
     return rules
 

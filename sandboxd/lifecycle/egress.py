@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from sandboxd.egress_proxy.names import is_domain_entry, normalize
 from sandboxd.errors import SandboxError, SandboxNotFound
-from sandboxd.host.firewall import OPEN, Egress
+from sandboxd.host.firewall import OPEN, Egress, Tunnel
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -39,9 +39,9 @@ def _ipv4(entries: list[str]) -> tuple[str, ...]:
 def egress_of(options: dict[str, Any]) -> Egress | None:
     """The sandbox's egress rules from its options, as E2B has them: allow_internet_access
     false is denyOut 0.0.0.0/0, and allowOut (addresses, CIDRs and domains) beats denyOut; with
-    domains, `dnsServers` are allowed (absent: the sandbox's own resolver). None: the default
-    (all allowed but what is always denied). A sandbox has no IPv6, so IPv6 entries change
-    nothing."""
+    domains, `dnsServers` are allowed (absent: the sandbox's own resolver); `egressProxy` is the
+    tunnel for its TCP. None: the default (all allowed but what is always denied, directly). A
+    sandbox has no IPv6, so IPv6 entries change nothing."""
     network = options.get("network") or {}
     allow_out = network.get("allowOut") or []
     allow = _ipv4(allow_out)
@@ -51,19 +51,30 @@ def egress_of(options: dict[str, Any]) -> Egress | None:
         deny = (*deny, "0.0.0.0/0")
     servers = network.get("dnsServers")
     resolvers = None if servers is None else _ipv4(servers)
-    return Egress(allow, deny, domains, resolvers) if allow or deny or domains else None
+    tunnel = _tunnel(network.get("egressProxy"))
+    if allow or deny or domains or tunnel:
+        return Egress(allow, deny, domains, resolvers, tunnel)
+    return None
 
 
-async def restore_domains(manager: SandboxManager, sandboxes: Iterable[Sandbox]) -> None:
-    """Give adopted sandboxes with domain rules back to the domain proxy (a new one, on a new
-    port: its view and their redirects are made again)."""
+def _tunnel(config: dict[str, Any] | None) -> Tunnel | None:
+    """`egressProxy` (`{address: "host:port", username?, password?}`, checked by the API)."""
+    if not config:
+        return None
+    host, port = config["address"].rsplit(":", 1)
+    return Tunnel(host, int(port), config.get("username"), config.get("password"))
+
+
+async def restore_proxied(manager: SandboxManager, sandboxes: Iterable[Sandbox]) -> None:
+    """Give adopted sandboxes with domain rules or a tunnel back to the domain proxy (a new one,
+    on a new port: its view and their redirects are made again)."""
     for sandbox in sandboxes:
         egress = egress_of(sandbox.row.options)
-        if egress is not None and egress.domains:
+        if egress is not None and (egress.domains or egress.tunnel):
             try:
                 await asyncio.to_thread(manager.runtime.set_egress, sandbox.box, egress)
             except SandboxError:  # its old redirect goes to no proxy: refused, not let through
-                log.exception("sandbox %s: its domain rules were not restored", sandbox.id)
+                log.exception("sandbox %s: its proxied egress was not restored", sandbox.id)
 
 
 def with_update(options: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from sandboxd.errors import (
 )
 from sandboxd.ids import new_sandbox_id, now_us
 from sandboxd.lifecycle.adoption import adopt
-from sandboxd.lifecycle.egress import egress_of, restore_domains
+from sandboxd.lifecycle.egress import egress_of, restore_proxied
 from sandboxd.lifecycle.envd_init import init_envd
 from sandboxd.lifecycle.evictor import EXPIRE_RETRY_S, Evictor
 from sandboxd.lifecycle.pool import WarmPool
@@ -153,7 +153,7 @@ class SandboxManager:
             await self.runtime.egress_proxy.start()
         for sandbox in await adopt(self.runtime, self.store, self.tokens):
             self._sandboxes[sandbox.id] = sandbox
-        await restore_domains(self, self._sandboxes.values())
+        await restore_proxied(self, self._sandboxes.values())
         self._spawn(self.evictor.run())
         self._spawn(self.sampler.run())
         for template in self.store.templates():

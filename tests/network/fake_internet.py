@@ -40,6 +40,9 @@ NAMES = {
     "a.example.test": "198.51.100.11",
     "other.test": "198.51.100.12",
 }
+# The SOCKS5 server (socks_server.py): port 1080, these credentials.
+SOCKS_ADDRESS = "198.51.100.30"
+SOCKS_USER, SOCKS_PASSWORD = "sandbox", "secret"
 # The package index (package_index.py) has a name and an address of its own.
 INDEX_NAME = "pypi.test"
 INDEX_ADDRESS = "198.51.100.20"
@@ -75,6 +78,7 @@ class FakeInternet:
         self.workdir = Path(tempfile.mkdtemp(prefix=f"{self.prefix}-"))
         self.ca_pem = self.workdir / "ca.pem"
         self.server_log = self.workdir / "servers.log"
+        self.socks_log = self.workdir / "socks.log"  # one JSON line per CONNECT asked for
         self._uplink: NetworkNamespace | None = None
         self._internet: NetworkNamespace | None = None
         self.servers: Popen[bytes] | None = None
@@ -118,7 +122,7 @@ class FakeInternet:
             lo = ipr.link_lookup(ifname="lo")[0]
             # The servers' addresses are local to `internet`: reached through its veth end
             # from `uplink`, with no further link that could carry a packet anywhere.
-            for address in {*self.names.values(), DNS_ADDRESS, INDEX_ADDRESS}:
+            for address in {*self.names.values(), DNS_ADDRESS, INDEX_ADDRESS, SOCKS_ADDRESS}:
                 ipr.addr("add", index=lo, address=address, prefixlen=32)
             ipr.link("set", index=lo, state="up")
         with uplink.ipr() as ipr:
@@ -152,6 +156,8 @@ class FakeInternet:
             "names": {**self.names, **self.dns_only, INDEX_NAME: INDEX_ADDRESS}, "dns": DNS_ADDRESS,
             "cert": str(cert), "key": str(key), "ready": str(ready),
             "index_address": INDEX_ADDRESS, "index_root": str(self.workdir / "index"),
+            "socks": {"address": SOCKS_ADDRESS, "username": SOCKS_USER,
+                      "password": SOCKS_PASSWORD, "log": str(self.socks_log)},
         }))  # fmt: skip
         with open(self.server_log, "ab") as log:
             self.servers = self.internet.popen(

@@ -1,8 +1,8 @@
 """The fake internet's servers, one process run inside the `internet` namespace: HTTP on :80
 and HTTPS on :443 on every address there, each answering with what identifies the request
 (the Host asked for, the address that took the connection, the client's address), except on
-the package index's address, which serves the index's files; and DNS on one address answering
-A records for the test names.
+the package index's address, which serves the index's files; DNS on one address answering
+A records for the test names; and a SOCKS5 server (socks_server.py) on one address.
 
 Run as `python -m tests.network.servers CONFIG.json` (fake_internet.py writes the config); it
 creates the config's `ready` file once every socket is bound, and runs until killed.
@@ -25,6 +25,8 @@ from typing import Any, ClassVar
 # text, so the whole DNS server is the records plus two constructor calls.
 from dnslib.server import DNSLogger, DNSServer
 from dnslib.zoneresolver import ZoneResolver
+
+from tests.network.socks_server import socks_server
 
 log = logging.getLogger("fake-internet")
 
@@ -97,6 +99,7 @@ def serve(config: dict[str, Any]) -> None:
     servers = [
         EchoServer(("0.0.0.0", 80), handler),
         TLSEchoServer(("0.0.0.0", 443), handler, context),
+        socks_server({**config["socks"], "names": config["names"]}),
     ]
     for server in [*servers, dns.server]:
         threading.Thread(target=server.serve_forever, daemon=True).start()

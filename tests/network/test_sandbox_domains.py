@@ -3,7 +3,9 @@ internet's `uplink`, and a sandbox whose HTTP (port 80, by its Host header) and 
 the ClientHello's SNI) go through the domain proxy: an allowed name reaches its own server
 whatever address the client chose, other names are accepted and closed, allowOut addresses and
 CIDRs still go where they were sent, names that resolve to what is always denied (or to the
-host itself) stay refused, and an update switches the names for new connections."""
+host itself) stay refused, and an update switches the names for new connections. With an
+`egressProxy`, every permitted TCP connection goes through the fake internet's SOCKS5 server,
+allowed names as names."""
 
 from __future__ import annotations
 
@@ -15,7 +17,15 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from tests.network import probes
-from tests.network.fake_internet import DNS_ADDRESS, NAMES, UPLINK_ADDRESS, running_fake_internet
+from tests.network.fake_internet import (
+    DNS_ADDRESS,
+    NAMES,
+    SOCKS_ADDRESS,
+    SOCKS_PASSWORD,
+    SOCKS_USER,
+    UPLINK_ADDRESS,
+    running_fake_internet,
+)
 from tests.network.served import POOL, UplinkSandboxd
 from tests.network.test_sandbox_egress import REFUSED, connect, leftovers
 from tests.sandboxd.template_cache import ensure_base_template
@@ -58,6 +68,7 @@ else:
     print(data.partition(b"\\r\\n\\r\\n")[2].decode() or "closed")
 """
 DOMAINS_ONLY = {"allowOut": ["example.test"], "denyOut": ["0.0.0.0/0"]}
+TUNNEL = {"address": f"{SOCKS_ADDRESS}:1080", "username": SOCKS_USER, "password": SOCKS_PASSWORD}
 
 
 @pytest.fixture(scope="module")
@@ -204,3 +215,47 @@ def test_a_restarted_serve_gives_the_names_back(server: UplinkSandboxd, sandbox:
     server.start()
     assert get(server, sandbox, OTHER, "example.test")["server"] == EXAMPLE
     assert get(server, sandbox, EXAMPLE, "other.test") == "closed"
+
+
+def tunnelled(net: FakeInternet) -> list[dict[str, object]]:
+    """The CONNECTs the SOCKS5 server was asked for so far."""
+    return [json.loads(line) for line in net.socks_log.read_text().splitlines()]
+
+
+def test_an_egress_proxy_carries_every_tcp_connection(
+    server: UplinkSandboxd, net: FakeInternet
+) -> None:
+    """E2B's egressProxy: the sandbox connects as ever, the SOCKS5 server connects out (with
+    the credentials given); a port the domain proxy does not read goes through it too."""
+    sandbox = server.create(network={"egressProxy": TUNNEL})
+    try:
+        seen = len(tunnelled(net))
+        echo = get(server, sandbox, OTHER, "other.test")
+        assert (echo["server"], echo["client"]) == (OTHER, SOCKS_ADDRESS)
+        assert tunnelled(net)[seen:] == [{"kind": "ipv4", "host": OTHER, "port": 80}]
+        assert connect(server, sandbox, OTHER, 8080) == "connected"  # the proxy took it
+        wait_until(lambda: len(tunnelled(net)) > seen + 1, 30, "the CONNECT to port 8080")
+        assert tunnelled(net)[seen + 1] == {"kind": "ipv4", "host": OTHER, "port": 8080}
+    finally:
+        server.kill(sandbox)
+
+
+def test_allowed_names_go_through_the_egress_proxy_as_names(
+    server: UplinkSandboxd, net: FakeInternet
+) -> None:
+    """A name allowed by allowOut is sent to the SOCKS server as a name (it resolves it); a
+    refused one never reaches it; an update without the proxy goes direct again."""
+    sandbox = server.create(network={**DOMAINS_ONLY, "egressProxy": TUNNEL})
+    path = f"/sandboxes/{sandbox}/network"
+    try:
+        seen = len(tunnelled(net))
+        echo = get(server, sandbox, OTHER, "example.test")
+        assert (echo["server"], echo["client"]) == (EXAMPLE, SOCKS_ADDRESS)
+        assert get(server, sandbox, OTHER, "other.test") == "closed"
+        assert tunnelled(net)[seen:] == [{"kind": "domain", "host": "example.test", "port": 80}]
+        assert server.api("PUT", path, json=DOMAINS_ONLY).status_code == 204
+        assert get(server, sandbox, OTHER, "example.test")["client"] == UPLINK_ADDRESS
+        bad = {**DOMAINS_ONLY, "egressProxy": {"address": "socks.test"}}
+        assert server.api("PUT", path, json=bad).status_code == 400
+    finally:
+        server.kill(sandbox)

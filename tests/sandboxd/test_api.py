@@ -161,6 +161,14 @@ def test_the_key_header_is_case_insensitive(server: Sandboxd) -> None:
         ),
         ({"templateID": "base", "network": {"allowOut": ["*.example.com"]}}, "allowOut"),
         ({"templateID": "base", "network": {"dnsServers": ["dns.test"]}}, "dnsServers"),
+        (
+            {"templateID": "base", "network": {"egressProxy": {"address": "[::1]:1080"}}},
+            "egressProxy",
+        ),
+        (
+            {"templateID": "base", "network": {"egressProxy": {"address": "socks.test:0"}}},
+            "egressProxy",
+        ),
         ({"templateID": "base", "volumeMounts": [{"name": "v"}]}, "volumeMounts.0.path"),
     ],
 )

@@ -12,7 +12,7 @@ import pytest
 
 from sandboxd.errors import HostError
 from sandboxd.host.cgroups import Limits
-from sandboxd.host.firewall import Egress
+from sandboxd.host.firewall import Egress, Tunnel
 from sandboxd.host.network import NetworkPool, parse_pool
 from sandboxd.host.spec import SandboxSpec
 from sandboxd.host.uid_ranges import FIRST_BASE, RANGE_SIZE
@@ -54,6 +54,8 @@ def test_pools_that_are_not_one(text: str) -> None:
          Egress((), ("0.0.0.0/0",), ("a.test",), ("9.9.9.9/32",))),
         ({"network": {"allowOut": ["a.test"], "denyOut": ["0.0.0.0/0"], "dnsServers": []}},
          Egress((), ("0.0.0.0/0",), ("a.test",), ())),
+        ({"network": {"egressProxy": {"address": "socks.test:1080", "username": "u"}}},
+         Egress(tunnel=Tunnel("socks.test", 1080, "u"))),
         ({"network": {"allowOut": ["8.8.8.8/32"]}, "allow_internet_access": False},
          Egress(("8.8.8.8/32",), ("0.0.0.0/0",))),
     ],
