@@ -2,8 +2,9 @@
 redirected connections arrive at. Each connection is matched to its sandbox by its source
 address, its original destination read back from the redirect (SO_ORIGINAL_DST), its name sniffed,
 and then relayed to what the verdict names or closed at once: a refused connection is accepted and
-closed, as E2B's is. The proxy's own connections carry `firewall.PROXY_MARK`, so the kernel also
-refuses them the host's own addresses (firewall.py's `output` chain)."""
+closed, as E2B's is. The proxy's direct connections carry `firewall.PROXY_MARK`, so the kernel
+also refuses them the host's own addresses (firewall.py's `output` chain); a sandbox with an
+`egressProxy` has its connections opened through that SOCKS5 server instead (tunnel.py)."""
 
 from __future__ import annotations
 
