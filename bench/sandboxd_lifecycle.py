@@ -50,8 +50,8 @@ class Created:
 class SdkCreator(SdkProcess):
     """The SDK client process (bench/sdk_creator.py): one create and first command per request."""
 
-    def __init__(self) -> None:
-        super().__init__("sdk_creator.py")
+    def __init__(self, prefix: tuple[str, ...] = ()) -> None:
+        super().__init__("sdk_creator.py", prefix)
 
     async def create(self, server: Sandboxd) -> Created:
         return await asyncio.to_thread(self._create, server.url)

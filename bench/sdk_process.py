@@ -21,12 +21,13 @@ class SdkProcess:
     """bench/`script` in the SDK's virtualenv, kept running for many requests. Variables
     starting with E2B_ are not passed on: each worker points the SDK where its requests say."""
 
-    def __init__(self, script: str) -> None:
+    def __init__(self, script: str, prefix: tuple[str, ...] = ()) -> None:
+        """`prefix`: what runs the worker (e.g. nsenter into a network namespace)."""
         require_sdk_python()
         env = {k: v for k, v in os.environ.items() if not k.startswith("E2B_")}
         self.script = script
         self.proc = subprocess.Popen(
-            [str(SDK_PYTHON), str(REPO / "bench" / script)],
+            [*prefix, str(SDK_PYTHON), str(REPO / "bench" / script)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,

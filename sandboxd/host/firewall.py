@@ -277,6 +277,9 @@ def remove_sandbox(ifname: str) -> None:
 
 
 def table_exists() -> bool:
-    done = subprocess.run(["nft", "list", "table", "inet", "sandboxd"],
+    """Whether serve installed the table here. Its small set `always_deny` stands for it:
+    listing the whole table prints every sandbox's chain (0.15-0.2 s with 1000 of them; the
+    set, 3 ms: bench.firewall_update)."""
+    done = subprocess.run(["nft", "list", "set", "inet", "sandboxd", "always_deny"],
                           capture_output=True, check=False, timeout=30)  # fmt: skip
     return done.returncode == 0

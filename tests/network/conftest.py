@@ -19,3 +19,10 @@ def fake_internet() -> Iterator[FakeInternet]:
     whether it passed or not."""
     with running_fake_internet() as net:
         yield net
+
+
+@pytest.fixture(scope="module")
+def net() -> Iterator[FakeInternet]:
+    """A fake internet shared by the tests of one module (serve and its sandboxes live there)."""
+    with running_fake_internet() as net:
+        yield net

@@ -6,6 +6,7 @@ serve listens, and `uplink`'s links, addresses, routes and nftables table read b
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import sys
 from typing import TYPE_CHECKING, Any
@@ -14,9 +15,12 @@ import httpx
 from pyroute2 import IPRoute
 
 from sandboxd.host.spec import read_record
+from tests.network.fake_internet import DNS_ADDRESS
 from tests.sandboxd.serving import Sandboxd, kill_sandboxes
+from tests.sandboxd.template_cache import ensure_base_template
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from pathlib import Path
 
     from sandboxd.host.network import NetSlot
@@ -93,6 +97,20 @@ class UplinkSandboxd(Sandboxd):
             self.stop()
         finally:
             self.net.uplink.call(kill_sandboxes, self.state_dir, self.cgroup_parent)
+
+
+@contextlib.contextmanager
+def serving_in_uplink(net: FakeInternet, state_dir: Path, *flags: str) -> Iterator[UplinkSandboxd]:
+    """serve with the network pool and the fake internet's DNS, listening on every address of
+    `uplink` (the sandboxes' gateways included: only the firewall keeps them from the API);
+    stopped, and its sandboxes killed, afterwards."""
+    server = UplinkSandboxd(net, state_dir, ensure_base_template(), "--network-pool", POOL,
+                            "--dns", DNS_ADDRESS, "--bind", "0.0.0.0", *flags)  # fmt: skip
+    try:
+        server.start()
+        yield server
+    finally:
+        server.clean_up()
 
 
 def uplink_network() -> dict[str, Any]:

@@ -18,8 +18,15 @@ import pytest
 from sandboxd.errors import BootError
 from sandboxd.host.network import NetworkPool
 from sandboxd.host.runtime import Runtime
-from tests.network.fake_internet import DNS_ADDRESS, NAMES, UPLINK_ADDRESS, running_fake_internet
-from tests.network.served import POOL, UplinkSandboxd, nft_table, uplink_network
+from tests.network.fake_internet import DNS_ADDRESS, NAMES, UPLINK_ADDRESS
+from tests.network.in_sandbox import script
+from tests.network.served import (
+    POOL,
+    UplinkSandboxd,
+    nft_table,
+    serving_in_uplink,
+    uplink_network,
+)
 from tests.sandboxd.serving import kill_sandboxes
 from tests.sandboxd.template_cache import ensure_base_template
 
@@ -36,35 +43,16 @@ pytestmark = [
 
 EXAMPLE = NAMES["example.test"]
 OTHER = NAMES["other.test"]
-# Prints "connected", or the errno connecting to ADDRESS:PORT gave.
-CONNECT = """import socket, sys
-try:
-    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=30).close()
-    print("connected")
-except OSError as e:
-    print(e.errno)
-"""
-
-
-@pytest.fixture(scope="module")
-def net() -> Iterator[FakeInternet]:
-    with running_fake_internet() as net:
-        yield net
+CONNECT = script("connect")
 
 
 @pytest.fixture(scope="module")
 def server(net: FakeInternet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[UplinkSandboxd]:
-    """Serving on every address of `uplink` (the sandboxes' gateway included), so that only
-    the firewall keeps them from the API; a warm pool of one, so creates take sandboxes whose
-    network was made at boot."""
-    state = tmp_path_factory.mktemp("egress") / "state"
-    server = UplinkSandboxd(net, state, ensure_base_template(), "--network-pool", POOL,
-                            "--dns", DNS_ADDRESS, "--bind", "0.0.0.0", "--pool", "1")  # fmt: skip
-    try:
-        server.start()
+    """A warm pool of one, so creates take sandboxes whose network was made at boot."""
+    with serving_in_uplink(
+        net, tmp_path_factory.mktemp("egress") / "state", "--pool", "1"
+    ) as server:
         yield server
-    finally:
-        server.clean_up()
 
 
 def connect(server: UplinkSandboxd, sandbox_id: str, address: str, port: int) -> str:

@@ -8,7 +8,6 @@ import os
 import threading
 import uuid
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
 
 import httpx
 import pytest
@@ -21,28 +20,13 @@ from e2b import (
     TimeoutException,
 )
 
+from tests.sdk.python import sandboxes
 from tests.sdk.python.mode import normal_only
+from tests.sdk.python.sandboxes import create
 from tests.waiting import wait_until
 
-if TYPE_CHECKING:
-    from collections.abc import Iterator
-
 pytestmark = normal_only
-
-
-@pytest.fixture
-def made() -> Iterator[list[Sandbox]]:
-    """Sandboxes a test creates (appended by it), killed afterwards whatever happened."""
-    sandboxes: list[Sandbox] = []
-    yield sandboxes
-    for sandbox in sandboxes:
-        Sandbox.kill(sandbox.sandbox_id)
-
-
-def create(made: list[Sandbox], **options: object) -> Sandbox:
-    sandbox = Sandbox.create(**options)
-    made.append(sandbox)
-    return sandbox
+made = sandboxes.made
 
 
 def listed_ids(query: SandboxQuery, **options: object) -> list[str]:

@@ -1,0 +1,38 @@
+"""Fixtures for the SDK's networking tests (run by tests/network/test_sdk_network.py, inside
+the fake internet's `uplink`, against `sandboxd serve --network-pool` there): what the fake
+internet holds, from FAKE_INTERNET (JSON), and the sandboxes a test makes, killed afterwards."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import pytest
+
+from tests.sdk.python import sandboxes
+
+made = sandboxes.made  # the sandboxes a test makes, killed afterwards
+
+
+@dataclass(frozen=True)
+class FakeInternet:
+    """Addresses of the fake internet and of serve, as the harness passes them."""
+
+    http: str  # an echo server (HTTP on :80)
+    other: str  # another echo server
+    index: str  # the package index
+    package: dict[str, str]  # its one package (the Python suite reads package_index instead)
+    uplink: str  # serve's namespace's address on the fake internet
+    api_port: int  # serve's API and proxy port, on every address of `uplink`
+
+
+@pytest.fixture(scope="session")
+def internet() -> FakeInternet:
+    facts = os.environ.get("FAKE_INTERNET")
+    if facts is None or "E2B_API_URL" not in os.environ:
+        pytest.exit("run by tests/network/test_sdk_network.py, inside the fake internet")
+    port = urlsplit(os.environ["E2B_API_URL"]).port
+    assert port is not None
+    return FakeInternet(**json.loads(facts), api_port=port)
