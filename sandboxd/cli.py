@@ -123,8 +123,8 @@ def _serve_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser])
         "--dns",
         type=_address,
         metavar="ADDRESS",
-        help="with --network-pool: the resolver sandboxes' /etc/resolv.conf names (default: "
-        "the template's file, unchanged)",
+        help="where serve's DNS forwarder, which each sandbox's /etc/resolv.conf names (its "
+        "gateway), sends their queries (default: the nameservers of serve's own /etc/resolv.conf)",
     )
     p.add_argument(
         "--domain",

@@ -38,9 +38,15 @@ class _Egress(_Body):
     denyOut: list[str] | None = None
     rules: dict[str, list[dict[str, Any]]] | None = None
     egressProxy: dict[str, Any] | None = None
+    dnsServers: list[str] | None = None
 
     @model_validator(mode="after")
     def _check_egress(self) -> Self:
+        for entry in self.dnsServers or []:
+            try:
+                ipaddress.ip_address(entry)
+            except ValueError:
+                raise ValueError(f"dnsServers: {entry!r} is not an IP address") from None
         for entry in self.denyOut or []:
             try:
                 ipaddress.ip_network(entry, strict=False)
@@ -61,7 +67,6 @@ class NetworkUpdate(_Egress):
     """`PUT /sandboxes/{id}/network` (E2B's SandboxNetworkUpdateConfig): replaces the egress
     rules, a field left out is cleared."""
 
-    dnsServers: list[str] | None = None
     allow_internet_access: bool | None = None
 
 

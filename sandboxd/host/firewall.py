@@ -12,7 +12,9 @@ The table (docs/sandboxd.md, "Sandbox networking"):
 - `input`: a sandbox reaches nothing on the host itself (sandboxd's API port, the host end's
   address, every address of the host's interfaces), replies and what sandboxd offers the
   sandboxes on their gateways (the set `offered`: protocol and port, e.g. its DNS forwarder)
-  excepted.
+  excepted; what is offered is refused to every other interface.
+- `prerouting`: a sandbox's DNS to its gateway (udp and tcp port 53) is redirected to the
+  forwarder's ports (sandboxd.host.dns_forwarder), which are offered.
 - `postrouting`: the pool's traffic leaving through any interface that is not a sandbox's is
   masqueraded.
 Refusals are ICMP "administratively prohibited": a client inside fails at once (EHOSTUNREACH)
@@ -28,6 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sandboxd.errors import HostError
+from sandboxd.host.dns_forwarder import DNS_PORT
 from sandboxd.host.network import IFNAME_PREFIX
 
 if TYPE_CHECKING:
@@ -102,18 +105,29 @@ def apply(commands: list[dict[str, Any]]) -> None:
         raise HostError(f"nft refused sandboxd's rules: {done.stderr.strip()}")
 
 
-def install(pool: ipaddress.IPv4Network, offered: Iterable[tuple[str, int]] = ()) -> None:
+def _port(proto: str, port: int) -> dict[str, Any]:
+    return {"match": {"op": "==", "left": {"payload": {"protocol": proto, "field": "dport"}},
+                      "right": port}}  # fmt: skip
+
+
+def install(
+    pool: ipaddress.IPv4Network,
+    offered: Iterable[tuple[str, int]] = (),
+    dns: Iterable[tuple[str, int]] = (),
+) -> None:
     """Create or update the table's shared part. The map `egress` and the sandboxes' chains
     are kept, so sandboxes adopted after a restart keep their rules. `offered`: the services
     ("tcp"/"udp", port) of sandboxd's that sandboxes may reach at an address of the pool (their
-    gateway).
+    gateway). `dns`: where ("tcp"/"udp", port) a sandbox's DNS to its gateway's port 53 goes
+    instead (offered too).
 
     Raises:
         HostError: nft failed.
     """
     deny = {**TABLE, "name": "always_deny"}
     services = {**TABLE, "name": "offered"}
-    elements = [{"concat": [proto, port]} for proto, port in offered]
+    dns = list(dns)
+    elements = [{"concat": [proto, port]} for proto, port in {*offered, *dns}]
     commands: list[dict[str, Any]] = [
         {"add": {"table": {"family": "inet", "name": "sandboxd"}}},
         {"add": {"set": {**deny, "type": "ipv4_addr", "flags": ["interval"]}}},
@@ -138,6 +152,18 @@ def install(pool: ipaddress.IPv4Network, offered: Iterable[tuple[str, int]] = ()
             {"accept": None},
         ),
         _rule("input", _meta("iifname", "==", ANY_SANDBOX), REFUSE),
+        _rule("input", OFFERED, REFUSE),  # sandboxes' services are theirs only
+        *_base_chain("prerouting", "nat", "prerouting", -100),
+        *(
+            _rule(
+                "prerouting",
+                _meta("iifname", "==", ANY_SANDBOX),
+                _ip("daddr", "==", _addr(pool)),
+                _port(proto, DNS_PORT),
+                {"redirect": {"port": port}},
+            )
+            for proto, port in dns
+        ),
         *_base_chain("postrouting", "nat", "postrouting", 100),
         _rule(
             "postrouting",

@@ -52,12 +52,12 @@ class NetSlot:
     sandbox_ip: str
     ifname: str
     netns: int
-    dns: str | None = None
 
 
 @dataclass(frozen=True)
 class NetworkPool:
-    """`sandboxd serve --network-pool CIDR [--dns ADDRESS]`."""
+    """`sandboxd serve --network-pool CIDR [--dns ADDRESS]`. `dns`: the upstream resolver of
+    serve's DNS forwarder (None: the nameservers of serve's own /etc/resolv.conf)."""
 
     cidr: ipaddress.IPv4Network
     dns: str | None = None
@@ -82,7 +82,6 @@ class NetworkPool:
             str(ipaddress.IPv4Address(network + 2)),
             f"{IFNAME_PREFIX}{index}",
             own_netns_inode(),
-            self.dns,
         )
 
 

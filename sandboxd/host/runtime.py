@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sandboxd.envd_client import ENVD_PORT, health_status
-from sandboxd.errors import BootError, SandboxError, TeardownError
-from sandboxd.host import firewall, nspawn, uid_ranges
+from sandboxd.errors import BootError, HostError, SandboxError, TeardownError
+from sandboxd.host import firewall, nspawn, resolv_conf, uid_ranges
 from sandboxd.host.cgroups import CgroupHost, Limits, SandboxCgroups, Usage, existing_sandboxes
 from sandboxd.host.netns import NetNamespace
 from sandboxd.host.overlay import require_rootfs
@@ -345,6 +345,22 @@ class Runtime:
         """
         if box.spec.net is not None:
             firewall.set_egress(box.spec.net.ifname, box.spec.net.sandbox_ip, egress)
+
+    def set_resolvers(self, box: Box, nameservers: list[str] | None) -> None:
+        """Name `nameservers` in the sandbox's /etc/resolv.conf (None: its gateway, serve's DNS
+        forwarder); nothing for a sandbox without a network.
+
+        Raises:
+            HostError: the file could not be written (the sandbox's /etc is not a directory).
+        """
+        if box.spec.net is None:
+            return
+        assert box.spec.uid_base is not None  # noqa: S101  # a booted sandbox has its range
+        try:
+            resolv_conf.rewrite(self._dirs(box.id).root, nameservers or [box.spec.net.host_ip],
+                                box.spec.uid_base)  # fmt: skip
+        except OSError as e:
+            raise HostError(f"sandbox {box.id}: cannot write its resolv.conf: {e}") from e
 
     def set_limits(self, box: Box, limits: Limits) -> None:
         """Change the limits of a running sandbox (and its record).

@@ -43,6 +43,12 @@ def egress_of(options: dict[str, Any]) -> Egress | None:
     return Egress(allow, deny) if allow or deny else None
 
 
+def dns_servers_of(options: dict[str, Any]) -> list[str] | None:
+    """The resolvers the sandbox's options name (`network.dnsServers`); None: its gateway's
+    (serve's DNS forwarder)."""
+    return (options.get("network") or {}).get("dnsServers") or None
+
+
 def with_update(options: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
     """A sandbox's create options after `update` (a `PUT .../network` body, unset fields left
     out): its egress fields and allow_internet_access replaced, an omitted one cleared."""
@@ -58,11 +64,12 @@ def with_update(options: dict[str, Any], update: dict[str, Any]) -> dict[str, An
 
 async def update_network(manager: SandboxManager, sandbox_id: str, update: dict[str, Any]) -> None:
     """E2B's `PUT /sandboxes/{id}/network` on a running sandbox: its rules replaced at once
-    (new connections see them), then its record.
+    (new connections see them), its resolv.conf rewritten if `dnsServers` changed, then its
+    record.
 
     Raises:
         SandboxNotFound: unknown or paused (not live, as for a timeout change).
-        HostError: nftables refused (the old rules stand).
+        HostError: nftables refused (the old rules stand), or resolv.conf could not be written.
     """
     sandbox = manager.existing(sandbox_id)
     async with sandbox.lock:
@@ -71,5 +78,7 @@ async def update_network(manager: SandboxManager, sandbox_id: str, update: dict[
         options = with_update(sandbox.row.options, update)
         egress = egress_of(options) or OPEN
         await asyncio.to_thread(manager.runtime.set_egress, sandbox.box, egress)
+        if (dns := dns_servers_of(options)) != dns_servers_of(sandbox.row.options):
+            await asyncio.to_thread(manager.runtime.set_resolvers, sandbox.box, dns)
         sandbox.row.options = options
         await manager.store.write(functools.partial(manager.store.put_sandbox, sandbox.row))

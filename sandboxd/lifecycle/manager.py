@@ -29,7 +29,7 @@ from sandboxd.errors import (
 )
 from sandboxd.ids import new_sandbox_id, now_us
 from sandboxd.lifecycle.adoption import adopt
-from sandboxd.lifecycle.egress import egress_of
+from sandboxd.lifecycle.egress import dns_servers_of, egress_of
 from sandboxd.lifecycle.envd_init import init_envd
 from sandboxd.lifecycle.evictor import EXPIRE_RETRY_S, Evictor
 from sandboxd.lifecycle.pool import WarmPool
@@ -189,6 +189,8 @@ class SandboxManager:
         try:
             if (egress := egress_of(row.options)) is not None:  # before envd serves the user
                 await asyncio.to_thread(self.runtime.set_egress, box, egress)
+            if (dns := dns_servers_of(row.options)) is not None:  # a warm box names its gateway
+                await asyncio.to_thread(self.runtime.set_resolvers, box, dns)
             await init_envd(self.envd, sandbox)
         except BaseException:
             await self._kill_quietly(box)

@@ -19,3 +19,10 @@ def fake_internet() -> Iterator[FakeInternet]:
     whether it passed or not."""
     with running_fake_internet() as net:
         yield net
+
+
+@pytest.fixture(scope="module")
+def net() -> Iterator[FakeInternet]:
+    """One fake internet for a module's tests (serve inside it takes seconds to start)."""
+    with running_fake_internet() as net:
+        yield net

@@ -18,7 +18,7 @@ import pytest
 from sandboxd.errors import BootError
 from sandboxd.host.network import NetworkPool
 from sandboxd.host.runtime import Runtime
-from tests.network.fake_internet import DNS_ADDRESS, NAMES, UPLINK_ADDRESS, running_fake_internet
+from tests.network.fake_internet import DNS_ADDRESS, NAMES, UPLINK_ADDRESS
 from tests.network.served import POOL, UplinkSandboxd, nft_table, uplink_network
 from tests.sandboxd.serving import kill_sandboxes
 from tests.sandboxd.template_cache import ensure_base_template
@@ -44,12 +44,6 @@ try:
 except OSError as e:
     print(e.errno)
 """
-
-
-@pytest.fixture(scope="module")
-def net() -> Iterator[FakeInternet]:
-    with running_fake_internet() as net:
-        yield net
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +78,8 @@ def test_default_access_goes_out_masqueraded(server: UplinkSandboxd) -> None:
         echo = json.loads(out)
         assert echo["server"] == EXAMPLE
         assert echo["client"] == UPLINK_ADDRESS  # the fake internet never sees the pool
-        assert server.run(sandbox_id, "cat", "/etc/resolv.conf")[1] == f"nameserver {DNS_ADDRESS}\n"
+        gateway = server.slot(sandbox_id).host_ip  # serve's DNS forwarder: test_sandbox_dns.py
+        assert server.run(sandbox_id, "cat", "/etc/resolv.conf")[1] == f"nameserver {gateway}\n"
     finally:
         server.kill(sandbox_id)
 
