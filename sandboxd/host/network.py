@@ -10,6 +10,7 @@ that enters the namespace it works in (setns moves one thread; it ends with the 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import ipaddress
 import logging
@@ -35,6 +36,10 @@ SLOT_PREFIX = 30  # a point-to-point link: network, host end, sandbox end, broad
 IFNAME_PREFIX = "sbxn"  # host ends are sbxnSLOT (IFNAMSIZ: at most 15 characters)
 SANDBOX_IFNAME = "eth0"
 IP_FORWARD = "/proc/sys/net/ipv4/ip_forward"
+# `all` turns IPv6 off on the namespace's existing links (lo's ::1 goes), `default` on links
+# made later in it.
+DISABLE_IPV6 = ("/proc/sys/net/ipv6/conf/all/disable_ipv6",
+                "/proc/sys/net/ipv6/conf/default/disable_ipv6")  # fmt: skip
 
 
 def own_netns_inode() -> int:
@@ -130,7 +135,8 @@ def _netlink() -> IPRoute:
 
 def make_link(slot: NetSlot, leader_pid: int) -> None:
     """The veth pair: its host end addressed and up here, `eth0` in the network namespace of
-    process `leader_pid` (the container's PID 1), addressed, up, and the default route; `lo` up.
+    process `leader_pid` (the container's PID 1), addressed, up, and the default route; `lo` up;
+    IPv6 off in that namespace.
 
     Raises:
         OSError: the container is gone.
@@ -154,6 +160,11 @@ def make_link(slot: NetSlot, leader_pid: int) -> None:
 
 
 def _configure_inside(slot: NetSlot) -> None:
+    """IPv6 off (the firewall forwards IPv4 only: a sandbox with IPv6 addresses would try them
+    first and wait for nothing), then the links, address and route."""
+    for path in DISABLE_IPV6:  # the files are the opening thread's namespace's
+        with contextlib.suppress(FileNotFoundError), open(path, "w") as f:  # no IPv6: none
+            f.write("1")
     with _netlink() as ipr:
         (lo,) = ipr.link_lookup(ifname="lo")
         ipr.link("set", index=lo, state="up")

@@ -84,6 +84,37 @@ def test_default_access_goes_out_masqueraded(server: UplinkSandboxd) -> None:
         server.kill(sandbox_id)
 
 
+# What IPv6 a sandbox has: its addresses and routes, what connecting to ::1 gives, and whether
+# listening on :: still takes IPv4.
+IPV6 = """import socket
+print(open("/proc/net/if_inet6").read().split())
+print([r.split()[0] for r in open("/proc/net/ipv6_route").read().splitlines()
+       if not int(r.split()[8], 16) & 0x200])  # RTF_REJECT: the kernel's "unreachable"
+try:
+    socket.create_connection(("::1", 22), timeout=30)
+except OSError as e:
+    print(e.errno)
+with socket.create_server(("::", 0), family=socket.AF_INET6, dualstack_ipv6=True) as s:
+    socket.create_connection(("127.0.0.1", s.getsockname()[1]), timeout=30).close()
+    print("dual-stack")
+"""
+
+
+def test_a_sandbox_has_no_ipv6(server: UplinkSandboxd) -> None:
+    """Turned off in its namespace when its link is made: no address (lo's ::1 is gone too), no
+    route but the kernel's "unreachable" ones, so ::1 is unreachable; a server on :: still takes
+    IPv4."""
+    sandbox_id = server.create()
+    try:
+        code, out, err = server.run(sandbox_id, "python3", "-c", IPV6)
+        assert code == 0, err
+        assert out.splitlines() == ["[]", "[]", str(errno.EADDRNOTAVAIL), "dual-stack"]
+        code, out, err = server.run(sandbox_id, "cat", "/proc/sys/net/ipv6/conf/all/disable_ipv6")
+        assert (code, out) == (0, "1\n"), err
+    finally:
+        server.kill(sandbox_id)
+
+
 def test_always_denied_whatever_the_rules(server: UplinkSandboxd) -> None:
     """Even a sandbox allowing everything reaches neither sandboxd's API (on its gateway or
     any address of the host), nor the metadata address, nor another sandbox."""
