@@ -32,6 +32,9 @@ log = logging.getLogger("sandboxd.host.network")
 
 T = TypeVar("T")
 
+# Private (RFC 1918) and rarely a host's own LAN: 16384 slots. Its /8 is always denied to
+# sandboxes anyway (sandboxd.host.firewall).
+DEFAULT_NETWORK_POOL = ipaddress.IPv4Network("10.11.0.0/16")
 SLOT_PREFIX = 30  # a point-to-point link: network, host end, sandbox end, broadcast
 IFNAME_PREFIX = "sbxn"  # host ends are sbxnSLOT (IFNAMSIZ: at most 15 characters)
 SANDBOX_IFNAME = "eth0"

@@ -6,15 +6,17 @@ forwarder's ports answer nothing outside the pool."""
 from __future__ import annotations
 
 import errno
+import ipaddress
 import os
 import re
 from typing import TYPE_CHECKING
 
 import pytest
 
+from sandboxd.host.network import DEFAULT_NETWORK_POOL
 from tests.network.fake_internet import DNS_ADDRESS, NAMES, UPLINK_ADDRESS
 from tests.network.probes import connect_error, udp_error
-from tests.network.served import POOL, UplinkSandboxd, nft_table
+from tests.network.served import UplinkSandboxd, nft_table
 from tests.sandboxd.template_cache import ensure_base_template
 from tests.waiting import wait_until
 
@@ -63,10 +65,10 @@ print(found)
 
 @pytest.fixture(scope="module")
 def server(net: FakeInternet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[UplinkSandboxd]:
-    """A warm pool of one: creates take sandboxes booted before their options were known."""
+    """serve's default network (no --network-pool), and a warm pool of one: creates take
+    sandboxes booted before their options were known."""
     state = tmp_path_factory.mktemp("dns") / "state"
-    server = UplinkSandboxd(net, state, ensure_base_template(), "--network-pool", POOL,
-                            "--dns", DNS_ADDRESS, "--pool", "1")  # fmt: skip
+    server = UplinkSandboxd(net, state, ensure_base_template(), "--dns", DNS_ADDRESS, "--pool", "1")
     try:
         server.start()
         yield server
@@ -100,6 +102,7 @@ def test_the_gateway_resolves_through_the_forwarder(server: UplinkSandboxd) -> N
     sandbox_id = server.create()
     try:
         gateway = server.slot(sandbox_id).host_ip
+        assert ipaddress.IPv4Address(gateway) in DEFAULT_NETWORK_POOL
         assert out(server, sandbox_id, "cat", "/etc/resolv.conf") == f"nameserver {gateway}\n"
         assert out(server, sandbox_id, "getent", "hosts", "example.test").split() == [
             EXAMPLE, "example.test"]  # fmt: skip

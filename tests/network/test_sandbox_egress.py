@@ -18,6 +18,7 @@ import pytest
 from sandboxd.errors import BootError
 from sandboxd.host.network import NetworkPool
 from sandboxd.host.runtime import Runtime
+from sandboxd.host.spec import read_record
 from tests.network.fake_internet import DNS_ADDRESS, NAMES, UPLINK_ADDRESS
 from tests.network.served import POOL, UplinkSandboxd, nft_table, uplink_network
 from tests.sandboxd.serving import kill_sandboxes
@@ -245,3 +246,32 @@ def test_a_failed_boot_leaves_nothing(
         assert leftovers(server, net) == []
     finally:
         net.uplink.call(kill_sandboxes, state, parent)
+
+
+def forwarding() -> str:
+    with open("/proc/sys/net/ipv4/ip_forward") as f:  # the calling thread's namespace's
+        return f.read()
+
+
+def test_no_network_touches_nothing_of_serve_s_namespace(
+    fake_internet: FakeInternet, tmp_path: Path
+) -> None:
+    """`--no-network` in a fresh fake internet: the sandbox has only its loopback, and serve's
+    namespace keeps its links, routes, forwarding off, and no table."""
+    net, before = fake_internet, fake_internet.uplink.call(uplink_network)
+    server = UplinkSandboxd(net, tmp_path / "state", ensure_base_template(), "--no-network")
+    try:
+        server.start()
+        sandbox_id = server.create()
+        record = read_record(server.box_dir(sandbox_id))
+        assert record is not None
+        assert record.net is None
+        code, out, err = server.run(sandbox_id, "cat", "/proc/net/dev")
+        assert code == 0, err
+        assert [line.split(":")[0].strip() for line in out.splitlines()[2:]] == ["lo"]
+        assert net.uplink.call(uplink_network) == before
+        assert net.uplink.call(forwarding) == "0\n"
+        assert net.uplink.run(["nft", "list", "tables"], capture_output=True).stdout == b""
+        server.kill(sandbox_id)
+    finally:
+        server.clean_up()
