@@ -165,15 +165,20 @@ class Runtime:
         return template
 
     def _launch(self, sandbox_id: str, template: Path, limits: Limits, disk_mb: int) -> SandboxSpec:
-        """Claim a uid range, write the record (what every undo is driven by), then every host
-        step in order (sandboxd.host.steps). Off the event loop: the claim reads the other
-        sandboxes' records and the record is fsynced. Returns the spec."""
+        """Claim a uid range and write the record (what every undo is driven by) under the
+        claims' lock, then every host step in order (sandboxd.host.steps). Off the event loop:
+        the claim reads the other sandboxes' records and the record is fsynced. Returns the
+        spec."""
         record = self._dirs(sandbox_id).dir / RECORD
-        spec = SandboxSpec(sandbox_id, (template,), limits, None, disk_mb)
-        uid_base = uid_ranges.claim(record, _holds_range)
-        net = self.network.slot(uid_base) if self.network else None
-        spec = dataclasses.replace(spec, uid_base=uid_base, net=net)
-        write_record(record.parent, spec)
+        unclaimed = SandboxSpec(sandbox_id, (template,), limits, None, disk_mb)
+
+        def recorded(uid_base: int) -> SandboxSpec:
+            net = self.network.slot(uid_base) if self.network else None
+            spec = dataclasses.replace(unclaimed, uid_base=uid_base, net=net)
+            write_record(record.parent, spec)
+            return spec
+
+        spec = uid_ranges.claim(record, _holds_range, recorded)
         ensure_inotify_instances(len(existing_sandboxes(self.host, self.cgroup_parent)) + 1)
         make_all(self.steps, spec, self._dirs(sandbox_id))
         return spec
