@@ -237,3 +237,27 @@ def table_exists() -> bool:
     done = subprocess.run(["nft", "list", "table", "inet", "sandboxd"],
                           capture_output=True, check=False, timeout=30)  # fmt: skip
     return done.returncode == 0
+
+
+def sandbox_entries() -> set[str]:
+    """The sandbox interfaces the table has a chain or an `egress` element for (none without
+    the table).
+
+    Raises:
+        HostError: nft failed or answered what is not its JSON.
+    """
+    if not table_exists():
+        return set()
+    try:
+        done = subprocess.run(["nft", "-j", "list", "table", "inet", "sandboxd"],
+                              capture_output=True, text=True, check=True, timeout=30)  # fmt: skip
+        objects = json.loads(done.stdout)["nftables"]
+    except (OSError, subprocess.SubprocessError, ValueError, KeyError) as exc:
+        raise HostError(f"nft cannot list sandboxd's table: {exc}") from exc
+    found = set()
+    for obj in objects:
+        if "chain" in obj:
+            found.add(obj["chain"]["name"])
+        elif obj.get("map", {}).get("name") == "egress":
+            found.update(key for key, _ in obj["map"].get("elem", []))
+    return {name for name in found if name.startswith(IFNAME_PREFIX)}

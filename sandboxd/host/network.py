@@ -177,8 +177,9 @@ def _configure_inside(slot: NetSlot) -> None:
         ipr.route("add", dst="0.0.0.0/0", gateway=slot.host_ip)
 
 
-def remove_link(slot: NetSlot) -> None:
-    """Delete the host end (its peer, address and routes go with it); nothing if it is gone.
+def remove_link(ifname: str) -> None:
+    """Delete the host end `ifname` (its peer, address and routes go with it); nothing if it
+    is gone.
 
     Raises:
         TeardownError: netlink refused.
@@ -187,12 +188,19 @@ def remove_link(slot: NetSlot) -> None:
 
     with _netlink() as ipr:
         try:
-            ipr.link("del", ifname=slot.ifname)
+            ipr.link("del", ifname=ifname)
         except NetlinkError as e:
             if e.code != errno.ENODEV:
-                raise TeardownError(f"cannot delete {slot.ifname}: {e}") from e
+                raise TeardownError(f"cannot delete {ifname}: {e}") from e
 
 
 def link_exists(ifname: str) -> bool:
     with _netlink() as ipr:
         return bool(ipr.link_lookup(ifname=ifname))
+
+
+def sandbox_links() -> list[str]:
+    """The names of the sandboxes' host ends in this thread's namespace."""
+    with _netlink() as ipr:
+        names = (link.get_attr("IFLA_IFNAME") for link in ipr.get_links())
+        return sorted(name for name in names if name.startswith(IFNAME_PREFIX))

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from sandboxd.envd_client import ENVD_PORT, health_status
 from sandboxd.errors import BootError, HostError, SandboxError, TeardownError
-from sandboxd.host import firewall, nspawn, resolv_conf, uid_ranges
+from sandboxd.host import firewall, network_sweep, nspawn, resolv_conf, uid_ranges
 from sandboxd.host.cgroups import CgroupHost, Limits, SandboxCgroups, Usage, existing_sandboxes
 from sandboxd.host.netns import NetNamespace
 from sandboxd.host.overlay import require_rootfs
@@ -330,6 +330,17 @@ class Runtime:
         except OSError:
             return None
         return Box(spec, self.sandboxes_dir / sandbox_id, nspawn_pid, leader, netns, cgroups)
+
+    def sweep_network(self) -> None:
+        """Remove what of sandboxes' networks serve's namespace holds that no record accounts
+        for (sandboxd.host.network_sweep); nothing without a network. After `adopt`, before any
+        boot.
+
+        Raises:
+            TeardownError: something would not go.
+        """
+        if self.network is not None:
+            network_sweep.sweep(self.sandboxes_dir)
 
     def stats(self, box: Box) -> Usage:
         """CPU time, memory charged and process count of the whole sandbox.

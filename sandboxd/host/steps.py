@@ -248,7 +248,7 @@ class Veth:
         if slot.netns != network.own_netns_inode():
             log.warning("sandbox %s: its network is in another namespace; left alone", spec.id)
             return
-        network.remove_link(slot)
+        network.remove_link(slot.ifname)
         try:
             firewall.remove_sandbox(slot.ifname)
         except HostError as e:

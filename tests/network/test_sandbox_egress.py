@@ -14,8 +14,10 @@ import re
 from typing import TYPE_CHECKING
 
 import pytest
+from pyroute2 import IPRoute
 
 from sandboxd.errors import BootError
+from sandboxd.host import firewall
 from sandboxd.host.network import NetworkPool
 from sandboxd.host.runtime import Runtime
 from sandboxd.host.spec import read_record
@@ -215,6 +217,9 @@ def test_a_restarted_serve_adopts_sandboxes_with_their_rules(
         server.stop()
         server.start()
         assert connect(server, open_id, EXAMPLE, 80) == "connected"
+        # The new serve's DNS forwarder has ports of its own: the redirect follows them.
+        code, out, err = server.run(closed_id, "getent", "hosts", "example.test")
+        assert (code, out.split()[:1]) == (0, [EXAMPLE]), err
         # A pause freezes the processes, not the network: resumed, it goes out as before.
         assert server.api("POST", f"/sandboxes/{open_id}/pause").status_code == 204
         resumed = server.api("POST", f"/sandboxes/{open_id}/connect", json={"timeout": 60})
@@ -225,6 +230,40 @@ def test_a_restarted_serve_adopts_sandboxes_with_their_rules(
         server.kill(open_id)
         server.kill(closed_id)
     assert leftovers(server, net) == []
+
+
+ORPHAN_LINK, ORPHAN_CHAIN = "sbxn4000", "sbxn4001"
+
+
+def make_orphans() -> None:
+    """In `uplink`: a host end and a chain with its `egress` element no record accounts for."""
+    with IPRoute() as ipr:
+        ipr.link("add", ifname=ORPHAN_LINK, kind="veth", peer={"ifname": "orphan-peer"})
+    firewall.add_sandbox(ORPHAN_CHAIN, "10.11.250.2")
+
+
+def test_a_restart_sweeps_what_a_killed_serve_left(
+    server: UplinkSandboxd, net: FakeInternet
+) -> None:
+    """serve killed (SIGKILL: nothing of its own clean-up runs), and sandbox networks in its
+    namespace that no record accounts for (as a state directory removed under running sandboxes
+    leaves them): the next start removes them once it has adopted the sandboxes, whose own it
+    keeps."""
+    sandbox_id = server.create()
+    try:
+        assert server.proc is not None
+        server.proc.kill()
+        server.proc.wait()
+        server.proc = None
+        net.uplink.call(make_orphans)
+        assert ORPHAN_LINK in net.uplink.call(uplink_network)["links"]
+        assert f'"{ORPHAN_CHAIN}" : jump' in nft_table(net)
+        server.start()
+        assert leftovers(server, net) == []
+        assert connect(server, sandbox_id, EXAMPLE, 80) == "connected"
+        assert "orphan-peer" not in net.uplink.call(uplink_network)["links"]
+    finally:
+        server.kill(sandbox_id)
 
 
 def test_a_failed_boot_leaves_nothing(
