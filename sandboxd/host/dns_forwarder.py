@@ -30,6 +30,7 @@ RESOLV_CONF = Path("/etc/resolv.conf")
 UPSTREAM_TIMEOUT_S = 2.0  # per upstream; a resolver inside gives up on a server after 5 s
 TCP_IDLE_S = 10.0  # a TCP client that sends nothing for this long is dropped (RFC 7766 §6.2.3)
 MAX_PENDING = 1024  # UDP queries relayed at once; more are dropped (their clients retry)
+MAX_TCP_CLIENTS = 256  # TCP connections at once; more are closed (their resolvers use UDP first)
 HEADER = 12  # a DNS message's fixed header, whose first two bytes are its ID
 
 
@@ -68,6 +69,7 @@ class DnsForwarder:
         self._transport: asyncio.DatagramTransport | None = None
         self._server: asyncio.Server | None = None
         self._pending: set[asyncio.Task[None]] = set()
+        self._tcp_clients = 0
 
     @property
     def offered(self) -> list[tuple[str, int]]:
@@ -120,7 +122,10 @@ class DnsForwarder:
     async def _serve_tcp(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """RFC 7766: queries prefixed with their length, one after another on the connection;
         each relayed over a connection of its own to an upstream."""
+        self._tcp_clients += 1
         try:
+            if self._tcp_clients > MAX_TCP_CLIENTS:
+                return
             if not self._allowed(writer.get_extra_info("peername")[0]):
                 return
             while True:
@@ -134,6 +139,7 @@ class DnsForwarder:
         except (OSError, TimeoutError, asyncio.IncompleteReadError):
             pass  # the client went away or went quiet
         finally:
+            self._tcp_clients -= 1
             writer.close()
 
     async def _ask_upstreams_tcp(self, query: bytes) -> bytes | None:
