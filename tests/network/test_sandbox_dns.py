@@ -9,6 +9,8 @@ import errno
 import ipaddress
 import os
 import re
+import subprocess
+import sys
 from typing import TYPE_CHECKING
 
 import pytest
@@ -22,6 +24,7 @@ from tests.waiting import wait_until
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
 
     from tests.network.fake_internet import FakeInternet
 
@@ -158,3 +161,34 @@ def test_the_forwarder_answers_only_the_pool(server: UplinkSandboxd, net: FakeIn
         refused = ns.call(udp_error, address, int(ports["udp"]))
         assert refused is not None
         assert refused.errno == errno.EHOSTUNREACH
+
+
+# A resolver on a loopback address, as systemd-resolved's stub is on 127.0.0.53, answering one
+# name, over UDP and TCP (TCP tells when it listens).
+LOOPBACK_RESOLVER = """import signal
+from dnslib.server import DNSLogger, DNSServer
+from dnslib.zoneresolver import ZoneResolver
+zone = ZoneResolver("loopback.test. 60 IN A 192.0.2.7\\n")
+for tcp in (False, True):
+    DNSServer(zone, address="127.0.0.53", port=53, tcp=tcp,
+              logger=DNSLogger("-request,-reply", prefix=False)).start_thread()
+signal.pause()
+"""
+
+
+def test_a_loopback_upstream_is_serve_s_own(fake_internet: FakeInternet, tmp_path: Path) -> None:
+    """`--dns 127.0.0.53` (or such a nameserver in serve's resolv.conf): the forwarder asks the
+    resolver on serve's loopback, not the sandbox's own (a fresh fake internet: one networked
+    serve per namespace)."""
+    net = fake_internet
+    net.uplink.popen([sys.executable, "-c", LOOPBACK_RESOLVER], stdout=subprocess.DEVNULL)
+    wait_until(lambda: net.uplink.call(connect_error, "127.0.0.53", 53) is None, 30, "resolver")
+    server = UplinkSandboxd(net, tmp_path / "state", ensure_base_template(), "--dns", "127.0.0.53")
+    try:
+        server.start()
+        sandbox_id = server.create()
+        assert out(server, sandbox_id, "getent", "hosts", "loopback.test").split() == [
+            "192.0.2.7", "loopback.test"]  # fmt: skip
+        server.kill(sandbox_id)
+    finally:
+        server.clean_up()
