@@ -33,7 +33,7 @@ import httpx
 
 from bench.sandboxd_lifecycle import parse_args, percentile, scratch
 from sandboxd.host.cgroups import CgroupHost
-from tests.sandboxd.serving import Sandboxd
+from tests.sandboxd.serving import NO_NETWORK, Sandboxd
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -144,7 +144,7 @@ def probed_server(template: Path, prefix: str) -> Iterator[tuple[Sandboxd, Healt
     """A `sandboxd serve` on a scratch state directory, its /health probed (phase "baseline")
     from its start until `probe.stop()` or the end of the block."""
     with scratch(prefix) as work:
-        server = Sandboxd(work / "state", template)
+        server = Sandboxd(work / "state", template, NO_NETWORK)
         try:
             server.start()
             probe = HealthProbe(server.url, server.pid)

@@ -34,7 +34,7 @@ from bench.sdk_process import SdkProcess
 from sandboxd.envd_client import health_status
 from sandboxd.host.cgroups import CgroupHost
 from sandboxd.host.removal import remove_tree
-from tests.sandboxd.serving import API_KEY, Sandboxd
+from tests.sandboxd.serving import API_KEY, NO_NETWORK, Sandboxd
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Iterator
@@ -206,8 +206,8 @@ def main() -> None:
     parser.add_argument("--pool", type=int, default=2)
     args, template = parse_args(parser)
     with scratch("sandboxd-lifecycle-") as work:
-        cold = Sandboxd(work / "cold", template)
-        warm = Sandboxd(work / "warm", template, "--pool", str(args.pool))
+        cold = Sandboxd(work / "cold", template, NO_NETWORK)
+        warm = Sandboxd(work / "warm", template, NO_NETWORK, "--pool", str(args.pool))
         try:
             cold.start()
             warm.start()

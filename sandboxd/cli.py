@@ -14,7 +14,7 @@ from envd.logs import setup_logging
 from sandboxd.errors import SandboxError
 from sandboxd.host.base_image import build_base
 from sandboxd.host.disk import MIN_DISK_MB
-from sandboxd.host.network import NetworkPool, parse_pool
+from sandboxd.host.network import DEFAULT_NETWORK_POOL, NetworkPool, parse_pool
 from sandboxd.serve import ServeOptions, base_rootfs, new_api_key, serve
 from sandboxd.service import install_service
 from sandboxd.store import Store
@@ -116,15 +116,20 @@ def _serve_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser])
         "--network-pool",
         type=_pool,
         metavar="CIDR",
-        help="give each sandbox a /30 of this IPv4 pool and a way out, masqueraded (e.g. "
-        "10.11.0.0/16); without it a sandbox has only its loopback",
+        help=f"each sandbox gets a /30 of this IPv4 pool and a way out, masqueraded (default "
+        f"{DEFAULT_NETWORK_POOL})",
     )
     p.add_argument(
         "--dns",
         type=_address,
         metavar="ADDRESS",
-        help="with --network-pool: the resolver sandboxes' /etc/resolv.conf names (default: "
-        "the template's file, unchanged)",
+        help="where serve's DNS forwarder, which each sandbox's /etc/resolv.conf names (its "
+        "gateway), sends their queries (default: the nameservers of serve's own /etc/resolv.conf)",
+    )
+    p.add_argument(
+        "--no-network",
+        action="store_true",
+        help="sandboxes get only their loopback: no pool, forwarding, masquerade or DNS forwarder",
     )
     p.add_argument(
         "--domain",
@@ -206,11 +211,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "serve":
             if args.pool < 0 or args.max_timeout < 1:
                 raise SandboxError("--pool must be 0 or more and --max-timeout 1 or more")
-            if args.dns is not None and args.network_pool is None:
-                raise SandboxError("--dns needs --network-pool")
-            network = (
-                None if args.network_pool is None else NetworkPool(args.network_pool, args.dns)
-            )
+            if args.no_network and (args.dns is not None or args.network_pool is not None):
+                raise SandboxError("--no-network cannot be combined with --network-pool or --dns")
+            network = None if args.no_network else NetworkPool(
+                args.network_pool or DEFAULT_NETWORK_POOL, args.dns)  # fmt: skip
             serve(ServeOptions(state_dir, args.bind, args.port, args.pool, args.max_timeout,
                                args.base_rootfs, args.cgroup_parent, args.domain,
                                args.disk_size_mb, network))  # fmt: skip

@@ -20,6 +20,7 @@ from sandboxd.egress_proxy.server import EgressProxy
 from sandboxd.errors import HostError, SandboxError
 from sandboxd.host import firewall
 from sandboxd.host.base_image import BUILD_FILE, build_base
+from sandboxd.host.dns_forwarder import DnsForwarder, host_nameservers
 from sandboxd.host.network import NetworkPool, enable_forwarding
 from sandboxd.host.overlay import require_rootfs
 from sandboxd.host.runtime import Runtime
@@ -63,11 +64,17 @@ class ServeOptions:
 class _Server(uvicorn.Server):
     """uvicorn telling the service manager when sandboxd serves and when it stops."""
 
-    def __init__(self, config: uvicorn.Config, notify_socket: str | None) -> None:
+    def __init__(
+        self, config: uvicorn.Config, notify_socket: str | None, dns: DnsForwarder | None
+    ) -> None:
         super().__init__(config)
         self.notify_socket = notify_socket
+        self.dns = dns
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        # Its sockets are bound already: queries sent before it relays wait in them.
+        if self.dns is not None:
+            await self.dns.start()
         await super().startup(sockets)
         if self.started:  # the listener is bound: only now does the API answer
             status = f"serving on {self.config.host} port {self.config.port}"
@@ -77,6 +84,8 @@ class _Server(uvicorn.Server):
         sd_notify("STOPPING=1", self.notify_socket)
         log.info("stopping: sandboxes keep running for the next start to adopt")
         await super().shutdown(sockets)
+        if self.dns is not None:
+            await self.dns.close()
 
 
 def base_rootfs(state_dir: Path) -> Path:
@@ -157,10 +166,14 @@ def serve(options: ServeOptions) -> None:
         except PermissionError:  # root without CAP_SYS_NICE (some containers)
             log.warning("cannot raise sandboxd's priority: serving at the default one")
         proxy = None
+        dns = None
         if options.network is not None:
             enable_forwarding()
             proxy = EgressProxy(options.network)
-            firewall.install(options.network.cidr, offered=[("tcp", proxy.port)])
+            upstream = options.network.dns
+            dns = DnsForwarder(options.network.cidr,
+                               [upstream] if upstream else host_nameservers())  # fmt: skip
+            firewall.install(options.network.cidr, offered=[("tcp", proxy.port)], dns=dns.offered)
         runtime = Runtime(state_dir / "sandboxes", cgroup_parent=options.cgroup_parent,
                           network=options.network, egress_proxy=proxy)  # fmt: skip
         manager = SandboxManager(store, runtime, server_secret(state_dir),
@@ -177,7 +190,7 @@ def serve(options: ServeOptions) -> None:
             timeout_graceful_shutdown=5,
             server_header=False,
         )
-        _Server(config, notify_socket).run()
+        _Server(config, notify_socket, dns).run()
     except OSError as exc:
         raise SandboxError(f"cannot serve: {exc}") from exc
     finally:

@@ -12,12 +12,13 @@ The table (docs/sandboxd.md, "Sandbox networking"):
 - `input`: a sandbox reaches nothing on the host itself (sandboxd's API port, the host end's
   address, every address of the host's interfaces), replies and what sandboxd offers the
   sandboxes on their gateways (the set `offered`: protocol and port, e.g. its DNS forwarder)
-  excepted.
-- `prerouting` (nat): a sandbox's interface jumps, through the map `redirect`, to its chain
-  `IFNAME_nat`, which sends its TCP to ports 80 and 443 to the domain proxy
-  (sandboxd.egress_proxy) when its `allowOut` names domains, and all its TCP with an
-  `egressProxy` (the proxy tunnels it); never what `always_deny` holds or an
-  address of the host's (those meet the filter's refusals as before).
+  excepted; what is offered is refused to every other interface.
+- `prerouting` (nat): a sandbox's DNS to its gateway (udp and tcp port 53) is redirected to the
+  forwarder's ports (sandboxd.host.dns_forwarder), which are offered. Then a sandbox's
+  interface jumps, through the map `redirect`, to its chain `IFNAME_nat`, which sends its TCP
+  to ports 80 and 443 to the domain proxy (sandboxd.egress_proxy) when its `allowOut` names
+  domains, and all its TCP with an `egressProxy` (the proxy tunnels it); never what
+  `always_deny` holds or an address of the host's (those meet the filter's refusals as before).
 - `output`: the domain proxy's own connections (marked PROXY_MARK) reach neither `always_deny`
   nor the host's own addresses, whatever a name resolves to.
 - `postrouting`: the pool's traffic leaving through any interface that is not a sandbox's is
@@ -35,6 +36,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sandboxd.errors import HostError
+from sandboxd.host.dns_forwarder import DNS_PORT
 from sandboxd.host.network import IFNAME_PREFIX
 
 if TYPE_CHECKING:
@@ -71,7 +73,8 @@ class Tunnel:
 class Egress:
     """A sandbox's own rules: `allow` (CIDRs or addresses) and `domains` (allowOut's names,
     matched by the domain proxy on ports 80 and 443) beat `deny`; the rest is allowed. With
-    domains, the `resolvers` are allowed too (None: the sandbox's own, its slot's `dns`). With
+    domains, the `resolvers` are allowed too (`dnsServers`; None: only its gateway's DNS
+    forwarder, which `input` offers anyway). With
     a `tunnel`, all its TCP goes to the domain proxy, which dials through the tunnel."""
 
     allow: tuple[str, ...] = ()
@@ -136,18 +139,29 @@ def apply(commands: list[dict[str, Any]]) -> None:
         raise HostError(f"nft refused sandboxd's rules: {done.stderr.strip()}")
 
 
-def install(pool: ipaddress.IPv4Network, offered: Iterable[tuple[str, int]] = ()) -> None:
+def _port(proto: str, port: int) -> dict[str, Any]:
+    return {"match": {"op": "==", "left": {"payload": {"protocol": proto, "field": "dport"}},
+                      "right": port}}  # fmt: skip
+
+
+def install(
+    pool: ipaddress.IPv4Network,
+    offered: Iterable[tuple[str, int]] = (),
+    dns: Iterable[tuple[str, int]] = (),
+) -> None:
     """Create or update the table's shared part. The map `egress` and the sandboxes' chains
     are kept, so sandboxes adopted after a restart keep their rules. `offered`: the services
     ("tcp"/"udp", port) of sandboxd's that sandboxes may reach at an address of the pool (their
-    gateway).
+    gateway). `dns`: where ("tcp"/"udp", port) a sandbox's DNS to its gateway's port 53 goes
+    instead (offered too).
 
     Raises:
         HostError: nft failed.
     """
     deny = {**TABLE, "name": "always_deny"}
     services = {**TABLE, "name": "offered"}
-    elements = [{"concat": [proto, port]} for proto, port in offered]
+    dns = list(dns)
+    elements = [{"concat": [proto, port]} for proto, port in {*offered, *dns}]
     commands: list[dict[str, Any]] = [
         {"add": {"table": {"family": "inet", "name": "sandboxd"}}},
         {"add": {"set": {**deny, "type": "ipv4_addr", "flags": ["interval"]}}},
@@ -172,8 +186,20 @@ def install(pool: ipaddress.IPv4Network, offered: Iterable[tuple[str, int]] = ()
             {"accept": None},
         ),
         _rule("input", _meta("iifname", "==", ANY_SANDBOX), REFUSE),
+        _rule("input", OFFERED, REFUSE),  # sandboxes' services are theirs only
         {"add": {"map": {**TABLE, "name": "redirect", "type": "ifname", "map": "verdict"}}},
         *_base_chain("prerouting", "nat", "prerouting", -100),
+        # DNS first: the gateways are in the pool, which always_deny holds.
+        *(
+            _rule(
+                "prerouting",
+                _meta("iifname", "==", ANY_SANDBOX),
+                _ip("daddr", "==", _addr(pool)),
+                _port(proto, DNS_PORT),
+                {"redirect": {"port": port}},
+            )
+            for proto, port in dns
+        ),
         _rule("prerouting", _ip("daddr", "==", "@always_deny"), {"return": None}),
         _rule("prerouting", HOST_LOCAL, {"return": None}),
         _rule("prerouting", {"vmap": {"key": {"meta": {"key": "iifname"}}, "data": "@redirect"}}),
@@ -283,3 +309,27 @@ def table_exists() -> bool:
     done = subprocess.run(["nft", "list", "set", "inet", "sandboxd", "always_deny"],
                           capture_output=True, check=False, timeout=30)  # fmt: skip
     return done.returncode == 0
+
+
+def sandbox_entries() -> set[str]:
+    """The sandbox interfaces the table has a chain or an `egress` element for (none without
+    the table).
+
+    Raises:
+        HostError: nft failed or answered what is not its JSON.
+    """
+    if not table_exists():
+        return set()
+    try:
+        done = subprocess.run(["nft", "-j", "list", "table", "inet", "sandboxd"],
+                              capture_output=True, text=True, check=True, timeout=30)  # fmt: skip
+        objects = json.loads(done.stdout)["nftables"]
+    except (OSError, subprocess.SubprocessError, ValueError, KeyError) as exc:
+        raise HostError(f"nft cannot list sandboxd's table: {exc}") from exc
+    found = set()
+    for obj in objects:
+        if "chain" in obj:
+            found.add(obj["chain"]["name"])
+        elif obj.get("map", {}).get("name") == "egress":
+            found.update(key for key, _ in obj["map"].get("elem", []))
+    return {name for name in found if name.startswith(IFNAME_PREFIX)}

@@ -10,6 +10,7 @@ that enters the namespace it works in (setns moves one thread; it ends with the 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import ipaddress
 import logging
@@ -31,10 +32,17 @@ log = logging.getLogger("sandboxd.host.network")
 
 T = TypeVar("T")
 
+# Private (RFC 1918) and rarely a host's own LAN: 16384 slots. Its /8 is always denied to
+# sandboxes anyway (sandboxd.host.firewall).
+DEFAULT_NETWORK_POOL = ipaddress.IPv4Network("10.11.0.0/16")
 SLOT_PREFIX = 30  # a point-to-point link: network, host end, sandbox end, broadcast
 IFNAME_PREFIX = "sbxn"  # host ends are sbxnSLOT (IFNAMSIZ: at most 15 characters)
 SANDBOX_IFNAME = "eth0"
 IP_FORWARD = "/proc/sys/net/ipv4/ip_forward"
+# `all` turns IPv6 off on the namespace's existing links (lo's ::1 goes), `default` on links
+# made later in it.
+DISABLE_IPV6 = ("/proc/sys/net/ipv6/conf/all/disable_ipv6",
+                "/proc/sys/net/ipv6/conf/default/disable_ipv6")  # fmt: skip
 
 
 def own_netns_inode() -> int:
@@ -52,12 +60,12 @@ class NetSlot:
     sandbox_ip: str
     ifname: str
     netns: int
-    dns: str | None = None
 
 
 @dataclass(frozen=True)
 class NetworkPool:
-    """`sandboxd serve --network-pool CIDR [--dns ADDRESS]`."""
+    """`sandboxd serve --network-pool CIDR [--dns ADDRESS]`. `dns`: the upstream resolver of
+    serve's DNS forwarder (None: the nameservers of serve's own /etc/resolv.conf)."""
 
     cidr: ipaddress.IPv4Network
     dns: str | None = None
@@ -82,7 +90,6 @@ class NetworkPool:
             str(ipaddress.IPv4Address(network + 2)),
             f"{IFNAME_PREFIX}{index}",
             own_netns_inode(),
-            self.dns,
         )
 
 
@@ -131,7 +138,8 @@ def _netlink() -> IPRoute:
 
 def make_link(slot: NetSlot, leader_pid: int) -> None:
     """The veth pair: its host end addressed and up here, `eth0` in the network namespace of
-    process `leader_pid` (the container's PID 1), addressed, up, and the default route; `lo` up.
+    process `leader_pid` (the container's PID 1), addressed, up, and the default route; `lo` up;
+    IPv6 off in that namespace.
 
     Raises:
         OSError: the container is gone.
@@ -155,6 +163,11 @@ def make_link(slot: NetSlot, leader_pid: int) -> None:
 
 
 def _configure_inside(slot: NetSlot) -> None:
+    """IPv6 off (the firewall forwards IPv4 only: a sandbox with IPv6 addresses would try them
+    first and wait for nothing), then the links, address and route."""
+    for path in DISABLE_IPV6:  # the files are the opening thread's namespace's
+        with contextlib.suppress(FileNotFoundError), open(path, "w") as f:  # no IPv6: none
+            f.write("1")
     with _netlink() as ipr:
         (lo,) = ipr.link_lookup(ifname="lo")
         ipr.link("set", index=lo, state="up")
@@ -164,8 +177,9 @@ def _configure_inside(slot: NetSlot) -> None:
         ipr.route("add", dst="0.0.0.0/0", gateway=slot.host_ip)
 
 
-def remove_link(slot: NetSlot) -> None:
-    """Delete the host end (its peer, address and routes go with it); nothing if it is gone.
+def remove_link(ifname: str) -> None:
+    """Delete the host end `ifname` (its peer, address and routes go with it); nothing if it
+    is gone.
 
     Raises:
         TeardownError: netlink refused.
@@ -174,12 +188,19 @@ def remove_link(slot: NetSlot) -> None:
 
     with _netlink() as ipr:
         try:
-            ipr.link("del", ifname=slot.ifname)
+            ipr.link("del", ifname=ifname)
         except NetlinkError as e:
             if e.code != errno.ENODEV:
-                raise TeardownError(f"cannot delete {slot.ifname}: {e}") from e
+                raise TeardownError(f"cannot delete {ifname}: {e}") from e
 
 
 def link_exists(ifname: str) -> bool:
     with _netlink() as ipr:
         return bool(ipr.link_lookup(ifname=ifname))
+
+
+def sandbox_links() -> list[str]:
+    """The names of the sandboxes' host ends in this thread's namespace."""
+    with _netlink() as ipr:
+        names = (link.get_attr("IFLA_IFNAME") for link in ipr.get_links())
+        return sorted(name for name in names if name.startswith(IFNAME_PREFIX))

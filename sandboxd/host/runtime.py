@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from sandboxd.envd_client import ENVD_PORT, health_status
 from sandboxd.errors import BootError, SandboxError, TeardownError
-from sandboxd.host import firewall, nspawn, uid_ranges
+from sandboxd.host import network_sweep, nspawn, uid_ranges
 from sandboxd.host.cgroups import CgroupHost, Limits, SandboxCgroups, Usage, existing_sandboxes
 from sandboxd.host.netns import NetNamespace
 from sandboxd.host.overlay import require_rootfs
@@ -168,15 +168,20 @@ class Runtime:
         return template
 
     def _launch(self, sandbox_id: str, template: Path, limits: Limits, disk_mb: int) -> SandboxSpec:
-        """Claim a uid range, write the record (what every undo is driven by), then every host
-        step in order (sandboxd.host.steps). Off the event loop: the claim reads the other
-        sandboxes' records and the record is fsynced. Returns the spec."""
+        """Claim a uid range and write the record (what every undo is driven by) under the
+        claims' lock, then every host step in order (sandboxd.host.steps). Off the event loop:
+        the claim reads the other sandboxes' records and the record is fsynced. Returns the
+        spec."""
         record = self._dirs(sandbox_id).dir / RECORD
-        spec = SandboxSpec(sandbox_id, (template,), limits, None, disk_mb)
-        uid_base = uid_ranges.claim(record, _holds_range)
-        net = self.network.slot(uid_base) if self.network else None
-        spec = dataclasses.replace(spec, uid_base=uid_base, net=net)
-        write_record(record.parent, spec)
+        unclaimed = SandboxSpec(sandbox_id, (template,), limits, None, disk_mb)
+
+        def recorded(uid_base: int) -> SandboxSpec:
+            net = self.network.slot(uid_base) if self.network else None
+            spec = dataclasses.replace(unclaimed, uid_base=uid_base, net=net)
+            write_record(record.parent, spec)
+            return spec
+
+        spec = uid_ranges.claim(record, _holds_range, recorded)
         ensure_inotify_instances(len(existing_sandboxes(self.host, self.cgroup_parent)) + 1)
         make_all(self.steps, spec, self._dirs(sandbox_id))
         return spec
@@ -331,6 +336,17 @@ class Runtime:
             return None
         return Box(spec, self.sandboxes_dir / sandbox_id, nspawn_pid, leader, netns, cgroups)
 
+    def sweep_network(self) -> None:
+        """Remove what of sandboxes' networks serve's namespace holds that no record accounts
+        for (sandboxd.host.network_sweep); nothing without a network. After `adopt`, before any
+        boot.
+
+        Raises:
+            TeardownError: something would not go.
+        """
+        if self.network is not None:
+            network_sweep.sweep(self.sandboxes_dir)
+
     def stats(self, box: Box) -> Usage:
         """CPU time, memory charged and process count of the whole sandbox.
 
@@ -341,29 +357,6 @@ class Runtime:
             return box.cgroups.usage()
         except FileNotFoundError:
             raise SandboxError(f"sandbox {box.id} is gone") from None
-
-    def set_egress(self, box: Box, egress: firewall.Egress) -> None:
-        """Replace the sandbox's egress rules (nothing for a sandbox without a network).
-
-        Raises:
-            HostError: nftables refused.
-        """
-        net, proxy = box.spec.net, self.egress_proxy
-        if net is None:
-            return
-        if egress.domains and egress.resolvers is None:  # the sandbox's own resolver
-            egress = dataclasses.replace(egress, resolvers=(net.dns,) if net.dns else ())
-        if proxy is None:
-            firewall.set_egress(net.ifname, net.sandbox_ip, egress)
-            return
-        # The proxy knows the rules before the first connection is redirected to it.
-        before = proxy.rules_of(net)
-        proxy.set_rules(net, egress)
-        try:
-            firewall.set_egress(net.ifname, net.sandbox_ip, egress, proxy.port)
-        except BaseException:
-            proxy.restore(net, before)
-            raise
 
     def set_limits(self, box: Box, limits: Limits) -> None:
         """Change the limits of a running sandbox (and its record).

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import Any
 
 from sandboxd.host.cgroups import Limits
 from sandboxd.host.network import NetSlot
@@ -48,8 +49,15 @@ class SandboxSpec:
             Limits(**data["limits"]),
             None if data["uid_base"] is None else int(data["uid_base"]),
             int(data["disk_mb"]),
-            None if data.get("net") is None else NetSlot(**data["net"]),
+            None if data.get("net") is None else _slot(data["net"]),
         )
+
+
+def _slot(data: dict[str, Any]) -> NetSlot:
+    """A record's slot; fields a slot no longer has (`dns`, before the DNS forwarder) left out,
+    so that sandboxes booted before are still adopted."""
+    known = {f.name for f in fields(NetSlot)}
+    return NetSlot(**{k: v for k, v in data.items() if k in known})
 
 
 def write_record(box_dir: Path, spec: SandboxSpec) -> None:

@@ -22,7 +22,7 @@ from pathlib import Path  # used at run time by dataclasses
 from typing import TYPE_CHECKING, Protocol
 
 from sandboxd.errors import BootError, HostError, TeardownError
-from sandboxd.host import disk, firewall, libc, network, nspawn, overlay
+from sandboxd.host import disk, firewall, libc, network, nspawn, overlay, resolv_conf
 from sandboxd.host.cgroups import CgroupHost, SandboxCgroups
 from sandboxd.host.removal import detach_mounts, unmount
 from sandboxd.host.userns import mapped_namespace
@@ -196,14 +196,16 @@ def _owned_file(root: Path, name: str, text: str, uid: int) -> None:
 
 
 class Resolver:
-    """The slot's resolver as the sandbox's /etc/resolv.conf, in the writable layer (nspawn
-    leaves the file alone with a private network)."""
+    """The sandbox's /etc/resolv.conf naming its gateway, where serve's DNS forwarder answers,
+    in the writable layer (nspawn leaves the file alone with a private network). Without a
+    slot the template's file stays."""
 
     def make(self, spec: SandboxSpec, dirs: SandboxDirs) -> None:
-        if spec.net is None or spec.net.dns is None:
+        if spec.net is None:
             return
         assert spec.uid_base is not None  # noqa: S101
-        _owned_file(dirs.upper, "etc/resolv.conf", f"nameserver {spec.net.dns}\n", spec.uid_base)
+        _owned_file(dirs.upper, "etc/resolv.conf", resolv_conf.text([spec.net.host_ip]),
+                    spec.uid_base)  # fmt: skip
 
     def undo(self, spec: SandboxSpec, dirs: SandboxDirs) -> None:
         """Nothing of its own to undo: the file is in the writable layer."""
@@ -246,7 +248,7 @@ class Veth:
         if slot.netns != network.own_netns_inode():
             log.warning("sandbox %s: its network is in another namespace; left alone", spec.id)
             return
-        network.remove_link(slot)
+        network.remove_link(slot.ifname)
         try:
             firewall.remove_sandbox(slot.ifname)
         except HostError as e:

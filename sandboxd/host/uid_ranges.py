@@ -14,12 +14,14 @@ import contextlib
 import fcntl
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from sandboxd.errors import HostError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+T = TypeVar("T")
 
 CLAIMS_DIR = Path("/run/sandboxd/uid-ranges")
 RANGE_SIZE = 65536
@@ -34,12 +36,15 @@ def _owner(claim: Path) -> Path | None:
         return None
 
 
-def claim(record: Path, holds: Callable[[Path, int], bool]) -> int:
-    """Claim the lowest free range for the sandbox whose record will be `record`; returns its
-    first host uid. `holds(record, base)` tells whether a record still holds range `base`.
+def claim(record: Path, holds: Callable[[Path, int], bool], commit: Callable[[int], T]) -> T:
+    """Claim the lowest free range for the sandbox whose record is `record`, and have
+    `commit(base)` write that record, with the lock held: until the record exists, another
+    claim would take the range over as stale. Returns what `commit` returned. `holds(record,
+    base)` tells whether a record still holds range `base`.
 
     Raises:
         HostError: every range is taken.
+        Whatever `commit` raised (the range is not claimed).
     """
     CLAIMS_DIR.mkdir(parents=True, exist_ok=True, mode=0o700)
     with open(CLAIMS_DIR / ".lock", "w") as lock:
@@ -54,7 +59,11 @@ def claim(record: Path, holds: Callable[[Path, int], bool]) -> int:
             tmp = CLAIMS_DIR / f".{base}.new"
             tmp.write_text(str(record))
             tmp.rename(path)
-            return base
+            try:
+                return commit(base)
+            except BaseException:
+                path.unlink()
+                raise
     raise HostError("no free uid range left for another sandbox")
 
 

@@ -1,7 +1,8 @@
 """Adoption: what a new sandboxd makes of what the previous one left on the host. Each record
 whose sandbox survived becomes a sandbox again (in the state the record asks for), a record
-whose sandbox is gone is dropped, and a sandbox without a record (a warm-pool leftover, a boot
-that never got one) is killed."""
+whose sandbox is gone is dropped, a sandbox without a record (a warm-pool leftover, a boot
+that never got one) is killed, and last what of sandboxes' networks no record accounts for is
+removed."""
 
 from __future__ import annotations
 
@@ -54,4 +55,8 @@ async def adopt(runtime: Runtime, store: Store, tokens: Tokens) -> list[Sandbox]
             await runtime.kill(box)
         except SandboxError:  # one stuck leftover must not keep sandboxd from serving
             log.exception("sandbox %s: removing the leftover left something", box.id)
+    try:
+        await asyncio.to_thread(runtime.sweep_network)
+    except SandboxError:  # nor must an orphan that will not go
+        log.exception("removing orphaned sandbox networks left something")
     return adopted

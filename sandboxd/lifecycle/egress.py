@@ -13,10 +13,12 @@ from typing import TYPE_CHECKING, Any
 from sandboxd.egress_proxy.names import is_domain_entry, normalize
 from sandboxd.errors import SandboxError, SandboxNotFound
 from sandboxd.host.firewall import OPEN, Egress, Tunnel
+from sandboxd.host.live_network import set_egress, set_resolvers
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
+    from sandboxd.host.runtime import Box, Runtime
     from sandboxd.lifecycle.manager import SandboxManager
     from sandboxd.lifecycle.sandbox import Sandbox
 
@@ -65,6 +67,19 @@ def _tunnel(config: dict[str, Any] | None) -> Tunnel | None:
     return Tunnel(host, int(port), config.get("username"), config.get("password"))
 
 
+async def apply_network(runtime: Runtime, box: Box, options: dict[str, Any]) -> None:
+    """A new sandbox's egress rules and resolvers from its create's `options` (a warm sandbox
+    was booted with neither: open, naming its gateway).
+
+    Raises:
+        HostError: nftables refused, or resolv.conf could not be written.
+    """
+    if (egress := egress_of(options)) is not None:
+        await asyncio.to_thread(set_egress, box, egress, runtime.egress_proxy)
+    if (dns := dns_servers_of(options)) is not None:
+        await asyncio.to_thread(set_resolvers, box, dns)
+
+
 async def restore_proxied(manager: SandboxManager, sandboxes: Iterable[Sandbox]) -> None:
     """Give adopted sandboxes with domain rules or a tunnel back to the domain proxy (a new one,
     on a new port: its view and their redirects are made again)."""
@@ -72,9 +87,17 @@ async def restore_proxied(manager: SandboxManager, sandboxes: Iterable[Sandbox])
         egress = egress_of(sandbox.row.options)
         if egress is not None and (egress.domains or egress.tunnel):
             try:
-                await asyncio.to_thread(manager.runtime.set_egress, sandbox.box, egress)
+                await asyncio.to_thread(
+                    set_egress, sandbox.box, egress, manager.runtime.egress_proxy
+                )
             except SandboxError:  # its old redirect goes to no proxy: refused, not let through
                 log.exception("sandbox %s: its proxied egress was not restored", sandbox.id)
+
+
+def dns_servers_of(options: dict[str, Any]) -> list[str] | None:
+    """The resolvers the sandbox's options name (`network.dnsServers`); None: its gateway's
+    (serve's DNS forwarder)."""
+    return (options.get("network") or {}).get("dnsServers") or None
 
 
 def with_update(options: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
@@ -92,11 +115,12 @@ def with_update(options: dict[str, Any], update: dict[str, Any]) -> dict[str, An
 
 async def update_network(manager: SandboxManager, sandbox_id: str, update: dict[str, Any]) -> None:
     """E2B's `PUT /sandboxes/{id}/network` on a running sandbox: its rules replaced at once
-    (new connections see them), then its record.
+    (new connections see them), its resolv.conf rewritten if `dnsServers` changed, then its
+    record.
 
     Raises:
         SandboxNotFound: unknown or paused (not live, as for a timeout change).
-        HostError: nftables refused (the old rules stand).
+        HostError: nftables refused (the old rules stand), or resolv.conf could not be written.
     """
     sandbox = manager.existing(sandbox_id)
     async with sandbox.lock:
@@ -104,6 +128,8 @@ async def update_network(manager: SandboxManager, sandbox_id: str, update: dict[
             raise SandboxNotFound(sandbox_id)
         options = with_update(sandbox.row.options, update)
         egress = egress_of(options) or OPEN
-        await asyncio.to_thread(manager.runtime.set_egress, sandbox.box, egress)
+        await asyncio.to_thread(set_egress, sandbox.box, egress, manager.runtime.egress_proxy)
+        if (dns := dns_servers_of(options)) != dns_servers_of(sandbox.row.options):
+            await asyncio.to_thread(set_resolvers, sandbox.box, dns)
         sandbox.row.options = options
         await manager.store.write(functools.partial(manager.store.put_sandbox, sandbox.row))

@@ -29,7 +29,7 @@ from sandboxd.errors import (
 )
 from sandboxd.ids import new_sandbox_id, now_us
 from sandboxd.lifecycle.adoption import adopt
-from sandboxd.lifecycle.egress import egress_of, restore_proxied
+from sandboxd.lifecycle.egress import apply_network, restore_proxied
 from sandboxd.lifecycle.envd_init import init_envd
 from sandboxd.lifecycle.evictor import EXPIRE_RETRY_S, Evictor
 from sandboxd.lifecycle.pool import WarmPool
@@ -192,8 +192,7 @@ class SandboxManager:
         sandbox = Sandbox(row, box, token, ingress_of(row, self.tokens.traffic(box.id)))
         self._starting[box.id] = sandbox
         try:
-            if (egress := egress_of(row.options)) is not None:  # before envd serves the user
-                await asyncio.to_thread(self.runtime.set_egress, box, egress)
+            await apply_network(self.runtime, box, row.options)  # before envd serves the user
             await init_envd(self.envd, sandbox)
         except BaseException:
             await self._kill_quietly(box)

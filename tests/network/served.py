@@ -1,4 +1,4 @@
-"""`sandboxd serve --network-pool` for tests, run inside the fake internet's `uplink` (its
+"""`sandboxd serve` with its network on, for tests, run inside the fake internet's `uplink` (its
 masquerade and forwarding can reach nothing but the fake internet), with what the tests ask of
 it: the API and envd's process API (through sandboxd's proxy) called from inside `uplink`, where
 serve listens, and `uplink`'s links, addresses, routes and nftables table read back."""
@@ -33,7 +33,10 @@ START = "/process.Process/Start"
 
 class UplinkSandboxd(Sandboxd):
     """A Sandboxd whose serve runs in `net.uplink` (nsenter changes only the network
-    namespace: the cgroups, mounts and state directory are the host's, as serve needs)."""
+    namespace: the cgroups, mounts and state directory are the host's, as serve needs): the
+    one Sandboxd that may network its sandboxes."""
+
+    in_fake_internet = True
 
     def __init__(self, net: FakeInternet, state_dir: Path, base_rootfs: Path, *flags: str):
         super().__init__(state_dir, base_rootfs, *flags)

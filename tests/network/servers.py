@@ -88,12 +88,16 @@ def serve(config: dict[str, Any]) -> None:
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(config["cert"], config["key"])
     zone = "".join(f"{name}. 60 IN A {address}\n" for name, address in config["names"].items())
-    dns = DNSServer(
-        ZoneResolver(zone),
-        address=config["dns"],
-        port=53,
-        logger=DNSLogger("-request,-reply", prefix=False, logf=log.info),
-    )
+    dns = [
+        DNSServer(
+            ZoneResolver(zone),
+            address=config["dns"],
+            port=53,
+            logger=DNSLogger("-request,-reply", prefix=False, logf=log.info),
+            tcp=tcp,
+        )
+        for tcp in (False, True)
+    ]
     Echo.index_address = config["index_address"]
     handler = functools.partial(Echo, directory=config["index_root"])
     servers = [
@@ -101,7 +105,7 @@ def serve(config: dict[str, Any]) -> None:
         TLSEchoServer(("0.0.0.0", 443), handler, context),
         socks_server({**config["socks"], "names": config["names"]}),
     ]
-    for server in [*servers, dns.server]:
+    for server in [*servers, *(d.server for d in dns)]:
         threading.Thread(target=server.serve_forever, daemon=True).start()
     Path(config["ready"]).touch()
     signal.pause()  # SIGTERM's default action ends the process: nothing to flush

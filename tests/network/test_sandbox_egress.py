@@ -14,10 +14,13 @@ import re
 from typing import TYPE_CHECKING
 
 import pytest
+from pyroute2 import IPRoute
 
 from sandboxd.errors import BootError
+from sandboxd.host import firewall
 from sandboxd.host.network import NetworkPool
 from sandboxd.host.runtime import Runtime
+from sandboxd.host.spec import read_record
 from tests.network.fake_internet import DNS_ADDRESS, NAMES, UPLINK_ADDRESS
 from tests.network.in_sandbox import script
 from tests.network.served import (
@@ -72,7 +75,39 @@ def test_default_access_goes_out_masqueraded(server: UplinkSandboxd) -> None:
         echo = json.loads(out)
         assert echo["server"] == EXAMPLE
         assert echo["client"] == UPLINK_ADDRESS  # the fake internet never sees the pool
-        assert server.run(sandbox_id, "cat", "/etc/resolv.conf")[1] == f"nameserver {DNS_ADDRESS}\n"
+        gateway = server.slot(sandbox_id).host_ip  # serve's DNS forwarder: test_sandbox_dns.py
+        assert server.run(sandbox_id, "cat", "/etc/resolv.conf")[1] == f"nameserver {gateway}\n"
+    finally:
+        server.kill(sandbox_id)
+
+
+# What IPv6 a sandbox has: its addresses and routes, what connecting to ::1 gives, and whether
+# listening on :: still takes IPv4.
+IPV6 = """import socket
+print(open("/proc/net/if_inet6").read().split())
+print([r.split()[0] for r in open("/proc/net/ipv6_route").read().splitlines()
+       if not int(r.split()[8], 16) & 0x200])  # RTF_REJECT: the kernel's "unreachable"
+try:
+    socket.create_connection(("::1", 22), timeout=30)
+except OSError as e:
+    print(e.errno)
+with socket.create_server(("::", 0), family=socket.AF_INET6, dualstack_ipv6=True) as s:
+    socket.create_connection(("127.0.0.1", s.getsockname()[1]), timeout=30).close()
+    print("dual-stack")
+"""
+
+
+def test_a_sandbox_has_no_ipv6(server: UplinkSandboxd) -> None:
+    """Turned off in its namespace when its link is made: no address (lo's ::1 is gone too), no
+    route but the kernel's "unreachable" ones, so ::1 is unreachable; a server on :: still takes
+    IPv4."""
+    sandbox_id = server.create()
+    try:
+        code, out, err = server.run(sandbox_id, "python3", "-c", IPV6)
+        assert code == 0, err
+        assert out.splitlines() == ["[]", "[]", str(errno.EADDRNOTAVAIL), "dual-stack"]
+        code, out, err = server.run(sandbox_id, "cat", "/proc/sys/net/ipv6/conf/all/disable_ipv6")
+        assert (code, out) == (0, "1\n"), err
     finally:
         server.kill(sandbox_id)
 
@@ -176,6 +211,9 @@ def test_a_restarted_serve_adopts_sandboxes_with_their_rules(
         server.stop()
         server.start()
         assert connect(server, open_id, EXAMPLE, 80) == "connected"
+        # The new serve's DNS forwarder has ports of its own: the redirect follows them.
+        code, out, err = server.run(closed_id, "getent", "hosts", "example.test")
+        assert (code, out.split()[:1]) == (0, [EXAMPLE]), err
         # A pause freezes the processes, not the network: resumed, it goes out as before.
         assert server.api("POST", f"/sandboxes/{open_id}/pause").status_code == 204
         resumed = server.api("POST", f"/sandboxes/{open_id}/connect", json={"timeout": 60})
@@ -186,6 +224,40 @@ def test_a_restarted_serve_adopts_sandboxes_with_their_rules(
         server.kill(open_id)
         server.kill(closed_id)
     assert leftovers(server, net) == []
+
+
+ORPHAN_LINK, ORPHAN_CHAIN = "sbxn4000", "sbxn4001"
+
+
+def make_orphans() -> None:
+    """In `uplink`: a host end and a chain with its `egress` element no record accounts for."""
+    with IPRoute() as ipr:
+        ipr.link("add", ifname=ORPHAN_LINK, kind="veth", peer={"ifname": "orphan-peer"})
+    firewall.add_sandbox(ORPHAN_CHAIN, "10.11.250.2")
+
+
+def test_a_restart_sweeps_what_a_killed_serve_left(
+    server: UplinkSandboxd, net: FakeInternet
+) -> None:
+    """serve killed (SIGKILL: nothing of its own clean-up runs), and sandbox networks in its
+    namespace that no record accounts for (as a state directory removed under running sandboxes
+    leaves them): the next start removes them once it has adopted the sandboxes, whose own it
+    keeps."""
+    sandbox_id = server.create()
+    try:
+        assert server.proc is not None
+        server.proc.kill()
+        server.proc.wait()
+        server.proc = None
+        net.uplink.call(make_orphans)
+        assert ORPHAN_LINK in net.uplink.call(uplink_network)["links"]
+        assert f'"{ORPHAN_CHAIN}" : jump' in nft_table(net)
+        server.start()
+        assert leftovers(server, net) == []
+        assert connect(server, sandbox_id, EXAMPLE, 80) == "connected"
+        assert "orphan-peer" not in net.uplink.call(uplink_network)["links"]
+    finally:
+        server.kill(sandbox_id)
 
 
 def test_a_failed_boot_leaves_nothing(
@@ -207,3 +279,32 @@ def test_a_failed_boot_leaves_nothing(
         assert leftovers(server, net) == []
     finally:
         net.uplink.call(kill_sandboxes, state, parent)
+
+
+def forwarding() -> str:
+    with open("/proc/sys/net/ipv4/ip_forward") as f:  # the calling thread's namespace's
+        return f.read()
+
+
+def test_no_network_touches_nothing_of_serve_s_namespace(
+    fake_internet: FakeInternet, tmp_path: Path
+) -> None:
+    """`--no-network` in a fresh fake internet: the sandbox has only its loopback, and serve's
+    namespace keeps its links, routes, forwarding off, and no table."""
+    net, before = fake_internet, fake_internet.uplink.call(uplink_network)
+    server = UplinkSandboxd(net, tmp_path / "state", ensure_base_template(), "--no-network")
+    try:
+        server.start()
+        sandbox_id = server.create()
+        record = read_record(server.box_dir(sandbox_id))
+        assert record is not None
+        assert record.net is None
+        code, out, err = server.run(sandbox_id, "cat", "/proc/net/dev")
+        assert code == 0, err
+        assert [line.split(":")[0].strip() for line in out.splitlines()[2:]] == ["lo"]
+        assert net.uplink.call(uplink_network) == before
+        assert net.uplink.call(forwarding) == "0\n"
+        assert net.uplink.run(["nft", "list", "tables"], capture_output=True).stdout == b""
+        server.kill(sandbox_id)
+    finally:
+        server.clean_up()

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from sandboxd.host.removal import remove_tree
-from tests.sandboxd.serving import Sandboxd
+from tests.sandboxd.serving import NO_NETWORK, Sandboxd
 from tests.sandboxd.template_cache import IMAGE_CACHE
 
 if TYPE_CHECKING:
@@ -120,7 +120,7 @@ def state_dir(tmp_path: Path) -> Iterator[Path]:
 def test_a_fresh_venv_with_the_wheels_builds_the_base_and_serves(
     fresh_venv: Path, state_dir: Path
 ) -> None:
-    server = Sandboxd(state_dir, None)
+    server = Sandboxd(state_dir, None, NO_NETWORK)
     server.command = [str(fresh_venv / "bin/sandboxd")]
     server.ready_timeout_s = 900  # the base template's first build
     try:

@@ -1,6 +1,10 @@
 """A real `sandboxd serve` for tests: a subprocess on a free loopback port with its own state
 directory and cgroup parent, the cached base template as its base, and a known API key. Stopping
-it kills every sandbox it left and checks that its log has no traceback."""
+it kills every sandbox it left and checks that its log has no traceback.
+
+serve networks its sandboxes by default (forwarding and a masquerade in its namespace): here it
+must be given `--no-network`, unless it runs inside the fake internet (tests/network/served.py),
+where the only outside is a fake one (docs/testing.md, "Network tests")."""
 
 from __future__ import annotations
 
@@ -31,6 +35,11 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
 API_KEY = "e2b_" + "5a" * 20
+NO_NETWORK = "--no-network"
+
+
+class NetworkedOutsideFakeInternet(RuntimeError):
+    """A test asked for a serve whose sandboxes would reach the machine's real network."""
 
 
 def kill_sandboxes(state_dir: Path, cgroup_parent: str) -> None:
@@ -57,7 +66,11 @@ def free_port() -> int:
 
 
 class Sandboxd:
-    """One state directory served by (successive) `sandboxd serve` processes."""
+    """One state directory served by (successive) `sandboxd serve` processes. `flags` must
+    include `--no-network` (NO_NETWORK): `start` refuses otherwise."""
+
+    # Whether serve runs where its sandboxes' way out reaches only what the test made.
+    in_fake_internet = False
 
     def __init__(self, state_dir: Path, base_rootfs: Path | None, *flags: str) -> None:
         self.state_dir = state_dir
@@ -73,6 +86,12 @@ class Sandboxd:
         self.url = ""
 
     def start(self) -> None:
+        """Raises NetworkedOutsideFakeInternet for a networked serve outside the fake internet."""
+        if NO_NETWORK not in self.flags and not self.in_fake_internet:
+            raise NetworkedOutsideFakeInternet(
+                f"sandboxd serve {' '.join(self.flags)}: without {NO_NETWORK} its sandboxes would "
+                "reach this machine's real network; network tests run it in the fake internet"
+            )
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
         base = [] if self.base_rootfs is None else ["--base-rootfs", str(self.base_rootfs)]

@@ -24,7 +24,7 @@ import pytest
 from sandboxd.host import nspawn
 from sandboxd.host.uid_ranges import FIRST_BASE
 from sandboxd.serve import SERVE_NICE
-from tests.sandboxd.serving import API_KEY, Sandboxd, running_sandboxd, wait_gone
+from tests.sandboxd.serving import API_KEY, NO_NETWORK, Sandboxd, running_sandboxd, wait_gone
 from tests.waiting import wait_until
 
 if TYPE_CHECKING:
@@ -35,7 +35,7 @@ pytestmark = pytest.mark.root
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, base_template: Path) -> Iterator[Sandboxd]:
-    with running_sandboxd(tmp_path_factory.mktemp("api") / "state", base_template) as s:
+    with running_sandboxd(tmp_path_factory.mktemp("api") / "state", base_template, NO_NETWORK) as s:
         yield s
 
 
@@ -499,7 +499,7 @@ def test_an_idempotency_key_makes_one_sandbox(api: httpx.Client) -> None:
 
 def test_an_unexpected_failure_is_a_500_logged_once(tmp_path: Path, base_template: Path) -> None:
     """Each 500 used to log two tracebacks (the handler's, then uvicorn's)."""
-    with running_sandboxd(tmp_path / "state", base_template) as server:
+    with running_sandboxd(tmp_path / "state", base_template, NO_NETWORK) as server:
         wal = server.state_dir / "sandboxd.db-wal"
         subprocess.run(["chattr", "+i", str(wal)], check=True)  # the store cannot commit
         try:
@@ -572,7 +572,7 @@ def test_a_create_whose_init_is_refused_fails_at_once_and_is_never_listed(
 ) -> None:
     """A create whose /init envd refused (413 for a 5 MB env) was retried for 10.9 s, listed as
     running all along, before it failed with a 503."""
-    with running_sandboxd(tmp_path / "state", base_template, "--pool", "1") as server:
+    with running_sandboxd(tmp_path / "state", base_template, NO_NETWORK, "--pool", "1") as server:
         boxes = server.state_dir / "sandboxes"
 
         def warm_one() -> str | None:

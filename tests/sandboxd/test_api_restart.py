@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from sandboxd.lifecycle.pool import REFILL_AFTER_TAKE_S
-from tests.sandboxd.serving import running_sandboxd, wait_gone
+from tests.sandboxd.serving import NO_NETWORK, running_sandboxd, wait_gone
 from tests.waiting import wait_until
 
 if TYPE_CHECKING:
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.root
 def test_a_restart_keeps_running_and_paused_sandboxes_and_their_ttls(
     tmp_path: Path, base_template: Path
 ) -> None:
-    with running_sandboxd(tmp_path / "state", base_template) as server:
+    with running_sandboxd(tmp_path / "state", base_template, NO_NETWORK) as server:
         with server.client() as api:
             body = {"templateID": "base", "secure": True}
             running = api.post("/sandboxes", json={**body, "timeout": 300}).json()
@@ -51,7 +51,7 @@ def test_a_restart_keeps_running_and_paused_sandboxes_and_their_ttls(
 
 
 def test_a_create_takes_a_warm_sandbox(tmp_path: Path, base_template: Path) -> None:
-    with running_sandboxd(tmp_path / "state", base_template, "--pool", "1") as server:
+    with running_sandboxd(tmp_path / "state", base_template, NO_NETWORK, "--pool", "1") as server:
         boxes = server.state_dir / "sandboxes"
         wait_until(lambda: boxes.is_dir() and len(list(boxes.iterdir())) == 1, 30, "a warm box")
         warm = next(boxes.iterdir()).name

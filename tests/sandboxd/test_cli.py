@@ -48,7 +48,8 @@ def test_building_without_root_is_one_line_and_exit_2(tmp_path: Path) -> None:
         (["--network-pool", "10.11.0.0/31"], "a pool needs a prefix of /30 or shorter"),
         (["--network-pool", "10.11.0.1/16"], "has host bits set"),
         (["--network-pool", "10.11.0.0/16", "--dns", "resolver"], "does not appear to be"),
-        (["--dns", "198.51.100.53"], "sandboxd: --dns needs --network-pool\n"),
+        (["--no-network", "--dns", "198.51.100.53"], "sandboxd: --no-network cannot be combined"),
+        (["--network-pool", "10.12.0.0/16", "--no-network"], "sandboxd: --no-network cannot be"),
     ],
 )
 def test_network_options_are_checked_before_anything_is_touched(

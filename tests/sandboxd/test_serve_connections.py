@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 
-from tests.sandboxd.serving import API_KEY, Sandboxd, running_sandboxd
+from tests.sandboxd.serving import API_KEY, NO_NETWORK, Sandboxd, running_sandboxd
 from tests.waiting import wait_until
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ def serving_with(base_template: Path, state: Path, **env: str) -> Iterator[Sandb
     with pytest.MonkeyPatch.context() as patch:
         for name, value in env.items():
             patch.setenv(name, value)
-        with running_sandboxd(state, base_template) as s:
+        with running_sandboxd(state, base_template, NO_NETWORK) as s:
             yield s
 
 

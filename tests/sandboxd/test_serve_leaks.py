@@ -18,7 +18,7 @@ from sandboxd.host import uid_ranges
 from sandboxd.host.nspawn import PROPAGATE_DIR
 from sandboxd.host.spec import RECORD
 from tests.sandboxd.inside import loop_devices_of, net_namespaces_held, start_time
-from tests.sandboxd.serving import running_sandboxd
+from tests.sandboxd.serving import NO_NETWORK, running_sandboxd
 from tests.waiting import wait_until
 
 if TYPE_CHECKING:
@@ -136,7 +136,10 @@ def traces_left(server: Sandboxd, seen: list[Seen]) -> list[str]:
 def test_create_kill_cycles_through_the_api_leave_nothing(
     tmp_path: Path, base_template: Path
 ) -> None:
-    with running_sandboxd(tmp_path / "state", base_template) as server, server.client() as api:
+    with (
+        running_sandboxd(tmp_path / "state", base_template, NO_NETWORK) as server,
+        server.client() as api,
+    ):
         pid = server.pid
         for _ in range(WARM_UP):
             cycle(server, api)

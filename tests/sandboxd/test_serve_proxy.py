@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from sandboxd.host import nspawn
-from tests.sandboxd.serving import running_sandboxd
+from tests.sandboxd.serving import NO_NETWORK, running_sandboxd
 from tests.waiting import wait_until
 
 if TYPE_CHECKING:
@@ -28,7 +28,9 @@ START = "/process.Process/Start"
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, base_template: Path) -> Iterator[Sandboxd]:
-    with running_sandboxd(tmp_path_factory.mktemp("serve-proxy") / "state", base_template) as s:
+    with running_sandboxd(
+        tmp_path_factory.mktemp("serve-proxy") / "state", base_template, NO_NETWORK
+    ) as s:
         yield s
 
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 
-from tests.sandboxd.serving import Sandboxd
+from tests.sandboxd.serving import NO_NETWORK, Sandboxd
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -96,7 +96,7 @@ class Notifications:
 def test_serve_under_systemd_notifies_stops_and_is_adopted(
     tmp_path: Path, base_template: Path
 ) -> None:
-    server = Sandboxd(tmp_path / "state", base_template)
+    server = Sandboxd(tmp_path / "state", base_template, NO_NETWORK)
     notify = Notifications(tmp_path / "notify")
     server.log.touch()
     log_file = os.stat(server.log)  # stderr is this file: announce it as the journal stream
@@ -123,7 +123,7 @@ def test_serve_under_systemd_notifies_stops_and_is_adopted(
         assert "<6>logger=sandboxd.serve stopping: sandboxes keep running" in log, log[-2000:]
         assert "Waiting for application startup" not in log  # uvicorn's chatter: --verbose only
 
-        server.flags = ("--verbose",)
+        server.flags = (NO_NETWORK, "--verbose")
         ready = notify.health_at_ready(server)
         server.start()
         ready.join(60)

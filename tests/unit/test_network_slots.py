@@ -1,6 +1,6 @@
 """Pure parts of sandbox networking: a slot from a uid range, the pool's form, the egress rules a
-create's options give and what an update makes of them, and a record with a slot read back. The network itself is tested in
-tests/network/test_sandbox_egress.py."""
+create's options give and what an update makes of them, a record with a slot read back, and the
+DNS forwarder's default upstreams. The network itself is tested in tests/network/."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 
 from sandboxd.errors import HostError
 from sandboxd.host.cgroups import Limits
+from sandboxd.host.dns_forwarder import host_nameservers
 from sandboxd.host.firewall import Egress, Tunnel
 from sandboxd.host.network import NetworkPool, parse_pool
 from sandboxd.host.spec import SandboxSpec
@@ -29,7 +30,6 @@ def test_a_slot_is_the_uid_range_s_index() -> None:
     assert (last.host_ip, last.sandbox_ip, last.ifname) == ("10.11.255.253", "10.11.255.254",
                                                             "sbxn16383")  # fmt: skip
     assert len(last.ifname) <= 15  # IFNAMSIZ
-    assert first.dns == "198.51.100.53"
     with pytest.raises(HostError, match="no slot 16384"):
         POOL.slot(FIRST_BASE + POOL.slots * RANGE_SIZE)
 
@@ -64,10 +64,12 @@ def test_egress_from_a_create(options: dict[str, object], egress: Egress | None)
     assert egress_of(options) == egress
 
 
-def test_a_record_keeps_its_slot_and_old_records_have_none() -> None:
+def test_a_record_keeps_its_slot_and_old_records_are_read() -> None:
     spec = SandboxSpec("a1", (Path("/t"),), Limits(), FIRST_BASE, 0, POOL.slot(FIRST_BASE))
     assert SandboxSpec.from_json(spec.to_json()) == spec
     record = json.loads(spec.to_json())
+    record["net"]["dns"] = "198.51.100.53"  # a record from before the DNS forwarder
+    assert SandboxSpec.from_json(json.dumps(record)) == spec
     del record["net"]  # a record from before networking
     assert SandboxSpec.from_json(json.dumps(record)).net is None
 
@@ -82,3 +84,13 @@ def test_an_update_replaces_the_egress_fields_and_keeps_the_create_only_ones() -
     }
     assert with_update({"network": {"allowOut": ["1.2.3.4"]}}, {}) == {}
     assert with_update({}, {"allow_internet_access": True}) == {"allow_internet_access": True}
+
+
+def test_the_forwarder_s_default_upstreams_are_serve_s_own(tmp_path: Path) -> None:
+    conf = tmp_path / "resolv.conf"
+    conf.write_text("# systemd-resolved\nnameserver 127.0.0.53\noptions edns0\n"
+                    "nameserver fe80::1%eth0\nnameserver bogus\nsearch example.test\n")  # fmt: skip
+    assert host_nameservers(conf) == ["127.0.0.53", "fe80::1%eth0"]
+    conf.write_text("search example.test\n")
+    assert host_nameservers(conf) == ["127.0.0.1"]  # glibc's default
+    assert host_nameservers(tmp_path / "none") == ["127.0.0.1"]
