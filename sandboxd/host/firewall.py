@@ -83,6 +83,13 @@ class Egress:
     resolvers: tuple[str, ...] | None = None
     tunnel: Tunnel | None = None
 
+    @property
+    def reaches_nothing(self) -> bool:
+        """Every address denied and none allowed: such a sandbox gets no DNS either (its
+        queries could carry data out)."""
+        denied_all = any(ipaddress.IPv4Network(d, strict=False).prefixlen == 0 for d in self.deny)
+        return denied_all and not (self.allow or self.domains)
+
 
 OPEN = Egress()
 CLOSED = Egress(deny=("0.0.0.0/0",))
@@ -171,6 +178,8 @@ def install(
         {"flush": {"set": services}},
         *([{"add": {"element": {**services, "elem": elements}}}] if elements else []),
         {"add": {"map": {**TABLE, "name": "egress", "type": "ifname", "map": "verdict"}}},
+        # Not flushed: its elements are the sandboxes', kept for adoption as their chains are.
+        {"add": {"set": {**TABLE, "name": "no_dns", "type": "ifname"}}},
         *_base_chain("forward", "filter", "forward", 0),
         _rule("forward", ESTABLISHED, {"accept": None}),
         _rule("forward", _meta("oifname", "==", ANY_SANDBOX), REFUSE),
@@ -194,6 +203,7 @@ def install(
             _rule(
                 "prerouting",
                 _meta("iifname", "==", ANY_SANDBOX),
+                _meta("iifname", "!=", "@no_dns"),
                 _ip("daddr", "==", _addr(pool)),
                 _port(proto, DNS_PORT),
                 {"redirect": {"port": port}},
@@ -217,8 +227,11 @@ def install(
     apply(commands)
 
 
+NAT_SUFFIX = "_nat"
+
+
 def _nat_chain(ifname: str) -> str:
-    return f"{ifname}_nat"
+    return ifname + NAT_SUFFIX
 
 
 def _sandbox_rules(
@@ -245,6 +258,8 @@ def _sandbox_rules(
     # A verdict of its own: returning to `forward` would meet the refusal of sandboxes'
     # interfaces that have no chain.
     rules.append(_rule(ifname, {"accept": None}))
+    no_dns = {"element": {**TABLE, "name": "no_dns", "elem": [ifname]}}
+    rules += [{"add": no_dns}] if egress.reaches_nothing else [{"add": no_dns}, {"delete": no_dns}]
     element = {**TABLE, "name": "redirect", "elem": [[ifname, {"jump": {"target": nat}}]]}
     rules += [{"add": {"chain": {**TABLE, "name": nat}}},
               {"flush": {"chain": {**TABLE, "name": nat}}},
@@ -291,7 +306,8 @@ def remove_sandbox(ifname: str) -> None:
     """
     if not table_exists():
         return
-    commands: list[dict[str, Any]] = []
+    no_dns = {"element": {**TABLE, "name": "no_dns", "elem": [ifname]}}
+    commands: list[dict[str, Any]] = [{"add": no_dns}, {"delete": no_dns}]
     for chain, verdicts in ((ifname, "egress"), (_nat_chain(ifname), "redirect")):
         entry = [ifname, {"jump": {"target": chain}}]
         commands += [{"add": {"chain": {**TABLE, "name": chain}}},
@@ -312,8 +328,8 @@ def table_exists() -> bool:
 
 
 def sandbox_entries() -> set[str]:
-    """The sandbox interfaces the table has a chain or an `egress` element for (none without
-    the table).
+    """The sandbox interfaces the table has a chain (filter or nat) or an element of `egress`,
+    `redirect` or `no_dns` for (none without the table).
 
     Raises:
         HostError: nft failed or answered what is not its JSON.
@@ -329,7 +345,9 @@ def sandbox_entries() -> set[str]:
     found = set()
     for obj in objects:
         if "chain" in obj:
-            found.add(obj["chain"]["name"])
-        elif obj.get("map", {}).get("name") == "egress":
+            found.add(obj["chain"]["name"].removesuffix(NAT_SUFFIX))
+        elif obj.get("map", {}).get("name") in ("egress", "redirect"):
             found.update(key for key, _ in obj["map"].get("elem", []))
+        elif obj.get("set", {}).get("name") == "no_dns":
+            found.update(obj["set"].get("elem", []))
     return {name for name in found if name.startswith(IFNAME_PREFIX)}

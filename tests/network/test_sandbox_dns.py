@@ -17,6 +17,7 @@ import pytest
 
 from sandboxd.host.network import DEFAULT_NETWORK_POOL
 from tests.network.fake_internet import DNS_ADDRESS, NAMES, UPLINK_ADDRESS
+from tests.network.in_sandbox import script
 from tests.network.probes import connect_error, udp_error
 from tests.network.served import UplinkSandboxd, nft_table
 from tests.sandboxd.template_cache import ensure_base_template
@@ -147,6 +148,29 @@ def test_dns_servers_are_the_sandbox_s_resolvers(server: UplinkSandboxd) -> None
     )
     assert refused.status_code == 400
     assert "dnsServers" in refused.json()["message"]
+
+
+def test_a_sandbox_that_reaches_nothing_resolves_nothing(server: UplinkSandboxd) -> None:
+    """Denied everything (allow_internet_access false, or denyOut 0.0.0.0/0 with nothing
+    allowed), a sandbox's queries to its gateway are refused like any other traffic: names
+    would otherwise carry its data out. Anything allowed (an address or a domain) gives DNS
+    back, and updates move the sandbox in and out."""
+    sandbox_id = server.create(allow_internet_access=False)
+    path = f"/sandboxes/{sandbox_id}/network"
+    try:
+        gateway = server.slot(sandbox_id).host_ip
+        resolved = f"['{EXAMPLE}']\n"
+        assert out(server, sandbox_id, "python3", "-c", GETADDRINFO, "example.test") != resolved
+        connected = out(server, sandbox_id, "python3", "-c", script("connect"), gateway, "53")
+        assert connected == f"{errno.EHOSTUNREACH}\n"
+        for update in ({"denyOut": ["0.0.0.0/0"], "allowOut": [EXAMPLE]},
+                       {"denyOut": ["0.0.0.0/0"], "allowOut": ["example.test"]}, {}):  # fmt: skip
+            assert server.api("PUT", path, json=update).status_code == 204
+            assert out(server, sandbox_id, "python3", "-c", GETADDRINFO, "example.test") == resolved
+        assert server.api("PUT", path, json={"denyOut": ["0.0.0.0/0"]}).status_code == 204
+        assert out(server, sandbox_id, "python3", "-c", GETADDRINFO, "example.test") != resolved
+    finally:
+        server.kill(sandbox_id)
 
 
 def test_the_forwarder_answers_only_the_pool(server: UplinkSandboxd, net: FakeInternet) -> None:

@@ -211,9 +211,11 @@ def test_a_restarted_serve_adopts_sandboxes_with_their_rules(
         server.stop()
         server.start()
         assert connect(server, open_id, EXAMPLE, 80) == "connected"
-        # The new serve's DNS forwarder has ports of its own: the redirect follows them.
-        code, out, err = server.run(closed_id, "getent", "hosts", "example.test")
+        # The new serve's DNS forwarder has ports of its own: the redirect follows them; the
+        # sandbox denied everything still gets no DNS (its `no_dns` element was kept).
+        code, out, err = server.run(open_id, "getent", "hosts", "example.test")
         assert (code, out.split()[:1]) == (0, [EXAMPLE]), err
+        assert server.run(closed_id, "getent", "hosts", "example.test")[0] == 2  # not found
         # A pause freezes the processes, not the network: resumed, it goes out as before.
         assert server.api("POST", f"/sandboxes/{open_id}/pause").status_code == 204
         resumed = server.api("POST", f"/sandboxes/{open_id}/connect", json={"timeout": 60})
