@@ -58,11 +58,13 @@ def server(net: FakeInternet, tmp_path_factory: pytest.TempPathFactory) -> Itera
 
 def suite_env(server: UplinkSandboxd, node_path: str) -> dict[str, str]:
     """A bare environment: the SDKs' settings point at serve (its control API, its proxy, and
-    `localhost`, serve's sandbox domain, for `get_host()`), and the fake internet's addresses."""
+    `localhost`, serve's sandbox domain, for `get_host()`), and the fake internet's addresses
+    and its CA (which the domain tests' sandboxes trust for HTTPS)."""
     package = {"project": package_index.PROJECT, "module": package_index.MODULE,
                "greeting": package_index.GREETING}  # fmt: skip
-    facts = {"http": NAMES["example.test"], "other": NAMES["other.test"], "index": INDEX_ADDRESS,
-             "package": package, "uplink": UPLINK_ADDRESS}  # fmt: skip
+    facts = {"http": NAMES["example.test"], "sub": NAMES["a.example.test"],
+             "other": NAMES["other.test"], "index": INDEX_ADDRESS, "package": package,
+             "uplink": UPLINK_ADDRESS, "ca": server.net.ca_pem.read_text()}  # fmt: skip
     return {
         "PATH": node_path,
         "HOME": os.environ.get("HOME", "/root"),

@@ -20,11 +20,13 @@ made = sandboxes.made  # the sandboxes a test makes, killed afterwards
 class FakeInternet:
     """Addresses of the fake internet and of serve, as the harness passes them."""
 
-    http: str  # an echo server (HTTP on :80)
-    other: str  # another echo server
+    http: str  # an echo server (HTTP on :80, HTTPS on :443), example.test
+    sub: str  # another, a.example.test
+    other: str  # another echo server, other.test
     index: str  # the package index
     package: dict[str, str]  # its one package (the Python suite reads package_index instead)
     uplink: str  # serve's namespace's address on the fake internet
+    ca: str  # the CA (PEM) of the echo servers' certificates
     api_port: int  # serve's API and proxy port, on every address of `uplink`
 
 

@@ -8,6 +8,8 @@ import json
 import shlex
 from typing import TYPE_CHECKING, Any
 
+from e2b import CommandExitException
+
 from tests.network import package_index
 from tests.network.in_sandbox import script
 
@@ -19,6 +21,8 @@ ADDRESSES = script("addresses")
 # The firewall's refusal: ICMP "administratively prohibited", EHOSTUNREACH at once.
 REFUSED = str(errno.EHOSTUNREACH)
 CONNECTED = "connected"
+# Where a sandbox keeps the fake internet's CA (`trust`), for curl's --cacert.
+CA = "/tmp/ca.pem"
 
 
 def python(sandbox: Sandbox, script: str, *args: object) -> str:
@@ -41,6 +45,23 @@ def addresses(sandbox: Sandbox) -> tuple[str, str]:
 def curl(sandbox: Sandbox, address: str) -> Any:
     """The echo server's JSON for `GET http://ADDRESS/` from the sandbox."""
     return json.loads(sandbox.commands.run(f"curl -sS --max-time 30 http://{address}/").stdout)
+
+
+def trust(sandbox: Sandbox, ca: str) -> None:
+    """Give the sandbox the fake internet's CA (through the SDK's filesystem API), at CA."""
+    sandbox.files.write(CA, ca)
+
+
+def fetch(sandbox: Sandbox, url: str, *options: str) -> Any:
+    """The echo server's JSON for curl's GET of URL from the sandbox (with these options, and
+    trusting the CA `trust` gave it), or curl's exit code when it got no answer."""
+    argv = ["curl", "-sS", "--max-time", "30", "--cacert", CA, *options, url]
+    try:
+        out: str = sandbox.commands.run(shlex.join(argv)).stdout
+    except CommandExitException as e:
+        code: int = e.exit_code
+        return code
+    return json.loads(out)
 
 
 def pip_install(sandbox: Sandbox, index: str) -> str:

@@ -6,12 +6,13 @@ import { readFileSync } from 'node:fs'
 import { request } from 'node:http'
 import { constants } from 'node:os'
 
-import { Sandbox } from 'e2b'
+import { CommandExitError, Sandbox } from 'e2b'
 
 if (!process.env.FAKE_INTERNET || !process.env.E2B_API_URL) {
   throw new Error('run by tests/network/test_sdk_network.py, inside the fake internet')
 }
-// http and other: echo servers (HTTP on :80); index: the package index, and package its one
+// http, sub and other: echo servers (HTTP on :80, HTTPS on :443) for example.test,
+// a.example.test and other.test, with certificates of the CA `ca` (PEM); index: the package index, and package its one
 // package ({ project, module, greeting }); uplink: serve's namespace's address on the fake
 // internet; apiPort: serve's API and proxy port.
 export const internet = {
@@ -55,6 +56,24 @@ export async function addresses(sbx) {
 // The echo server's JSON for `GET http://ADDRESS/` from the sandbox.
 export async function curl(sbx, address) {
   return JSON.parse((await sbx.commands.run(`curl -sS --max-time 30 http://${address}/`)).stdout)
+}
+
+// Where a sandbox keeps the fake internet's CA (`trust`), for curl's --cacert.
+const CA = '/tmp/ca.pem'
+
+// Give the sandbox the fake internet's CA (through the SDK's filesystem API), at CA.
+export const trust = (sbx) => sbx.files.write(CA, internet.ca)
+
+// The echo server's JSON for curl's GET of `url` from the sandbox (with these options, and
+// trusting the CA `trust` gave it), or curl's exit code when it got no answer.
+export async function fetchFrom(sbx, url, ...options) {
+  const argv = ['curl', '-sS', '--max-time', '30', '--cacert', CA, ...options, url]
+  try {
+    return JSON.parse((await sbx.commands.run(argv.map(quote).join(' '))).stdout)
+  } catch (e) {
+    if (e instanceof CommandExitError) return e.exitCode
+    throw e
+  }
 }
 
 // `pip install` of the fake index's package into a fresh virtualenv in the sandbox (pip comes
