@@ -25,6 +25,13 @@ class TemplateNotFound(NotFound):
         super().__init__(f"template '{template}' not found")
 
 
+class ImageNotFound(NotFound):
+    """The registry has no such image (repository, tag or digest)."""
+
+    def __init__(self, reference: str, detail: str) -> None:
+        super().__init__(f"image '{reference}' not found: {detail}")
+
+
 class WrongState(SandboxError):
     """The sandbox is not in the state the operation needs (pausing a paused one)."""
 
@@ -45,6 +52,12 @@ class InitRefused(SandboxError):
 
 class TemplateError(SandboxError):
     """A template's root filesystem is missing, unusable, or could not be built."""
+
+
+class ImageError(TemplateError):
+    """An image could not be pulled or unpacked: a malformed reference, a registry that refused
+    or could not be reached, a blob whose digest is not the one named, a layer entry that would
+    leave its directory."""
 
 
 class BootError(SandboxError):

@@ -1,0 +1,3 @@
+"""Container images as template layers: references (reference), fetching with skopeo (skopeo),
+the pulled manifest and config (manifest), unpacking a layer for overlayfs (unpack), the store
+of unpacked layers shared by every image (layers), and a whole pull (pull)."""

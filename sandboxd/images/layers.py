@@ -1,0 +1,65 @@
+"""The layer store: each image layer unpacked once, into `DIR/sha256-HEX` (HEX: the blob's
+digest), and shared by every image and template that has it. A layer directory is complete
+whenever it exists: it is unpacked beside it (`.new-sha256-HEX`) and renamed into place, under a
+lock of its own, so concurrent pulls of images sharing a layer unpack it once and never see it
+half-made. Nothing writes into a layer afterwards (sandboxes mount them read-only)."""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+from typing import TYPE_CHECKING
+
+from sandboxd.host.removal import remove_tree
+from sandboxd.images.unpack import unpack
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+log = logging.getLogger("sandboxd.images.layers")
+
+
+class LayerStore:
+    """The unpacked layers under `dir` (made 0700: the layers keep their images' owners and
+    modes, set-id binaries included, and only root needs to reach them)."""
+
+    def __init__(self, dir: Path) -> None:
+        self.dir = dir
+        self._locks = dir / ".locks"
+
+    def path(self, digest: str) -> Path:
+        return self.dir / digest.replace(":", "-")
+
+    def has(self, digest: str) -> bool:
+        return self.path(digest).is_dir()
+
+    def ensure(self, digest: str, blob: Path, diff_id: str) -> tuple[Path, bool]:
+        """The layer `digest`'s directory, unpacked from `blob` unless it already is.
+
+        Returns:
+            The directory, and whether this call unpacked it.
+
+        Raises:
+            ImageError: the layer cannot be unpacked (nothing of it is left).
+        """
+        final = self.path(digest)
+        if final.is_dir():
+            return final, False
+        self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._locks.mkdir(mode=0o700, exist_ok=True)
+        with open(self._locks / final.name, "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # another pull of the same layer: wait for its end
+            if final.is_dir():
+                return final, False
+            new = self.dir / f".new-{final.name}"
+            remove_tree(new)  # a pull killed while unpacking left it
+            new.mkdir(mode=0o700)
+            try:
+                unpack(blob, new, diff_id)
+            except BaseException:
+                remove_tree(new)
+                raise
+            os.rename(new, final)
+        log.info("layer %s unpacked", digest)
+        return final, True

@@ -1,0 +1,84 @@
+"""A registry of the test's own: Debian's docker-registry on 127.0.0.1 (a port the kernel picks),
+its storage and config in a temporary directory, and skopeo pushes of OCI layouts to it."""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import psutil  # type: ignore[import-untyped]  # no stubs in the pinned dev set
+
+from tests.waiting import wait_until
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+CONFIG = """\
+version: 0.1
+log:
+  level: warn
+storage:
+  filesystem:
+    rootdirectory: {root}
+  delete:
+    enabled: true
+http:
+  addr: 127.0.0.1:0
+  secret: tests-only
+"""
+
+
+@dataclass
+class Registry:
+    process: subprocess.Popen[bytes]
+    dir: Path
+    host: str = ""  # 127.0.0.1:PORT once it listens
+
+    def push(self, layout: Path, name: str) -> None:
+        """Push the OCI layout `layout`'s `latest` image as `name` (`repo:tag`)."""
+        subprocess.run(
+            ["skopeo", "--policy", str(self.dir / "policy.json"), "copy", "--quiet",
+             "--dest-tls-verify=false", f"oci:{layout}:latest", f"docker://{self.host}/{name}"],
+            check=True, capture_output=True, env={"PATH": "/usr/bin:/bin", "HOME": str(self.dir)},
+        )  # fmt: skip
+
+    def blob_file(self, digest: str) -> Path:
+        """Where the registry keeps the blob `digest` (tests alter it there)."""
+        hex_digest = digest.removeprefix("sha256:")
+        return self.dir / f"data/docker/registry/v2/blobs/sha256/{hex_digest[:2]}/{hex_digest}/data"
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def start_registry(dir: Path) -> Registry:
+    (dir / "config.yml").write_text(CONFIG.format(root=dir / "data"))
+    (dir / "policy.json").write_text('{"default": [{"type": "insecureAcceptAnything"}]}')
+    log = open(dir / "registry.log", "wb")  # noqa: SIM115  # the process holds it
+    process = subprocess.Popen(
+        ["docker-registry", "serve", str(dir / "config.yml")],
+        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    log.close()
+    registry = Registry(process, dir)
+    try:
+        port = wait_until(lambda: _listening_port(process), 30, "docker-registry listening")
+    except BaseException:
+        registry.stop()
+        raise
+    registry.host = f"127.0.0.1:{port}"
+    return registry
+
+
+def _listening_port(process: subprocess.Popen[bytes]) -> int | None:
+    assert process.poll() is None, "docker-registry exited"
+    for conn in psutil.Process(process.pid).net_connections("tcp"):
+        if conn.status == psutil.CONN_LISTEN:
+            return int(conn.laddr.port)
+    return None
