@@ -105,7 +105,7 @@ def _write(path: Path, doc: object) -> Path:
 def _error(ref: ImageRef, stderr: str) -> ImageError | ImageNotFound:
     lines = [line for line in stderr.strip().splitlines() if line.strip()]
     detail = lines[-1] if lines else "skopeo failed without a message"
-    detail = detail.removeprefix("time=").split('msg="', 1)[-1].rstrip('"')
+    detail = detail.split('msg="', 1)[-1].rstrip('"').replace('\\"', '"')
     if any(words in detail.lower() for words in _NOT_FOUND):
         return ImageNotFound(str(ref), detail)
     return ImageError(f"pulling {ref}: {detail}")
