@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from tests.images.oci_layout import Layer
 
 _names = itertools.count()
+ACCOUNT = ("builder", "s3cret pass:word")
 
 
 @pytest.fixture(scope="session")
@@ -30,6 +31,18 @@ def registry() -> Iterator[Registry]:
     dir = Path(tempfile.mkdtemp(prefix="sandboxd-registry-"))
     try:
         running = start_registry(dir)
+        yield running
+        running.stop()
+    finally:
+        shutil.rmtree(dir)
+
+
+@pytest.fixture(scope="session")
+def private_registry() -> Iterator[Registry]:
+    """A registry that answers only its account, ACCOUNT."""
+    dir = Path(tempfile.mkdtemp(prefix="sandboxd-registry-"))
+    try:
+        running = start_registry(dir, ACCOUNT)
         yield running
         running.stop()
     finally:

@@ -4,6 +4,7 @@ its storage and config in a temporary directory, and skopeo pushes of OCI layout
 from __future__ import annotations
 
 import subprocess
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -27,6 +28,13 @@ http:
   addr: 127.0.0.1:0
   secret: tests-only
 """
+# Basic auth against an htpasswd file (bcrypt entries only: docker-registry takes no others).
+AUTH = """\
+auth:
+  htpasswd:
+    realm: tests
+    path: {htpasswd}
+"""
 
 
 @dataclass
@@ -34,11 +42,13 @@ class Registry:
     process: subprocess.Popen[bytes]
     dir: Path
     host: str = ""  # 127.0.0.1:PORT once it listens
+    account: tuple[str, str] | None = None
 
     def push(self, layout: Path, name: str) -> None:
         """Push the OCI layout `layout`'s `latest` image as `name` (`repo:tag`)."""
+        creds = ["--dest-creds", ":".join(self.account)] if self.account else []
         subprocess.run(
-            ["skopeo", "--policy", str(self.dir / "policy.json"), "copy", "--quiet",
+            ["skopeo", "--policy", str(self.dir / "policy.json"), "copy", "--quiet", *creds,
              "--dest-tls-verify=false", f"oci:{layout}:latest", f"docker://{self.host}/{name}"],
             check=True, capture_output=True, env={"PATH": "/usr/bin:/bin", "HOME": str(self.dir)},
         )  # fmt: skip
@@ -57,8 +67,13 @@ class Registry:
             self.process.wait()
 
 
-def start_registry(dir: Path) -> Registry:
-    (dir / "config.yml").write_text(CONFIG.format(root=dir / "data"))
+def start_registry(dir: Path, account: tuple[str, str] | None = None) -> Registry:
+    """docker-registry serving from `dir`; with `account` (user, password), only to it."""
+    config = CONFIG.format(root=dir / "data")
+    if account is not None:
+        (dir / "htpasswd").write_text(f"{account[0]}:{_bcrypt(account[1])}\n")
+        config += AUTH.format(htpasswd=dir / "htpasswd")
+    (dir / "config.yml").write_text(config)
     (dir / "policy.json").write_text('{"default": [{"type": "insecureAcceptAnything"}]}')
     log = open(dir / "registry.log", "wb")  # noqa: SIM115  # the process holds it
     process = subprocess.Popen(
@@ -66,7 +81,7 @@ def start_registry(dir: Path) -> Registry:
         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     log.close()
-    registry = Registry(process, dir)
+    registry = Registry(process, dir, account=account)
     try:
         port = wait_until(lambda: _listening_port(process), 30, "docker-registry listening")
     except BaseException:
@@ -82,3 +97,14 @@ def _listening_port(process: subprocess.Popen[bytes]) -> int | None:
         if conn.status == psutil.CONN_LISTEN:
             return int(conn.laddr.port)
     return None
+
+
+def _bcrypt(password: str) -> str:
+    """glibc's crypt (libxcrypt) makes bcrypt hashes; Python's wrapper of it is deprecated
+    (removed in 3.13), hence the silenced warning."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import crypt
+
+        # bcrypt: the only hash docker-registry checks (not a weak one).
+        return crypt.crypt(password, crypt.mksalt(crypt.METHOD_BLOWFISH))  # noqa: S324
