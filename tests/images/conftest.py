@@ -13,7 +13,7 @@ import pytest
 
 from sandboxd.images.layers import LayerStore
 from tests.images.oci_layout import write_layout
-from tests.images.registry import Registry, start_registry
+from tests.images.registry import ACCOUNT, Registry, start_registry
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -21,7 +21,6 @@ if TYPE_CHECKING:
     from tests.images.oci_layout import Layer
 
 _names = itertools.count()
-ACCOUNT = ("builder", "s3cret pass:word")
 
 
 @pytest.fixture(scope="session")

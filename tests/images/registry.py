@@ -15,6 +15,8 @@ from tests.waiting import wait_until
 if TYPE_CHECKING:
     from pathlib import Path
 
+# The private registry's one account (a password with a space and a colon in it).
+ACCOUNT = ("builder", "s3cret pass:word")
 CONFIG = """\
 version: 0.1
 log:

@@ -9,8 +9,8 @@ import pytest
 
 from sandboxd.errors import ImageError
 from sandboxd.images.pull import Credentials, pull
-from tests.images.conftest import ACCOUNT
 from tests.images.oci_layout import Layer, write_layout
+from tests.images.registry import ACCOUNT
 
 if TYPE_CHECKING:
     from pathlib import Path
