@@ -9,15 +9,15 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
-from typing import TYPE_CHECKING
+import tempfile
+from pathlib import Path
 
 from sandboxd.host.removal import remove_tree
 from sandboxd.images.unpack import unpack
 
-if TYPE_CHECKING:
-    from pathlib import Path
-
 log = logging.getLogger("sandboxd.images.layers")
+
+_NEW, _PULL = ".new-", ".pull-"
 
 
 class LayerStore:
@@ -33,6 +33,24 @@ class LayerStore:
 
     def has(self, digest: str) -> bool:
         return self.path(digest).is_dir()
+
+    def pull_dir(self) -> Path:
+        """A new private directory for one pull's download, beside the layers (so a blob is
+        never staged on a smaller /tmp); the caller removes it."""
+        self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=_PULL, dir=self.dir))
+
+    def remove_leftovers(self) -> None:
+        """Remove what pulls killed half-way left (downloads, half-unpacked layers). Only when
+        no pull runs: at start-up, before the first.
+
+        Raises:
+            TeardownError: one would not go.
+        """
+        if self.dir.is_dir():
+            for path in self.dir.iterdir():
+                if path.name.startswith((_NEW, _PULL)):
+                    remove_tree(path)
 
     def ensure(self, digest: str, blob: Path, diff_id: str) -> tuple[Path, bool]:
         """The layer `digest`'s directory, unpacked from `blob` unless it already is.
@@ -52,7 +70,7 @@ class LayerStore:
             fcntl.flock(lock, fcntl.LOCK_EX)  # another pull of the same layer: wait for its end
             if final.is_dir():
                 return final, False
-            new = self.dir / f".new-{final.name}"
+            new = self.dir / f"{_NEW}{final.name}"
             remove_tree(new)  # a pull killed while unpacking left it
             new.mkdir(mode=0o700)
             try:

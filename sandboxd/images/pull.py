@@ -6,9 +6,7 @@ run it in a thread."""
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sandboxd.host.removal import remove_tree
@@ -17,6 +15,8 @@ from sandboxd.images.manifest import ImageConfig
 from sandboxd.images.skopeo import Credentials
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from sandboxd.images.layers import LayerStore
 
 __all__ = ["Credentials", "Image", "ImageConfig", "pull"]
@@ -60,9 +60,7 @@ def pull(
         HostError: skopeo is missing.
     """
     image_ref = reference.parse(ref).via_mirror(mirror)
-    layers.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    # Beside the layers, so a blob is never staged on a smaller /tmp.
-    work = Path(tempfile.mkdtemp(prefix=".pull-", dir=layers.dir))
+    work = layers.pull_dir()
     try:
         skopeo.copy_to_dir(image_ref, work / "image", work, credentials, insecure)
         pulled = manifest.read(work / "image")
