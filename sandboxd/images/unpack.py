@@ -1,4 +1,4 @@
-"""Unpacking one image layer (a tar, gzipped or not) into an empty directory as an overlayfs
+"""Unpacking one image layer (a tar: plain, gzip or zstd) into an empty directory as an overlayfs
 lower layer: `.wh.NAME` becomes a whiteout (a 0/0 character device NAME) and `.wh..wh..opq`
 makes its directory opaque (`trusted.overlay.opaque=y`), as containerd's overlay snapshotter
 does. Nothing may land outside the directory: every path is walked one component at a time
@@ -9,18 +9,22 @@ idmapped mount (sandboxd.host.steps.Layers), like base's."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import logging
 import os
 import shutil
+import signal
 import stat
+import subprocess
 import tarfile
 from typing import TYPE_CHECKING, Protocol
 
-from sandboxd.errors import ImageError
+from sandboxd.errors import HostError, ImageError
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from pathlib import Path
 
 log = logging.getLogger("sandboxd.images.unpack")
@@ -60,41 +64,68 @@ def unpack(blob: Path, dest: Path, diff_id: str) -> None:
     tar says otherwise for `./`).
 
     Raises:
-        ImageError: an entry would leave `dest`, the blob is not a (gzipped) tar, it is
-            zstd-compressed, or the uncompressed tar's sha256 is not `diff_id`.
+        ImageError: an entry would leave `dest`, the blob is not a tar (plain, gzip or zstd),
+            or the uncompressed tar's sha256 is not `diff_id`.
+        HostError: the layer is zstd-compressed and zstd is not installed.
     """
     os.chown(dest, 0, 0)
     dest.chmod(0o755)
-    with open(blob, "rb") as raw:
-        magic = raw.read(4)
-        raw.seek(0)
-        if magic == _ZSTD:
-            raise ImageError("zstd-compressed layers are not supported (gzip or plain tar are)")
-        stream: _Reader = gzip.GzipFile(fileobj=raw) if magic[:2] == _GZIP else raw
-        hashing = _Hashing(stream)
-        root = os.open(dest, _DIR_FLAGS)
-        try:
-            dirs: dict[Parts, tarfile.TarInfo] = {}
-            with tarfile.open(fileobj=hashing, mode="r|") as tar:  # type: ignore[call-overload]  # a duck-typed stream is what r| reads
-                for member in tar:
-                    _entry(tar, member, root, dirs)
+    root = os.open(dest, _DIR_FLAGS)
+    try:
+        with _decompressed(blob) as stream:
+            hashing = _Hashing(stream)
+            _unpack_tar(hashing, root)
             while hashing.read(_CHUNK):  # the tar's padding after its end marker
                 pass
-            for parts, member in reversed(dirs.items()):  # children first: their times stay
-                fd = _open_dir(root, parts, create=False)
-                try:
-                    _set_meta(fd, member)
-                finally:
-                    os.close(fd)
-        except (tarfile.TarError, OSError, EOFError) as e:
-            raise ImageError(f"layer {blob.name}: {e}") from e
-        finally:
-            os.close(root)
+    except (tarfile.TarError, OSError, EOFError) as e:
+        raise ImageError(f"layer {blob.name}: {e}") from e
+    finally:
+        os.close(root)
     found = f"sha256:{hashing.sha.hexdigest()}"
     if found != diff_id:
         raise ImageError(
             f"layer {blob.name}: its tar has digest {found}, the config says {diff_id}"
         )
+
+
+@contextlib.contextmanager
+def _decompressed(blob: Path) -> Iterator[_Reader]:
+    """The tar in `blob`: gunzipped by Python, unzstd'ed by zstd(1) (the standard library has
+    no zstd before 3.14), or as it is."""
+    with open(blob, "rb") as f:
+        magic = f.read(4)
+    if magic[:2] == _GZIP:
+        with gzip.open(blob, "rb") as gz:
+            yield gz
+    elif magic == _ZSTD:
+        zstd = shutil.which("zstd")
+        if zstd is None:
+            raise HostError("zstd is missing (scripts/install installs it)")
+        with subprocess.Popen([zstd, "-d", "-c", "-q", "--", str(blob)], stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) as proc:  # fmt: skip
+            assert proc.stdout is not None  # noqa: S101  # asked for a pipe
+            try:
+                yield proc.stdout
+            finally:
+                proc.kill()  # exited already unless the unpack stopped half-way
+            if proc.wait() not in (0, -signal.SIGKILL):
+                raise ImageError(f"zstd could not decompress the layer (exit {proc.returncode})")
+    else:
+        with open(blob, "rb") as raw:
+            yield raw
+
+
+def _unpack_tar(stream: _Hashing, root: int) -> None:
+    dirs: dict[Parts, tarfile.TarInfo] = {}
+    with tarfile.open(fileobj=stream, mode="r|") as tar:  # type: ignore[call-overload]  # a duck-typed stream is what r| reads
+        for member in tar:
+            _entry(tar, member, root, dirs)
+    for parts, member in reversed(dirs.items()):  # children first: their times stay
+        fd = _open_dir(root, parts, create=False)
+        try:
+            _set_meta(fd, member)
+        finally:
+            os.close(fd)
 
 
 def parts_of(name: str) -> Parts:

@@ -8,6 +8,7 @@ import gzip
 import hashlib
 import io
 import json
+import subprocess
 import tarfile
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -77,53 +78,77 @@ def digest(data: bytes) -> str:
     return f"sha256:{hashlib.sha256(data).hexdigest()}"
 
 
+def compress(tar: bytes, compression: str) -> bytes:
+    """`tar` gzipped (with a zero mtime: the same layer, the same blob), zstd'ed, or as it is."""
+    if compression == "gzip":
+        return gzip.compress(tar, mtime=0)
+    if compression == "zstd":
+        return subprocess.run(
+            ["zstd", "-q", "-c"], input=tar, capture_output=True, check=True
+        ).stdout
+    return tar
+
+
+MEDIA_TYPES = {
+    "gzip": "application/vnd.oci.image.layer.v1.tar+gzip",
+    "zstd": "application/vnd.oci.image.layer.v1.tar+zstd",
+    "none": "application/vnd.oci.image.layer.v1.tar",
+}
+MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+
+
 def write_layout(
-    dir: Path, layers: list[Layer], config: dict[str, object], *, wrong_diff_id: bool = False
+    dir: Path,
+    layers: list[Layer],
+    config: dict[str, object],
+    *,
+    wrong_diff_id: bool = False,
+    compression: str = "gzip",
+    arm64_layers: list[Layer] | None = None,
 ) -> None:
     """An OCI image layout at `dir` with one image (tagged `latest`) of `layers`, lowest first.
-    With `wrong_diff_id`, the config names a wrong digest for the last layer's tar."""
+    With `wrong_diff_id`, the config names a wrong digest for the last layer's tar. With
+    `arm64_layers`, the tag names an image index: `layers` for linux/amd64, those for arm64."""
     blobs = dir / "blobs/sha256"
     blobs.mkdir(parents=True)
 
-    def blob(data: bytes) -> str:
+    def blob(data: bytes) -> dict[str, object]:
         d = digest(data)
         (blobs / d.removeprefix("sha256:")).write_bytes(data)
-        return d
+        return {"digest": d, "size": len(data)}
 
-    tars = [layer.tar() for layer in layers]
-    diff_ids = [digest(t) for t in tars]
-    if wrong_diff_id:
-        diff_ids[-1] = digest(b"not this layer")
-    gz = [gzip.compress(t, mtime=0) for t in tars]
-    image_config = {"architecture": "amd64", "os": "linux", "config": config,
-                    "rootfs": {"type": "layers", "diff_ids": diff_ids}}  # fmt: skip
-    config_data = json.dumps(image_config).encode()
-    manifest = {
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": {
-            "mediaType": "application/vnd.oci.image.config.v1+json",
-            "digest": blob(config_data),
-            "size": len(config_data),
-        },
-        "layers": [
-            {
-                "mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
-                "digest": blob(g),
-                "size": len(g),
-            }
-            for g in gz
-        ],
-    }
-    manifest_data = json.dumps(manifest).encode()
-    index = {"schemaVersion": 2, "manifests": [{
-        "mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": blob(manifest_data),
-        "size": len(manifest_data), "annotations": {"org.opencontainers.image.ref.name": "latest"},
-    }]}  # fmt: skip
-    (dir / "index.json").write_text(json.dumps(index))
+    def image(layers: list[Layer], arch: str) -> dict[str, object]:
+        tars = [layer.tar() for layer in layers]
+        diff_ids = [digest(t) for t in tars]
+        if wrong_diff_id:
+            diff_ids[-1] = digest(b"not this layer")
+        image_config = {"architecture": arch, "os": "linux", "config": config,
+                        "rootfs": {"type": "layers", "diff_ids": diff_ids}}  # fmt: skip
+        manifest = {
+            "schemaVersion": 2,
+            "mediaType": MANIFEST,
+            "config": {
+                "mediaType": "application/vnd.oci.image.config.v1+json",
+                **blob(json.dumps(image_config).encode()),
+            },
+            "layers": [
+                {"mediaType": MEDIA_TYPES[compression], **blob(compress(t, compression))}
+                for t in tars
+            ],
+        }
+        return {"mediaType": MANIFEST, **blob(json.dumps(manifest).encode()),
+                "platform": {"os": "linux", "architecture": arch}}  # fmt: skip
+
+    top = image(layers, "amd64")
+    if arm64_layers is not None:
+        listed = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
+                  "manifests": [top, image(arm64_layers, "arm64")]}  # fmt: skip
+        top = {"mediaType": listed["mediaType"], **blob(json.dumps(listed).encode())}
+    top["annotations"] = {"org.opencontainers.image.ref.name": "latest"}
+    (dir / "index.json").write_text(json.dumps({"schemaVersion": 2, "manifests": [top]}))
     (dir / "oci-layout").write_text(json.dumps({"imageLayoutVersion": "1.0.0"}))
 
 
-def layer_digest(layer: Layer) -> str:
-    """The digest of `layer` as write_layout stores it (gzipped with a zero mtime)."""
-    return digest(gzip.compress(layer.tar(), mtime=0))
+def layer_digest(layer: Layer, compression: str = "gzip") -> str:
+    """The digest of `layer`'s blob as write_layout stores it."""
+    return digest(compress(layer.tar(), compression))

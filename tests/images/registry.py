@@ -46,11 +46,13 @@ class Registry:
     host: str = ""  # 127.0.0.1:PORT once it listens
     account: tuple[str, str] | None = None
 
-    def push(self, layout: Path, name: str) -> None:
-        """Push the OCI layout `layout`'s `latest` image as `name` (`repo:tag`)."""
+    def push(self, layout: Path, name: str, *options: str) -> None:
+        """Push the OCI layout `layout`'s `latest` image (or index, with --all) as `name`
+        (`repo:tag`); `options` go to skopeo copy (--format v2s2: Docker's manifests)."""
         creds = ["--dest-creds", ":".join(self.account)] if self.account else []
         subprocess.run(
             ["skopeo", "--policy", str(self.dir / "policy.json"), "copy", "--quiet", *creds,
+             *options,
              "--dest-tls-verify=false", f"oci:{layout}:latest", f"docker://{self.host}/{name}"],
             check=True, capture_output=True, env={"PATH": "/usr/bin:/bin", "HOME": str(self.dir)},
         )  # fmt: skip
