@@ -48,11 +48,7 @@ class EgressProxy(_Body):
 
 
 def _is_host(host: str) -> bool:
-    try:
-        ipaddress.IPv4Address(host)
-    except ValueError:
-        return is_name(normalize(host))
-    return True
+    return _is_ipv4_address(host) or is_name(normalize(host))
 
 
 class _Egress(_Body):

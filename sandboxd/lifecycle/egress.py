@@ -41,9 +41,9 @@ def _ipv4(entries: list[str]) -> tuple[str, ...]:
 def egress_of(options: dict[str, Any]) -> Egress | None:
     """The sandbox's egress rules from its options, as E2B has them: allow_internet_access
     false is denyOut 0.0.0.0/0, and allowOut (addresses, CIDRs and domains) beats denyOut; with
-    domains, `dnsServers` are allowed (absent: the sandbox's own resolver); `egressProxy` is the
-    tunnel for its TCP. None: the default (all allowed but what is always denied, directly). A
-    sandbox has no IPv6, so IPv6 entries change nothing."""
+    domains, `dnsServers` are allowed (absent: nothing more, its gateway's DNS forwarder needs
+    no opening); `egressProxy` is the tunnel for its TCP. None: the default (all allowed but what
+    is always denied, directly). A sandbox has no IPv6, so IPv6 entries change nothing."""
     network = options.get("network") or {}
     allow_out = network.get("allowOut") or []
     allow = _ipv4(allow_out)
