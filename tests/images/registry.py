@@ -45,14 +45,16 @@ class Registry:
     dir: Path
     host: str = ""  # 127.0.0.1:PORT once it listens
     account: tuple[str, str] | None = None
+    # Runs the registry and skopeo elsewhere, e.g. nsenter into a network namespace.
+    prefix: tuple[str, ...] = ()
 
     def push(self, layout: Path, name: str, *options: str) -> None:
         """Push the OCI layout `layout`'s `latest` image (or index, with --all) as `name`
         (`repo:tag`); `options` go to skopeo copy (--format v2s2: Docker's manifests)."""
         creds = ["--dest-creds", ":".join(self.account)] if self.account else []
         subprocess.run(
-            ["skopeo", "--policy", str(self.dir / "policy.json"), "copy", "--quiet", *creds,
-             *options,
+            [*self.prefix, "skopeo", "--policy", str(self.dir / "policy.json"), "copy", "--quiet",
+             *creds, *options,
              "--dest-tls-verify=false", f"oci:{layout}:latest", f"docker://{self.host}/{name}"],
             check=True, capture_output=True, env={"PATH": "/usr/bin:/bin", "HOME": str(self.dir)},
         )  # fmt: skip
@@ -71,8 +73,11 @@ class Registry:
             self.process.wait()
 
 
-def start_registry(dir: Path, account: tuple[str, str] | None = None) -> Registry:
-    """docker-registry serving from `dir`; with `account` (user, password), only to it."""
+def start_registry(
+    dir: Path, account: tuple[str, str] | None = None, prefix: tuple[str, ...] = ()
+) -> Registry:
+    """docker-registry serving from `dir`; with `account` (user, password), only to it; run
+    with `prefix` before its command (and skopeo's), e.g. in a network namespace's loopback."""
     config = CONFIG.format(root=dir / "data")
     if account is not None:
         (dir / "htpasswd").write_text(f"{account[0]}:{_bcrypt(account[1])}\n")
@@ -81,11 +86,11 @@ def start_registry(dir: Path, account: tuple[str, str] | None = None) -> Registr
     (dir / "policy.json").write_text('{"default": [{"type": "insecureAcceptAnything"}]}')
     log = open(dir / "registry.log", "wb")  # noqa: SIM115  # the process holds it
     process = subprocess.Popen(
-        ["docker-registry", "serve", str(dir / "config.yml")],
+        [*prefix, "docker-registry", "serve", str(dir / "config.yml")],
         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     log.close()
-    registry = Registry(process, dir, account=account)
+    registry = Registry(process, dir, account=account, prefix=prefix)
     try:
         port = wait_until(lambda: _listening_port(process), 30, "docker-registry listening")
     except BaseException:

@@ -9,19 +9,18 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.network import package_index
+from tests.network import package_index, sdk_suites
 from tests.network.fake_internet import INDEX_ADDRESS, NAMES, UPLINK_ADDRESS
 from tests.network.served import UplinkSandboxd, serving_in_uplink
 from tests.sandboxd.serving import API_KEY
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
 
     from tests.network.fake_internet import FakeInternet
 
@@ -30,8 +29,6 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root: namespaces and sandboxes"),
 ]
 
-REPO = Path(__file__).resolve().parents[2]
-SDK = REPO / "tests" / "sdk"
 # The suites' own tests are bounded one by one (pytest-timeout, node's --test-timeout); this
 # bounds the whole run of one suite.
 SUITE_TIMEOUT_S = 900
@@ -39,13 +36,7 @@ SUITE_TIMEOUT_S = 900
 
 @pytest.fixture(scope="module")
 def node_path() -> str:
-    """The PATH with a node the JS SDK supports; scripts/sdk-env makes the SDK virtualenv and
-    the JS suite's packages first if they are missing or stale (as scripts/test-sdk does)."""
-    made = subprocess.run(
-        [REPO / "scripts" / "sdk-env"], check=False, capture_output=True, text=True
-    )
-    assert made.returncode == 0, made.stderr
-    return made.stdout.strip()
+    return sdk_suites.node_path()
 
 
 @pytest.fixture(scope="module")
@@ -65,28 +56,7 @@ def suite_env(server: UplinkSandboxd, node_path: str) -> dict[str, str]:
     facts = {"http": NAMES["example.test"], "sub": NAMES["a.example.test"],
              "other": NAMES["other.test"], "index": INDEX_ADDRESS, "package": package,
              "uplink": UPLINK_ADDRESS, "ca": server.net.ca_pem.read_text()}  # fmt: skip
-    return {
-        "PATH": node_path,
-        "HOME": os.environ.get("HOME", "/root"),
-        "LANG": "C.UTF-8",
-        "E2B_API_URL": server.url,
-        "E2B_SANDBOX_URL": server.url,
-        "E2B_API_KEY": API_KEY,
-        "E2B_DOMAIN": "localhost",
-        "FAKE_INTERNET": json.dumps(facts),
-    }
-
-
-def suite_command(sdk: str) -> tuple[list[str], Path]:
-    """The suite's command and the directory to run it in."""
-    if sdk == "python":
-        return [str(SDK / ".venv" / "bin" / "python"), "-m", "pytest", "-c",
-                str(SDK / "pytest.ini"), "--rootdir", str(SDK), str(SDK / "network")], REPO  # fmt: skip
-    files = sorted(
-        str(p.relative_to(SDK / "js")) for p in (SDK / "js" / "network").glob("*.net.mjs")
-    )
-    assert files
-    return ["node", "--test", "--test-concurrency=1", "--test-timeout=300000", *files], SDK / "js"
+    return sdk_suites.suite_env(server.url, API_KEY, node_path, FAKE_INTERNET=json.dumps(facts))
 
 
 @pytest.mark.timeout(SUITE_TIMEOUT_S + 60)
@@ -94,17 +64,11 @@ def suite_command(sdk: str) -> tuple[list[str], Path]:
 def test_sdk_suite(
     sdk: str, server: UplinkSandboxd, net: FakeInternet, node_path: str, tmp_path: Path
 ) -> None:
-    argv, cwd = suite_command(sdk)
+    argv, cwd = sdk_suites.suite_command(sdk, "network", ".net.mjs", 300)
     report = tmp_path / "report"
-    with open(report, "wb") as out:
-        suite = net.uplink.popen(argv, cwd=cwd, env=suite_env(server, node_path), stdout=out,
-                                 stderr=subprocess.STDOUT)  # fmt: skip
-    try:
-        status = suite.wait(SUITE_TIMEOUT_S)
-    finally:
-        if suite.poll() is None:
-            suite.kill()
-            suite.wait()
+    status = sdk_suites.run_suite(
+        net.uplink, argv, cwd, suite_env(server, node_path), report, SUITE_TIMEOUT_S
+    )
     assert status == 0, report.read_text()
     # Every sandbox a test made was killed by the test.
     assert server.api("GET", "/sandboxes").json() == []
