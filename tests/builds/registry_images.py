@@ -62,8 +62,10 @@ def write_layout(dir: Path, layer_tar: Path, config: dict[str, object]) -> None:
     layer_hex = _sha256_file(layer_tar)
     size = layer_tar.stat().st_size
     layer_tar.rename(blobs / layer_hex)
+    # One history entry per layer: builders that stack on the image (podman's buildah) count them.
     image_config = {"architecture": "amd64", "os": "linux", "config": config,
-                    "rootfs": {"type": "layers", "diff_ids": [f"sha256:{layer_hex}"]}}  # fmt: skip
+                    "rootfs": {"type": "layers", "diff_ids": [f"sha256:{layer_hex}"]},
+                    "history": [{"created_by": "tests/builds/registry_images.py"}]}  # fmt: skip
     manifest = {
         "schemaVersion": 2,
         "mediaType": MANIFEST,
