@@ -25,6 +25,7 @@ def test_cached_rebuild(facts: Facts, made: list[Sandbox], built: list[str]) -> 
     template = (
         Template()
         .from_image(facts.images["debian"])
+        .set_user("root")
         .run_cmd(f"date +%s%N > /stamp && echo {mark}")
         .set_envs({"CACHED": "yes"})
         .run_cmd('echo "$CACHED" > /after')
@@ -53,9 +54,9 @@ def test_failing_step(facts: Facts, made: list[Sandbox], built: list[str]) -> No
     template = (
         Template()
         .from_image(facts.images["debian"])
-        .run_cmd("echo fine > /fine")
+        .run_cmd("echo fine > /tmp/fine")
         .run_cmd(f"echo {out} && echo {err} >&2 && exit 7")
-        .run_cmd("echo never > /never")
+        .run_cmd("echo never > /tmp/never")
     )
     name = unique("failing")
     built.append(name)

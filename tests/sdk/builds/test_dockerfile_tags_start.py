@@ -66,7 +66,11 @@ def test_tags(facts: Facts, made: list[Sandbox], built: list[str]) -> None:
     built.append(name)
 
     def version(v: str) -> Template:
-        return Template().from_image(facts.images["debian"]).run_cmd(f"echo {v} > /version")
+        return (
+            Template()
+            .from_image(facts.images["debian"])
+            .run_cmd(f"echo {v} > /version", user="root")
+        )
 
     v1 = Template.build(version("v1"), f"{name}:v1")
     assert "v1" in v1.tags
@@ -100,6 +104,7 @@ def test_start_command_ready_when_create_returns(
     template = (
         Template()
         .from_image(facts.images["debian"])
+        .set_user("root")
         .run_cmd("mkdir -p /srv/www && echo started > /srv/www/index.html")
         .set_workdir("/srv/www")
         # A slow start: the port opens only after a second.

@@ -51,6 +51,7 @@ def test_debian_image_every_step_and_streamed_logs(
     template = (
         Template(file_context_path=ctx)
         .from_image(facts.images["debian"])
+        .set_user("root")  # the steps' default user is `user`, as in E2B
         .run_cmd(f"echo {mark} && " + WAIT_FOR.format(get=f"curl -sf {url}"))
         .set_envs({"BUILD_GREETING": "hello builder", "SECOND": "two words"})
         .copy("app/", "/srv/app/")
@@ -98,6 +99,7 @@ def test_busybox_image(facts: Facts, made: list[Sandbox], built: list[str], tmp_
     template = (
         Template(file_context_path=ctx)
         .from_image(facts.images["busybox"])
+        .set_user("root")
         .run_cmd("adduser -D -h /home/app app && echo made > /made-by-root")
         .set_envs({"MODE": "busy"})
         .copy("tool.sh", "/usr/local/bin/tool.sh", mode=0o755)
@@ -129,10 +131,13 @@ def test_from_template(facts: Facts, made: list[Sandbox], built: list[str]) -> N
     parent, child = unique("parent"), unique("child")
     built += [child, parent]  # the child first: it stands on the parent
     Template.build(
-        Template().from_image(facts.images["debian"]).run_cmd("echo parent > /parent"), parent
+        Template().from_image(facts.images["debian"]).run_cmd("echo parent > /parent", user="root"),
+        parent,
     )
     Template.build(
-        Template().from_template(parent).run_cmd("echo child > /child && cat /parent > /seen"),
+        Template()
+        .from_template(parent)
+        .run_cmd("echo child > /child && cat /parent > /seen", user="root"),
         child,
     )
     sandbox = Sandbox.create(child)

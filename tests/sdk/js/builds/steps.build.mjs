@@ -29,6 +29,7 @@ test('a Debian image, every step type, logs streamed while building', async (t) 
   }
   const template = Template({ fileContextPath: ctx })
     .fromImage(facts.images.debian)
+    .setUser('root') // the steps' default user is `user`, as in E2B
     .runCmd(`echo ${mark} && ${waitFor(`curl -sf ${release.url}`)}`)
     .setEnvs({ BUILD_GREETING: 'hello builder' })
     .copy('app/', '/srv/app/')
@@ -59,6 +60,7 @@ test('a busybox-style image', async (t) => {
   const ctx = context({ 'tool.sh': '#!/bin/sh\necho "tool says $MODE"\n' })
   const template = Template({ fileContextPath: ctx })
     .fromImage(facts.images.busybox)
+    .setUser('root')
     .runCmd('adduser -D -h /home/app app && echo made > /made-by-root')
     .setEnvs({ MODE: 'busy' })
     .copy('tool.sh', '/usr/local/bin/tool.sh', { mode: 0o755 })
@@ -76,7 +78,7 @@ test('a busybox-style image', async (t) => {
 
 test('a cached rebuild reuses the steps; skipCache does not', async (t) => {
   const mark = `stamped-${nonce()}`
-  const template = Template().fromImage(facts.images.debian)
+  const template = Template().fromImage(facts.images.debian).setUser('root')
     .runCmd(`date +%s%N > /stamp && echo ${mark}`)
   const name = built(t, unique('cache'))
   const stamp = async () => run(await create(t, name), 'cat /stamp')
@@ -97,7 +99,7 @@ test('a cached rebuild reuses the steps; skipCache does not', async (t) => {
 test('a failing step: BuildError, its number and its output', async (t) => {
   const [out, err] = [`out-${nonce()}`, `err-${nonce()}`]
   const template = Template().fromImage(facts.images.debian)
-    .runCmd('echo fine > /fine')
+    .runCmd('echo fine > /tmp/fine')
     .runCmd(`echo ${out} && echo ${err} >&2 && exit 7`)
   const name = built(t, unique('failing'))
   const logs = new Logs()

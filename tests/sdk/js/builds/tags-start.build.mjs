@@ -8,7 +8,8 @@ import { Sandbox, Template, waitForPort } from 'e2b'
 import { api, built, context, create, deleteTemplate, facts, run, templateId, throughProxy,
   unique } from './builds.mjs'
 
-const version = (v) => Template().fromImage(facts.images.debian).runCmd(`echo ${v} > /version`)
+const version = (v) =>
+  Template().fromImage(facts.images.debian).runCmd(`echo ${v} > /version`, { user: 'root' })
 
 test('tags: build with tags, create by name:tag, assign and remove', async (t) => {
   const name = built(t, unique('tags'))
@@ -27,7 +28,7 @@ test('tags: build with tags, create by name:tag, assign and remove', async (t) =
 })
 
 test('a start command: create returns with the server answering', async (t) => {
-  const template = Template().fromImage(facts.images.debian)
+  const template = Template().fromImage(facts.images.debian).setUser('root')
     .runCmd('mkdir -p /srv/www && echo started > /srv/www/index.html')
     .setWorkdir('/srv/www')
     .setStartCmd('sleep 1 && python3 -m http.server 8000', waitForPort(8000))
