@@ -36,13 +36,15 @@ DATABASE_SUFFIXES = (".db", ".db-wal", ".db-shm", ".db-journal")
 
 
 def state_listing(server: UplinkSandboxd) -> set[str]:
-    """Every path under serve's state directory but its database and sandboxes' directories."""
+    """Every file (anything but a directory: an empty directory made on first use is not a
+    leftover) under serve's state directory, but its database and the sandboxes'."""
     found = set()
     for path in server.state_dir.rglob("*"):
         relative = path.relative_to(server.state_dir)
         if relative.parts[0] == "sandboxes" or path.name.endswith(DATABASE_SUFFIXES):
             continue
-        found.add(str(relative))
+        if not path.is_dir() or path.is_symlink():
+            found.add(str(relative))
     return found
 
 
