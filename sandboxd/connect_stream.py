@@ -123,6 +123,8 @@ async def _http_error(status: int, chunks: AsyncIterator[bytes]) -> RpcError:
     text = bytes(body[:_ERROR_BODY_BYTES]).decode(errors="replace").strip()
     try:
         error = json.loads(text)
-        return RpcError(str(error["code"]), str(error.get("message", "")))
+        code, message = error["code"], str(error["message"])
     except (ValueError, KeyError, TypeError):
         return RpcError(f"http_{status}", text or "(no body)")
+    # envd's plain-HTTP errors (a refused token) carry the status as their code.
+    return RpcError(code if isinstance(code, str) else f"http_{status}", message)

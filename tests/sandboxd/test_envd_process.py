@@ -6,6 +6,7 @@ running after `start` returns, and ready commands."""
 from __future__ import annotations
 
 import asyncio
+import secrets
 import uuid
 from typing import TYPE_CHECKING
 
@@ -209,3 +210,26 @@ async def test_wait_ready_does_not_retry_a_refusal(client: EnvdClient, box: Box)
     with pytest.raises(CommandError, match="does not exist") as caught:
         await wait_ready(client, box.id, sh("true", cwd="/no/such/dir"), timeout_s=30)
     assert not isinstance(caught.value, NotReady)
+
+
+async def test_after_init_the_token_and_the_sandbox_env(
+    runtime: Runtime, base_template: Path
+) -> None:
+    """A sandbox as sandboxd's creates leave it: /init set a token, env vars and a workdir."""
+    box = await runtime.boot(uuid.uuid4().hex[:16], base_template)
+    envd = EnvdClient(lambda _: box.netns)
+    try:
+        token = secrets.token_hex(16)
+        init = {"accessToken": token, "envVars": {"FROM_INIT": "yes"}, "defaultWorkdir": "/srv"}
+        status, _ = await envd.request(box.id, "POST", "/init", body=init)
+        assert status == 204
+        out = Output()
+        command = sh('echo "$FROM_INIT $FROM_COMMAND"; pwd', env={"FROM_COMMAND": "too"})
+        assert await run(envd, box.id, command, on_output=out, token=token) == 0
+        assert out.of("stdout") == b"yes too\n/srv\n"
+        with pytest.raises(CommandError, match="http_401: unauthorized access, please provide"):
+            await run(envd, box.id, sh("true"), token=token[::-1])
+        with pytest.raises(CommandError, match="http_401: unauthorized access, please provide"):
+            await start(envd, box.id, sh("true"))
+    finally:
+        await envd.aclose()
