@@ -22,7 +22,7 @@ import httpcore
 
 if TYPE_CHECKING:
     import ssl
-    from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+    from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Iterator
 
     from sandboxd.host.netns import NetNamespace
 
@@ -182,7 +182,8 @@ class EnvdClient:
         timeouts = dict.fromkeys(("connect", "write", "pool"), connect_timeout_s)
         timeouts["read"] = read_timeout_s
         async with contextlib.AsyncExitStack() as stack:
-            with _unreachable(sandbox_id, connect_timeout_s):
+            # Waiting for the answer's head is a read: envd sends it with the first message.
+            with _unreachable(sandbox_id, connect_timeout_s, read_timeout_s):
                 response = await stack.enter_async_context(
                     self._pool.stream(
                         "POST",
@@ -193,12 +194,16 @@ class EnvdClient:
                     )
                 )
 
-            async def chunks() -> AsyncIterator[bytes]:
-                with _unreachable(sandbox_id, read_timeout_s):
+            async def chunks() -> AsyncGenerator[bytes, None]:
+                with _unreachable(sandbox_id, connect_timeout_s, read_timeout_s):
                     async for chunk in response.aiter_stream():
                         yield chunk
 
-            yield response.status, chunks()
+            body = chunks()
+            try:
+                yield response.status, body
+            finally:
+                await body.aclose()
 
 
 def _url(sandbox_id: str, path: str) -> str:
@@ -213,11 +218,16 @@ def _headers(token: str | None) -> list[tuple[bytes, bytes]]:
 
 
 @contextlib.contextmanager
-def _unreachable(sandbox_id: str, timeout_s: float) -> Iterator[None]:
-    """httpcore's failures as EnvdUnreachable."""
+def _unreachable(
+    sandbox_id: str, timeout_s: float, read_timeout_s: float | None = None
+) -> Iterator[None]:
+    """httpcore's failures as EnvdUnreachable; a read's timeout is `read_timeout_s` when
+    given, every other one `timeout_s`."""
     try:
         yield
     except httpcore.TimeoutException as exc:
+        if read_timeout_s is not None and isinstance(exc, httpcore.ReadTimeout):
+            timeout_s = read_timeout_s
         raise EnvdUnreachable(f"envd in {sandbox_id}: no answer in {timeout_s:g} s") from exc
     except (httpcore.NetworkError, httpcore.ProtocolError) as exc:
         # A pooled connection whose sandbox was killed or restarted envd ends as a
