@@ -1,5 +1,6 @@
 """sandboxd's one way to talk to envd inside a sandbox (the proxy relays clients' requests; this
-is sandboxd's own): `EnvdClient`, as the orchestrator talks to envd (/init, /metrics), httpcore's
+is sandboxd's own): `EnvdClient`, as the orchestrator talks to envd (/init, /metrics, and the
+streamed answers of the commands sandboxd runs in its sandboxes), httpcore's
 connection pool over sockets made in each sandbox's network namespace, the URL's host being the
 sandbox id (`http://ID:49983/init`), so that the pool keeps each sandbox's connections apart and
 the host routes nothing anywhere; and `health_status`, the boot's probe of a sandbox that has no
@@ -10,6 +11,7 @@ id the pool could resolve yet."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +22,7 @@ import httpcore
 
 if TYPE_CHECKING:
     import ssl
-    from collections.abc import Callable, Iterable
+    from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Iterator
 
     from sandboxd.host.netns import NetNamespace
 
@@ -145,26 +147,92 @@ class EnvdClient:
         Raises:
             EnvdUnreachable: no answer within `timeout_s` (or no connection at all).
         """
-        headers = [(b"Host", b"127.0.0.1")]
-        if token is not None:
-            headers.append((b"X-Access-Token", token.encode()))
+        headers = _headers(token)
         content = b""
         if body is not None:
             content = json.dumps(body).encode()
             headers.append((b"Content-Type", b"application/json"))
         extensions = {"timeout": dict.fromkeys(("connect", "read", "write", "pool"), timeout_s)}
-        url = f"http://{sandbox_id}:{ENVD_PORT}{path}"
-        try:
+        with _unreachable(sandbox_id, timeout_s):
             response = await self._pool.request(
-                method, url, headers=headers, content=content, extensions=extensions
-            )
-        except httpcore.TimeoutException as exc:
-            raise EnvdUnreachable(f"envd in {sandbox_id}: no answer in {timeout_s:g} s") from exc
-        except (httpcore.NetworkError, httpcore.ProtocolError) as exc:
-            # A pooled connection whose sandbox was killed or restarted envd ends as a
-            # RemoteProtocolError ("disconnected without sending a response").
-            raise EnvdUnreachable(f"envd in {sandbox_id}: {exc}") from exc
+                method, _url(sandbox_id, path), headers=headers, content=content,
+                extensions=extensions,
+            )  # fmt: skip
         return response.status, response.content
+
+    @contextlib.asynccontextmanager
+    async def stream(
+        self,
+        sandbox_id: str,
+        path: str,
+        *,
+        content: bytes,
+        headers: Iterable[tuple[bytes, bytes]],
+        token: str | None = None,
+        connect_timeout_s: float,
+        read_timeout_s: float,
+    ) -> AsyncIterator[tuple[int, AsyncIterator[bytes]]]:
+        """A POST whose answer is read as it arrives: (status, the body's chunks). Streams
+        stay quiet for long stretches by design (a build step compiling), so reads have a
+        timeout of their own: a streaming server sends something (a keepalive) well within it.
+
+        Raises:
+            EnvdUnreachable: no connection or no answer in time, here or while reading.
+        """
+        timeouts = dict.fromkeys(("connect", "write", "pool"), connect_timeout_s)
+        timeouts["read"] = read_timeout_s
+        async with contextlib.AsyncExitStack() as stack:
+            # Waiting for the answer's head is a read: envd sends it with the first message.
+            with _unreachable(sandbox_id, connect_timeout_s, read_timeout_s):
+                response = await stack.enter_async_context(
+                    self._pool.stream(
+                        "POST",
+                        _url(sandbox_id, path),
+                        headers=[*_headers(token), *headers],
+                        content=content,
+                        extensions={"timeout": timeouts},
+                    )
+                )
+
+            async def chunks() -> AsyncGenerator[bytes, None]:
+                with _unreachable(sandbox_id, connect_timeout_s, read_timeout_s):
+                    async for chunk in response.aiter_stream():
+                        yield chunk
+
+            body = chunks()
+            try:
+                yield response.status, body
+            finally:
+                await body.aclose()
+
+
+def _url(sandbox_id: str, path: str) -> str:
+    return f"http://{sandbox_id}:{ENVD_PORT}{path}"
+
+
+def _headers(token: str | None) -> list[tuple[bytes, bytes]]:
+    headers = [(b"Host", b"127.0.0.1")]
+    if token is not None:
+        headers.append((b"X-Access-Token", token.encode()))
+    return headers
+
+
+@contextlib.contextmanager
+def _unreachable(
+    sandbox_id: str, timeout_s: float, read_timeout_s: float | None = None
+) -> Iterator[None]:
+    """httpcore's failures as EnvdUnreachable; a read's timeout is `read_timeout_s` when
+    given, every other one `timeout_s`."""
+    try:
+        yield
+    except httpcore.TimeoutException as exc:
+        if read_timeout_s is not None and isinstance(exc, httpcore.ReadTimeout):
+            timeout_s = read_timeout_s
+        raise EnvdUnreachable(f"envd in {sandbox_id}: no answer in {timeout_s:g} s") from exc
+    except (httpcore.NetworkError, httpcore.ProtocolError) as exc:
+        # A pooled connection whose sandbox was killed or restarted envd ends as a
+        # RemoteProtocolError ("disconnected without sending a response").
+        raise EnvdUnreachable(f"envd in {sandbox_id}: {exc}") from exc
 
 
 async def health_status(netns: NetNamespace, port: int = ENVD_PORT, timeout_s: float = 1) -> int:

@@ -72,3 +72,19 @@ class HostError(SandboxError):
 class TeardownError(SandboxError):
     """Killing a sandbox left something behind (a busy mount, a cgroup that would not empty);
     the message names what."""
+
+
+class CommandError(SandboxError):
+    """A command sandboxd runs in a sandbox through envd (a build step, a template's start or
+    ready command) could not be run to its end: envd refused it (an unknown user, a missing
+    working directory; envd's Connect code and message in the text) or its stream broke off.
+    A command that ran and failed is an exit code, not this."""
+
+
+class CommandTimedOut(CommandError):
+    """The command was still running at its deadline; envd killed it."""
+
+
+class NotReady(CommandError):
+    """A template's ready command did not succeed within its time; the message has the last
+    attempt's exit code and output."""
