@@ -4,8 +4,9 @@
 - `debian`: the debootstrap stage the base template is made from (sandboxd/host/base_image.py,
   ensure_stage: bookworm with systemd, sudo, python3 and curl), as one plain tar layer;
 - `busybox`: a busybox-style tree like Docker's `busybox:glibc`: Debian's dynamically linked
-  `busybox`, glibc's shared objects copied from the host, /bin/sh and every applet a link to
-  busybox, and an /etc/passwd with only root. No systemd, no Python, no package manager.
+  `busybox`, the shared objects of glibc and of GCC's runtime copied from the host, /bin/sh and
+  every applet a link to busybox, and an /etc/passwd with only root. No systemd, no Python, no
+  package manager.
 
 Each is written as an OCI image layout (one layer, uncompressed: a 360 MiB stage is gzipped in
 tens of seconds, and registries and pulls take plain layers as they are) and pushed with skopeo.
@@ -90,13 +91,15 @@ def debian_layer(stage_cache: Path, out: Path) -> None:
 
 
 def glibc_objects() -> list[Path]:
-    """The host's glibc shared objects (Debian's libc6 package), as busybox:glibc ships them."""
-    listed = subprocess.run(["dpkg", "-L", "libc6"], check=True, capture_output=True, text=True)
+    """The host's glibc shared objects (Debian's libc6) and GCC's runtime (libgcc-s1, which the
+    envd artifact needs too), as busybox:glibc ships them."""
     found = []
-    for line in listed.stdout.splitlines():
-        path = Path(line)
-        if ".so" in path.name and path.parent.name == "x86_64-linux-gnu" and path.is_file():
-            found.append(path)
+    for package in ("libc6", "libgcc-s1"):
+        listed = subprocess.run(["dpkg", "-L", package], check=True, capture_output=True, text=True)
+        for line in listed.stdout.splitlines():
+            path = Path(line)
+            if ".so" in path.name and path.parent.name == "x86_64-linux-gnu" and path.is_file():
+                found.append(path)
     return sorted(set(found))
 
 

@@ -1,0 +1,79 @@
+"""Fixtures of the SDK build tests (tests/builds/conftest.py imports them), shared by a session:
+the fake internet (its package index is where RUN steps install from), a registry of the test's
+own with the Debian and busybox-style images (tests/builds/registry_images.py), both in
+`uplink`, the self-contained envd artifact the builder puts into images without envd, and one
+`sandboxd serve` in `uplink` that builds from them."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from tests.builds.registry_images import push_test_images
+from tests.images.registry import start_registry
+from tests.network.fake_internet import running_fake_internet
+from tests.network.served import serving_in_uplink
+from tests.sandboxd.template_cache import IMAGE_CACHE
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from tests.images.registry import Registry
+    from tests.network.fake_internet import FakeInternet
+    from tests.network.served import UplinkSandboxd
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def build_net() -> Iterator[FakeInternet]:
+    with running_fake_internet() as net:
+        yield net
+
+
+@pytest.fixture(scope="session")
+def uplink_registry(build_net: FakeInternet) -> Iterator[Registry]:
+    """docker-registry on `uplink`'s 127.0.0.1, where serve pulls from (and where skopeo pushes
+    the test images from)."""
+    if shutil.which("docker-registry") is None or shutil.which("skopeo") is None:
+        pytest.fail("docker-registry and skopeo are missing: run scripts/install as root")
+    dir = Path(tempfile.mkdtemp(prefix="sandboxd-build-registry-"))
+    try:
+        running = start_registry(dir, prefix=("nsenter", f"--net={build_net.uplink.path}", "--"))
+        yield running
+        running.stop()
+    finally:
+        shutil.rmtree(dir)
+
+
+@pytest.fixture(scope="session")
+def images(uplink_registry: Registry, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """{"debian": ref, "busybox": ref}: 127.0.0.1:PORT/builds/…:latest in `uplink`."""
+    return push_test_images(uplink_registry, tmp_path_factory.mktemp("images"), IMAGE_CACHE)
+
+
+@pytest.fixture(scope="session")
+def envd_artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The self-contained envd tarball of this checkout (packaging/build-artifact; its
+    interpreter is cached, so a warm build takes seconds)."""
+    out = tmp_path_factory.mktemp("artifact")
+    built = subprocess.run([REPO / "packaging/build-artifact", "--out", out], check=False,
+                           capture_output=True, text=True)  # fmt: skip
+    assert built.returncode == 0, built.stderr[-3000:]
+    return Path(built.stdout.strip())
+
+
+@pytest.fixture(scope="session")
+def build_server(
+    build_net: FakeInternet, envd_artifact: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[UplinkSandboxd]:
+    """serve in `uplink`, networked (RUN steps reach the fake internet's package index), with
+    the envd artifact for images that do not have envd."""
+    state = tmp_path_factory.mktemp("build-serve") / "state"
+    with serving_in_uplink(build_net, state, "--envd-artifact", str(envd_artifact)) as server:
+        yield server
