@@ -86,6 +86,23 @@ def tar_of(entries: dict[str, bytes]) -> bytes:
     return out.getvalue()
 
 
+def build_to_end(
+    server: UplinkSandboxd, template: str, build: str, body: dict[str, Any]
+) -> dict[str, Any]:
+    """Start the build with `body` and wait for its final status."""
+    started = server.api("POST", f"/v2/templates/{template}/builds/{build}", json=body)
+    assert started.status_code == 202, started.text
+    path = f"/templates/{template}/builds/{build}/status?logsOffset=0"
+
+    def ended() -> dict[str, Any] | None:
+        status = server.api("GET", path)
+        assert status.status_code == 200, status.text
+        answer: dict[str, Any] = status.json()
+        return answer if answer["status"] not in ("waiting", "building") else None
+
+    return wait_until(ended, 600, "the build to end")
+
+
 def assert_clear(answer: httpx.Response, status: int, *words: str) -> None:
     """The status, and a JSON error whose message names what was wrong."""
     assert answer.status_code == status, answer.text
@@ -186,19 +203,33 @@ def test_image_that_does_not_exist(build_server: UplinkSandboxd, images: dict[st
     try:
         body = {"fromImage": f"{registry}/builds/nosuchimage:latest", "force": False,
                 "steps": [{"type": "RUN", "args": ["true"], "force": False}]}  # fmt: skip
-        started = build_server.api("POST", f"/v2/templates/{template}/builds/{build}", json=body)
-        assert started.status_code == 202, started.text
-        path = f"/templates/{template}/builds/{build}/status?logsOffset=0"
-
-        def ended() -> dict[str, Any] | None:
-            status = build_server.api("GET", path)
-            assert status.status_code == 200, status.text
-            body: dict[str, Any] = status.json()
-            return body if body["status"] not in ("waiting", "building") else None
-
-        final = wait_until(ended, 300, "the build to end")
+        final = build_to_end(build_server, template, build, body)
         assert final["status"] == "error"
         assert final["reason"]["step"] == "base"
         assert "nosuchimage" in final["reason"]["message"]
     finally:
         delete(build_server, template)
+
+
+def test_a_failing_step_leaves_no_layer(
+    build_server: UplinkSandboxd, images: dict[str, str]
+) -> None:
+    """The second of two identical failing builds (the first pulled the image and made what a
+    build of it keeps) adds nothing: the failed step's layer is not kept, whole or in part."""
+    body = {"fromImage": images["busybox"], "force": True,
+            "steps": [{"type": "RUN", "args": ["echo partial > /partial && exit 3", "root"],
+                       "force": True}]}  # fmt: skip
+    templates = []
+    try:
+        listings = []
+        for _ in range(2):
+            template, build = request_build(build_server)
+            templates.append(template)
+            final = build_to_end(build_server, template, build, body)
+            assert final["status"] == "error", final
+            assert final["reason"]["step"] == "1", final["reason"]
+            listings.append(state_listing(build_server))
+        assert listings[1] - listings[0] == set()
+    finally:
+        for template in templates:
+            delete(build_server, template)
