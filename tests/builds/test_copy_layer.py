@@ -37,7 +37,8 @@ def make_dir(path: Path, uid: int = 0, gid: int = 0, mode: int = 0o755) -> None:
 @pytest.fixture
 def image(tmp_path: Path) -> Path:
     """An image's layer as template layers store them: /home/user 1000:1000 0750, /opt/app with
-    a file and a private directory, /lib a symlink to usr/lib, /etc/passwd a file."""
+        a file and a private directory, /lib a symlink to usr/lib, /etc/passwd a file,
+    /etc/resolv.conf a symlink to a file (as on Ubuntu)."""
     base = tmp_path / "base"
     make_dir(base)
     make_dir(base / "home", mode=0o755)
@@ -50,6 +51,9 @@ def image(tmp_path: Path) -> Path:
     (base / "lib").symlink_to("usr/lib")
     make_dir(base / "etc")
     (base / "etc/passwd").write_text("root:x:0:0::/root:/bin/sh\n")
+    (base / "etc/resolv.conf").symlink_to("../run/resolv.conf")
+    make_dir(base / "run")
+    (base / "run/resolv.conf").write_text("the image's")
     os.setxattr(base / "home/user", "user.note", b"kept")
     os.utime(base / "home/user", (1_600_000_000, 1_600_000_000))
     return base
@@ -102,7 +106,7 @@ def test_a_file_into_a_directory_keeps_the_images_directories(
         assert (root / "home/user").stat().st_mtime == 1_600_000_000
         assert owner(root / "home") == (0, 0, 0o755)
         assert owner(root) == owner(image)
-        assert sorted(os.listdir(root)) == ["etc", "home", "lib", "opt", "usr"]
+        assert sorted(os.listdir(root)) == ["etc", "home", "lib", "opt", "run", "usr"]
 
 
 def test_a_file_to_a_new_name_or_into_an_existing_directory(
@@ -159,6 +163,28 @@ def test_a_symlinked_directory_of_the_image_is_followed(
     with merged(image, layer, tmp_path) as root:
         assert (root / "lib").is_symlink()
         assert (root / "lib/notes/notes.txt").read_text() == "notes"
+
+
+def test_a_directory_merges_through_the_images_symlinks_and_replaces_file_links(
+    image: Path, lower: Path, tmp_path: Path
+) -> None:
+    """E2B copy_test.go follow_target_symlink_to_directory (usrmerge) and
+    replace_target_symlink_to_file: `COPY . /`."""
+    ctx = tmp_path / "ctx"
+    (ctx / "lib").mkdir(parents=True)
+    (ctx / "lib/mylib.so").write_text("lib")
+    (ctx / "etc").mkdir()
+    (ctx / "etc/resolv.conf").write_text("nameserver 192.0.2.53\n")
+
+    layer = copy(ctx, tmp_path / "layer", ".", "/", lower)
+
+    assert sorted(os.listdir(layer)) == ["etc", "usr"]
+    with merged(image, layer, tmp_path) as root:
+        assert (root / "lib").is_symlink()
+        assert sorted(os.listdir(root / "lib")) == ["mylib.so"]
+        assert not (root / "etc/resolv.conf").is_symlink()
+        assert (root / "etc/resolv.conf").read_text() == "nameserver 192.0.2.53\n"
+        assert (root / "run/resolv.conf").read_text() == "the image's"  # not written through
 
 
 @pytest.mark.parametrize(
