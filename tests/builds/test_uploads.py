@@ -127,7 +127,9 @@ async def test_a_huge_content_length_is_refused_before_reading(uploads: Uploads)
     assert leftovers(uploads) == []
 
 
-async def test_a_stream_longer_than_its_length_is_cut_off(uploads: Uploads) -> None:
+@pytest.mark.parametrize("max_bytes", [5000, 1 << 30], ids=["at the cap", "under the cap"])
+async def test_a_stream_longer_than_its_length_is_cut_off(tmp_path: Path, max_bytes: int) -> None:
+    uploads = Uploads(tmp_path / "uploads", max_bytes=max_bytes)
     sent = []
 
     async def endless() -> AsyncIterator[bytes]:
@@ -228,3 +230,13 @@ def test_the_sdks_archives_are_read(tmp_path: Path) -> None:
 
     assert (uploads.path(HASH) / "app/x.txt").read_text() == "x"
     assert (uploads.path(HASH) / "app/link").readlink().as_posix() == "x.txt"
+
+
+def test_what_a_crash_left_is_removed(uploads: Uploads) -> None:
+    half = uploads.dir / ".new-abc"
+    (half / "tree/app").mkdir(parents=True)
+    anyio.run(send, uploads, Layer().file("x", b"x").tar())
+
+    uploads.remove_leftovers()
+
+    assert leftovers(uploads) == [HASH]
