@@ -12,6 +12,7 @@ makes them, symlinks of the image not followed)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import posixpath
@@ -105,22 +106,20 @@ def copy_to_layer(
     target = posixpath.normpath(posixpath.join(workdir, dest))
     target_parts = tuple(p for p in target.split("/") if p)
     into = dest.endswith("/") or not target_parts
-    ctx = os.open(context, DIR_FLAGS)
-    lower = os.open(lower_view, DIR_FLAGS) if lower_view is not None else None
-    try:
+    with contextlib.ExitStack() as fds:
+        ctx = _opened(fds, context)
+        lower = _opened(fds, lower_view) if lower_view is not None else None
         with building(layer) as new:
-            root = os.open(new, DIR_FLAGS)
-            try:
-                copy = _Copy(root, lower, uid, gid, mode)
-                copy.root_meta()
-                copy.source(ctx, base, src, target_parts, into)
-                copy.times.apply()
-            finally:
-                os.close(root)
-    finally:
-        os.close(ctx)
-        if lower is not None:
-            os.close(lower)
+            copy = _Copy(_opened(fds, new), lower, uid, gid, mode)
+            copy.root_meta()
+            copy.source(ctx, base, src, target_parts, into)
+            copy.times.apply()
+
+
+def _opened(fds: contextlib.ExitStack, path: Path) -> int:
+    fd = os.open(path, DIR_FLAGS)
+    fds.callback(os.close, fd)
+    return fd
 
 
 class _Copy:
