@@ -169,18 +169,22 @@ class _Copy:
             os.close(parent)
 
     def merge(self, src: int, dst: Parts) -> None:
-        """The contents of the directory fd `src` into the layer's directory `dst`."""
-        for name in sorted(os.listdir(src)):
-            st = os.stat(name, dir_fd=src, follow_symlinks=False)
-            if not stat.S_ISDIR(st.st_mode):
-                self.put(dst, name, src, name, st)
-                continue
-            sub = self._merge_dir((*dst, name), st)
-            child = os.open(name, DIR_FLAGS, dir_fd=src)
+        """The contents of the directory fd `src` into the layer's directory `dst`, a
+        directory at a time (no recursion: an upload may nest deeper than Python's stack)."""
+        todo: list[tuple[Parts, Parts]] = [((), dst)]
+        while todo:
+            rel, into = todo.pop()
+            fd = walk(src, rel)
+            assert fd is not None  # noqa: S101  # a directory just seen
             try:
-                self.merge(child, sub)
+                for name in sorted(os.listdir(fd)):
+                    st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                    if stat.S_ISDIR(st.st_mode):
+                        todo.append(((*rel, name), self._merge_dir((*into, name), st)))
+                    else:
+                        self.put(into, name, fd, name, st)
             finally:
-                os.close(child)
+                os.close(fd)
 
     def _merge_dir(self, here: Parts, st: os.stat_result) -> Parts:
         """Where a source directory goes: the view's directory there (a symlink to one

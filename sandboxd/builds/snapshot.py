@@ -64,7 +64,7 @@ def layer_from_upper(upper: Path, uid_base: int, dest: Path, exclude: Iterable[s
             try:
                 snap = _Snapshot(uid_base, root, skip)
                 snap.meta(src, root, (), os.fstat(src))
-                snap.tree(src, root, ())
+                snap.tree(src)
                 snap.prune()
                 snap.times.apply()
             finally:
@@ -79,36 +79,52 @@ class _Snapshot:
         self.times = DirTimes(root)
         self.links: dict[int, Parts] = {}  # inode -> the first path written for it
 
-    def tree(self, src: int, dst: int, parts: Parts) -> None:
-        for name in sorted(os.listdir(src)):
-            here = (*parts, name)
-            if "/".join(here) in self.skip:
-                continue
-            st = os.stat(name, dir_fd=src, follow_symlinks=False)
-            if stat.S_ISDIR(st.st_mode):
-                os.mkdir(name, 0o700, dir_fd=dst)
-                s, d = os.open(name, DIR_FLAGS, dir_fd=src), os.open(name, DIR_FLAGS, dir_fd=dst)
-                try:
-                    self.meta(s, d, here, st)
-                    self.tree(s, d, here)
-                finally:
-                    os.close(s)
-                    os.close(d)
-            elif stat.S_ISREG(st.st_mode):
-                self._file(src, dst, name, here, st)
-            elif stat.S_ISLNK(st.st_mode):
-                os.symlink(os.readlink(name, dir_fd=src), name, dir_fd=dst)
-                os.chown(name, *self._ids(st, here), dir_fd=dst, follow_symlinks=False)
-                os.utime(name, ns=_times(st), dir_fd=dst, follow_symlinks=False)
-            elif stat.S_ISCHR(st.st_mode) and st.st_rdev == os.makedev(0, 0):  # a whiteout
-                os.mknod(name, stat.S_IFCHR, os.makedev(0, 0), dir_fd=dst)
-            elif stat.S_ISFIFO(st.st_mode):
-                os.mkfifo(name, 0o600, dir_fd=dst)
-                os.chown(name, *self._ids(st, here), dir_fd=dst)
-                os.chmod(name, stat.S_IMODE(st.st_mode), dir_fd=dst)
-                os.utime(name, ns=_times(st), dir_fd=dst)
-            else:
-                log.debug("snapshot skipped /%s: a socket or device node", "/".join(here))
+    def tree(self, upper: int) -> None:
+        """Everything below the root, a directory at a time (no recursion: a step may nest
+        directories deeper than Python's stack or the open-file limit)."""
+        todo: list[Parts] = [()]
+        while todo:
+            parts = todo.pop()
+            src, dst = walk(upper, parts), walk(self.root, parts)
+            assert src is not None  # noqa: S101  # a directory seen and made before
+            assert dst is not None  # noqa: S101
+            try:
+                for name in sorted(os.listdir(src)):
+                    here = (*parts, name)
+                    if "/".join(here) not in self.skip:
+                        todo += self._entry(src, dst, name, here)
+            finally:
+                os.close(src)
+                os.close(dst)
+
+    def _entry(self, src: int, dst: int, name: str, here: Parts) -> list[Parts]:
+        """Copy `name`; a directory is made (its contents come later) and returned."""
+        st = os.stat(name, dir_fd=src, follow_symlinks=False)
+        if stat.S_ISDIR(st.st_mode):
+            os.mkdir(name, 0o700, dir_fd=dst)
+            s, d = os.open(name, DIR_FLAGS, dir_fd=src), os.open(name, DIR_FLAGS, dir_fd=dst)
+            try:
+                self.meta(s, d, here, st)
+            finally:
+                os.close(s)
+                os.close(d)
+            return [here]
+        if stat.S_ISREG(st.st_mode):
+            self._file(src, dst, name, here, st)
+        elif stat.S_ISLNK(st.st_mode):
+            os.symlink(os.readlink(name, dir_fd=src), name, dir_fd=dst)
+            os.chown(name, *self._ids(st, here), dir_fd=dst, follow_symlinks=False)
+            os.utime(name, ns=_times(st), dir_fd=dst, follow_symlinks=False)
+        elif stat.S_ISCHR(st.st_mode) and st.st_rdev == os.makedev(0, 0):  # a whiteout
+            os.mknod(name, stat.S_IFCHR, os.makedev(0, 0), dir_fd=dst)
+        elif stat.S_ISFIFO(st.st_mode):
+            os.mkfifo(name, 0o600, dir_fd=dst)
+            os.chown(name, *self._ids(st, here), dir_fd=dst)
+            os.chmod(name, stat.S_IMODE(st.st_mode), dir_fd=dst)
+            os.utime(name, ns=_times(st), dir_fd=dst)
+        else:
+            log.debug("snapshot skipped /%s: a socket or device node", "/".join(here))
+        return []
 
     def _file(self, src: int, dst: int, name: str, here: Parts, st: os.stat_result) -> None:
         if st.st_nlink > 1 and st.st_ino in self.links:

@@ -10,7 +10,7 @@ import stat
 from typing import TYPE_CHECKING
 
 from sandboxd.host import libc
-from sandboxd.host.removal import detach_mounts
+from sandboxd.host.removal import detach_mounts, remove_tree
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -68,3 +68,49 @@ def tree(root: Path) -> dict[str, tuple[object, ...]]:
                 what,
             )
     return found
+
+
+DEEP = 1050  # directories: deeper than Python's recursion limit (1000), and than PATH_MAX allows
+
+
+@contextlib.contextmanager
+def deep_trees(*roots: Path) -> Iterator[None]:
+    """Remove `roots` at the end with rm -rf: pytest's own clean-up (shutil.rmtree) recurses
+    and fails on DEEP trees, for every later test of the session."""
+    try:
+        yield
+    finally:
+        for root in roots:
+            remove_tree(root)
+
+
+def make_deep(root: Path, uid: int = 0) -> None:
+    """`root/d/d/.../d/leaf` (DEEP directories), made by fd (the path is too long to name)."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(DEEP):
+        os.mkdir("d", dir_fd=fd)
+        os.chown("d", uid, uid, dir_fd=fd)
+        child = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = child
+    leaf = os.open("leaf", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd)
+    os.write(leaf, b"deep")
+    os.fchown(leaf, uid, uid)
+    os.close(leaf)
+    os.close(fd)
+
+
+def read_deep(root: Path) -> bytes:
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(DEEP):
+        child = os.open("d", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+        os.close(fd)
+        fd = child
+    try:
+        leaf = os.open("leaf", os.O_RDONLY, dir_fd=fd)
+    finally:
+        os.close(fd)
+    try:
+        return os.read(leaf, 100)
+    finally:
+        os.close(leaf)

@@ -13,7 +13,7 @@ import pytest
 
 from sandboxd.builds.copy_layer import copy_to_layer, parse_mode, source_base
 from sandboxd.errors import CopyFailed
-from tests.builds.overlays import view
+from tests.builds.overlays import deep_trees, make_deep, read_deep, view
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -285,3 +285,14 @@ def test_a_mode_that_is_not_octal_is_refused(text: str) -> None:
         parse_mode(text)
     assert parse_mode("") is None
     assert parse_mode("0000") == 0
+
+
+def test_a_deep_tree_is_copied(tmp_path: Path) -> None:
+    ctx, layer = tmp_path / "ctx", tmp_path / "layer"
+    ctx.mkdir()
+    with deep_trees(ctx, layer):
+        make_deep(ctx)
+
+        copy(ctx, layer, ".", "/deep/")
+
+        assert read_deep(layer / "deep") == b"deep"

@@ -24,7 +24,7 @@ from sandboxd.host import libc
 from sandboxd.host.removal import detach_mounts
 from sandboxd.host.userns import mapped_namespace
 from sandboxd.images.tar_tree import OPAQUE_XATTR
-from tests.builds.overlays import tree, writable
+from tests.builds.overlays import deep_trees, make_deep, read_deep, tree, writable
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -223,3 +223,15 @@ def test_an_existing_layer_is_not_replaced(tmp_path: Path) -> None:
 
     with pytest.raises(FileExistsError):
         layer_from_upper(tmp_path / "upper", UID_BASE, tmp_path / "layer", ())
+
+
+def test_a_deep_tree_is_snapshotted(tmp_path: Path) -> None:
+    upper, layer = tmp_path / "upper", tmp_path / "layer"
+    upper.mkdir()
+    os.chown(upper, UID_BASE, UID_BASE)
+    with deep_trees(upper, layer):
+        make_deep(upper, UID_BASE)
+
+        layer_from_upper(upper, UID_BASE, layer, ())
+
+        assert read_deep(layer) == b"deep"
