@@ -60,6 +60,9 @@ class ServeOptions:
     domain: str
     disk_mb: int = BASE_DISK_MB
     network: NetworkPool | None = None  # None: sandboxes get only a loopback
+    # What builds from images that are not ours put in their envd layer (sandboxd.builds:
+    # `envd_artifact(options.envd_artifact)` says what is missing when it is None).
+    envd_artifact: Path | None = None
 
 
 class _Server(uvicorn.Server):
