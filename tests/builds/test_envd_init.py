@@ -58,6 +58,9 @@ async def test_envd_is_the_stub_init_s_one_child_and_answers(
     limits = await output(http, box, "cat /proc/2/limits", "root")
     (nofile,) = [line.split()[3:5] for line in limits.splitlines() if "open files" in line]
     assert nofile == [str(WANTED_NOFILE)] * 2
+    # Its priority, given from the host as for envd.service (the container's root cannot).
+    stat = await output(http, box, "cat /proc/2/stat", "root")
+    assert int(stat.rsplit(")", 1)[1].split()[16]) == -20
 
 
 async def test_commands_run_as_user_and_as_root(
