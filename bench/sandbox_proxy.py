@@ -34,6 +34,7 @@ import uvloop
 
 from envd._gen.process.process_pb import ProcessConfig, StartRequest
 from sandboxd.host.runtime import Box, Runtime
+from sandboxd.host.spec import BootImage
 from sandboxd.serve import SERVE_NICE
 from tests.sandboxd.inside import run as run_inside
 from tests.sandboxd.proxied import serve_proxy
@@ -174,7 +175,7 @@ async def bench(template: Path, runs: int, work: Path) -> None:
         f"wrk.body = {json.dumps(body)}\n"
     )
     runtime = Runtime(work / "sandboxes", cgroup_parent=f"sandboxd-bench-{uuid.uuid4().hex[:6]}")
-    box = await runtime.boot(uuid.uuid4().hex[:16], template)
+    box = await runtime.boot(uuid.uuid4().hex[:16], BootImage((template,)))
     os.setpriority(os.PRIO_PROCESS, 0, SERVE_NICE)  # this thread's: the proxy's event loop
     try:
         run_inside(box, f"head -c {SIZE} /dev/urandom > {PAYLOAD}")

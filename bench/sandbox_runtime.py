@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from sandboxd.host.runtime import Box, Runtime
+from sandboxd.host.spec import BootImage
 from sandboxd.host.steps import SandboxDirs
 
 if TYPE_CHECKING:
@@ -92,7 +93,9 @@ async def lifecycle(
     for run in range(runs * 2):
         limited = run % 2 == 0
         started = time.monotonic()
-        boot = rt.boot(uuid.uuid4().hex[:16], template, disk_mb=disk_mb if limited else 0)
+        boot = rt.boot(
+            uuid.uuid4().hex[:16], BootImage((template,)), disk_mb=disk_mb if limited else 0
+        )
         box = await _timed(times["boot" if limited else "boot, no disk limit"], boot)
         if not limited:
             await rt.kill(box)
@@ -110,7 +113,7 @@ async def lifecycle(
 
 
 async def idle_memory(rt: Runtime, template: Path, count: int, settle_s: float) -> list[int]:
-    boxes = [await rt.boot(uuid.uuid4().hex[:16], template) for _ in range(count)]
+    boxes = [await rt.boot(uuid.uuid4().hex[:16], BootImage((template,))) for _ in range(count)]
     try:
         await asyncio.sleep(settle_s)
         return [rt.stats(box).memory_bytes for box in boxes]

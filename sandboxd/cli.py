@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from envd.logs import setup_logging
+from sandboxd.builds.envd_layer import OPTION as ENVD_ARTIFACT_OPTION
 from sandboxd.errors import SandboxError
 from sandboxd.host.base_image import build_base
 from sandboxd.host.disk import MIN_DISK_MB
@@ -48,6 +49,13 @@ def _disk_size(text: str) -> int:
     if value < 0 or (0 < value < MIN_DISK_MB):
         raise argparse.ArgumentTypeError(f"0 (no limit) or at least {MIN_DISK_MB}, not {text!r}")
     return value
+
+
+def _file(text: str) -> Path:
+    path = Path(text).absolute()
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"no file at {text}")
+    return path
 
 
 def _pool(text: str) -> ipaddress.IPv4Network:
@@ -136,6 +144,13 @@ def _serve_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser])
         default="localhost",
         help="sandbox hosts are {port}-{sandboxID}.DOMAIN (default localhost)",
     )
+    p.add_argument(
+        ENVD_ARTIFACT_OPTION,
+        type=_file,
+        metavar="TARBALL",
+        help="the self-contained envd (packaging/build-artifact) that templates built from images "
+        "that are not sandboxd's run; without it such builds fail",
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -217,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.network_pool or DEFAULT_NETWORK_POOL, args.dns)  # fmt: skip
             serve(ServeOptions(state_dir, args.bind, args.port, args.pool, args.max_timeout,
                                args.base_rootfs, args.cgroup_parent, args.domain,
-                               args.disk_size_mb, network))  # fmt: skip
+                               args.disk_size_mb, network, args.envd_artifact))  # fmt: skip
         elif args.command == "api-key":
             _create_key(state_dir)
         else:

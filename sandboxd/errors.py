@@ -60,6 +60,24 @@ class ImageError(TemplateError):
     leave its directory."""
 
 
+class CopyFailed(TemplateError):
+    """A template build's COPY step cannot be done as asked: its source is not among the files
+    uploaded for it, or its destination cannot be made (a file where a directory must be)."""
+
+
+class BadUpload(SandboxError):
+    """A build-context upload refused as sent: a malformed files hash, a body that is not a tar
+    (plain or gzip) or ends before its Content-Length, an entry that would leave the context."""
+
+
+class LengthRequired(BadUpload):
+    """An upload without a Content-Length: its size must be known before reading it."""
+
+
+class UploadTooLarge(BadUpload):
+    """An upload over the limit: its Content-Length, what it sent, or its unpacked tar."""
+
+
 class BootError(SandboxError):
     """A sandbox did not come up (nspawn exited, no leader, envd never answered or never took
     its /init); everything the boot made has been removed again."""

@@ -24,6 +24,7 @@ from sandboxd.host.dns_forwarder import DnsForwarder, host_nameservers
 from sandboxd.host.network import NetworkPool, enable_forwarding
 from sandboxd.host.overlay import require_rootfs
 from sandboxd.host.runtime import Runtime
+from sandboxd.host.spec import BootImage
 from sandboxd.ids import now_us
 from sandboxd.lifecycle.manager import SandboxManager
 from sandboxd.server import create_listener
@@ -59,6 +60,9 @@ class ServeOptions:
     domain: str
     disk_mb: int = BASE_DISK_MB
     network: NetworkPool | None = None  # None: sandboxes get only a loopback
+    # What builds from images that are not ours put in their envd layer (sandboxd.builds:
+    # `envd_artifact(options.envd_artifact)` says what is missing when it is None).
+    envd_artifact: Path | None = None
 
 
 class _Server(uvicorn.Server):
@@ -124,7 +128,7 @@ def ensure_base(
     """
     if given is not None:
         rootfs = given.absolute()
-        require_rootfs(rootfs)
+        require_rootfs(BootImage((rootfs,)))
     else:
         rootfs = base_rootfs(state_dir)
         if not (rootfs / BUILD_FILE).is_file():

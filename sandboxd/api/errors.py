@@ -9,12 +9,15 @@ import json
 from starlette.responses import Response
 
 from sandboxd.errors import (
+    BadUpload,
     BootError,
     InitRefused,
+    LengthRequired,
     NotAllowed,
     NotFound,
     SandboxError,
     TemplateError,
+    UploadTooLarge,
     WrongState,
 )
 
@@ -33,6 +36,9 @@ _STATUSES: tuple[tuple[type[SandboxError], int], ...] = (
     (NotFound, 404),
     (WrongState, 409),
     (NotAllowed, 400),
+    (LengthRequired, 411),
+    (UploadTooLarge, 413),
+    (BadUpload, 400),
     (BootError, 503),  # nothing of the sandbox is left: trying again may work
     (TemplateError, 500),
 )

@@ -15,8 +15,12 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sandboxd.errors import HostError, TeardownError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 # The v1 hierarchies a sandbox gets a cgroup in on a hybrid host. name=systemd is where nspawn
@@ -175,26 +179,30 @@ class SandboxCgroups:
             finally:
                 os.close(fd)
 
-    def prioritise(self, unit: str) -> bool:
-        """Give the container's `unit` the priority its unit file asks for in a VM (nice -20,
-        OOM score adjustment -1000), which the kernel refuses to the container's own root in
-        its user namespace: envd must start quickly on a busy host and keep answering while
+    def unit_pids(self, unit: str) -> list[int]:
+        """The processes of the container's systemd `unit` (none in a sandbox without systemd)."""
+        unit_dir = self.payload / "system.slice" / unit
+        return [pid for d, _, _ in os.walk(unit_dir) for pid in _procs(d)]
+
+    def prioritise(self, pids: Iterable[int]) -> bool:
+        """Give envd (`pids`, its processes) the priority its unit file asks for in a VM (nice
+        -20, OOM score adjustment -1000), which the kernel refuses to the container's own root
+        in its user namespace: envd must start quickly on a busy host and keep answering while
         the sandbox's code uses every CPU and all its memory. Every thread it has now (threads
-        it starts later inherit the nice value). Returns whether the unit had a process yet.
-        A restart of the unit inside the sandbox runs it at the default priority again."""
+        it starts later inherit the nice value). Returns whether one of `pids` was there. A
+        restart of envd inside the sandbox runs it at the default priority again."""
         found = False
-        for d, _, _ in os.walk(self.payload / "system.slice" / unit):
-            for pid in _procs(d):
-                try:
-                    for task in os.listdir(f"/proc/{pid}/task"):
-                        os.setpriority(os.PRIO_PROCESS, int(task), -20)
-                    # Needs CAP_SYS_RESOURCE, which root in some containers lacks: the
-                    # sandbox's other processes (children get 100 from envd) go first anyway.
-                    with contextlib.suppress(PermissionError):
-                        _write(Path(f"/proc/{pid}/oom_score_adj"), "-1000")
-                except (FileNotFoundError, ProcessLookupError):
-                    continue  # ended meanwhile
-                found = True
+        for pid in pids:
+            try:
+                for task in os.listdir(f"/proc/{pid}/task"):
+                    os.setpriority(os.PRIO_PROCESS, int(task), -20)
+                # Needs CAP_SYS_RESOURCE, which root in some containers lacks: the
+                # sandbox's other processes (children get 100 from envd) go first anyway.
+                with contextlib.suppress(PermissionError):
+                    _write(Path(f"/proc/{pid}/oom_score_adj"), "-1000")
+            except (FileNotFoundError, ProcessLookupError):
+                continue  # ended meanwhile
+            found = True
         return found
 
     def pids(self) -> set[int]:

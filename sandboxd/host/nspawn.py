@@ -19,18 +19,39 @@ from sandboxd.host.uid_ranges import RANGE_SIZE
 
 if TYPE_CHECKING:
     from sandboxd.host.cgroups import SandboxCgroups
+    from sandboxd.host.spec import Init
 
 PROPAGATE_DIR = Path("/run/systemd/nspawn/propagate")
 
 
-def command(root: Path, machine: str, uid_base: int) -> list[str]:
+# Where the envd layer (sandboxd.builds.envd_layer) has the self-contained artifact's launcher:
+# install.sh --artifact's prefix /usr/lib/envd. The `envd` init runs it by this path rather than
+# /usr/bin/envd, which an image could have a program of its own at.
+ENVD_LAUNCHER = "/usr/lib/envd/bin/envd"
+# What envd.service gives envd that a user namespace allows and nspawn can set: its open-file
+# limit (nspawn, root on the host, may raise the hard limit; the container's root may not). The
+# rest of the unit is lost without systemd: Restart= (envd exiting ends the container, as PID 2
+# under the stub init), Type=notify (sandboxd waits for /health either way), KillMode=process
+# (nothing restarts envd), and CPUWeight=, IOWeight=, MemoryMin=/Low= (no cgroup of envd's own
+# inside the sandbox's); nice -20 and the OOM score adjustment come from the host in both modes
+# (SandboxCgroups.prioritise), the realtime I/O class in neither.
+ENVD_INIT_OPTIONS = ("--rlimit=NOFILE=1048576", "--rlimit=CORE=infinity")
+
+
+def command(root: Path, machine: str, uid_base: int, init: Init = "systemd") -> list[str]:
     """The nspawn command line. --register=no and --keep-unit: no systemd or D-Bus needed on
     the host (nspawn then uses the cgroup it starts in); --private-network: a network namespace
     with only a loopback; a unique --machine, or containers would share a propagate directory;
     --private-users: a user namespace mapping the container's ids 0..65535 to the sandbox's
     range, with ownership left alone (the root is already seen owned by the range through its
     idmapped layers and its upper directory). No --bind of any kind: nothing of the host is
-    visible inside. nspawn's system-call filter stays on."""
+    visible inside. nspawn's system-call filter stays on.
+
+    `init` "systemd" boots the image's systemd (--boot); "envd" runs envd as root under
+    nspawn's stub init (--as-pid2), which reaps every orphaned process as a PID 1 must, with
+    -isnotfc as packaging/isnotfc.conf gives it under systemd (a container, not a VM)."""
+    how = ["--boot"] if init == "systemd" else ["--as-pid2", *ENVD_INIT_OPTIONS]
+    program = [] if init == "systemd" else ["--", ENVD_LAUNCHER, "-isnotfc"]
     return [
         "systemd-nspawn",
         "--quiet",
@@ -38,17 +59,23 @@ def command(root: Path, machine: str, uid_base: int) -> list[str]:
         str(root),
         "--machine",
         machine,
-        "--boot",
+        *how,
         "--register=no",
         "--keep-unit",
         "--private-network",
         f"--private-users={uid_base}:{RANGE_SIZE}",
         "--private-users-ownership=off",
+        *program,
     ]
 
 
 def start(
-    root: Path, machine: str, console_log: Path, cgroups: SandboxCgroups, uid_base: int
+    root: Path,
+    machine: str,
+    console_log: Path,
+    cgroups: SandboxCgroups,
+    uid_base: int,
+    init: Init = "systemd",
 ) -> None:
     """Start nspawn detached: `setsid --fork` makes it a grandchild that PID 1 adopts.
 
@@ -69,7 +96,7 @@ def start(
     with open(console_log, "ab") as log, open(os.devnull, "rb") as null:
         try:
             launcher = subprocess.run(
-                ["setsid", "--fork", *command(root, machine, uid_base)],
+                ["setsid", "--fork", *command(root, machine, uid_base, init)],
                 stdin=null,
                 stdout=log,
                 stderr=log,
@@ -121,7 +148,7 @@ def supervisor(cgroups: SandboxCgroups) -> int | None:
     return roots[0] if len(roots) == 1 else None
 
 
-def _children(pid: int) -> list[int]:
+def children(pid: int) -> list[int]:
     found: list[int] = []
     try:
         for task in os.listdir(f"/proc/{pid}/task"):
@@ -145,7 +172,7 @@ def leader(nspawn_pid: int) -> int | None:
     into its private network namespace only after it appears, so a leader still in nspawn's
     network namespace is not ready to be pinned."""
     own = {kind: _namespace(nspawn_pid, kind) for kind in ("pid", "net")}
-    for child in _children(nspawn_pid):
+    for child in children(nspawn_pid):
         theirs = {kind: _namespace(child, kind) for kind in own}
         if None not in theirs.values() and all(theirs[k] != own[k] for k in own):
             return child

@@ -26,7 +26,7 @@ from sandboxd.host.cgroups import CgroupHost, Limits, SandboxCgroups, Usage, exi
 from sandboxd.host.netns import NetNamespace
 from sandboxd.host.overlay import require_rootfs
 from sandboxd.host.removal import mounts_under, remove_tree
-from sandboxd.host.spec import RECORD, SandboxSpec, read_record, write_record
+from sandboxd.host.spec import RECORD, BootImage, SandboxSpec, read_record, write_record
 from sandboxd.host.steps import SandboxDirs, boot_steps, make_all, undo_all
 from sandboxd.host.sysctl import ensure_inotify_instances
 from sandboxd.ids import is_sandbox_id
@@ -61,8 +61,8 @@ class Box:
         return self.spec.id
 
     @property
-    def template(self) -> Path:
-        return self.spec.layers[-1]
+    def image(self) -> BootImage:
+        return BootImage(self.spec.layers, self.spec.init)
 
     @property
     def limits(self) -> Limits:
@@ -115,22 +115,22 @@ class Runtime:
         return SandboxDirs(self.sandboxes_dir / sandbox_id)
 
     async def boot(
-        self, sandbox_id: str, template: Path, limits: Limits | None = None, disk_mb: int = 0
+        self, sandbox_id: str, image: BootImage, limits: Limits | None = None, disk_mb: int = 0
     ) -> Box:
-        """Boot `template` (a root filesystem) as sandbox `sandbox_id`, in a user namespace of
-        a uid range of its own, with a writable layer of `disk_mb` (0: no limit); return once
-        envd inside answers `/health` with 204.
+        """Boot `image` (read-only layers and how envd starts in them) as sandbox `sandbox_id`,
+        in a user namespace of a uid range of its own, with a writable layer of `disk_mb` (0: no
+        limit); return once envd inside answers `/health` with 204.
 
         Raises:
             SandboxError: the id is malformed or already in use (nothing was touched).
-            TemplateError: `template` is not a root filesystem (nothing is left behind).
+            TemplateError: `image` lacks what its init needs (nothing is left behind).
             BootError: the sandbox did not come up within `boot_timeout_s`, or nspawn exited;
                 everything the boot made has been removed.
         """
         started = time.monotonic()
-        template = self._claim(sandbox_id, template, disk_mb)
+        image = self._claim(sandbox_id, image, disk_mb)
         launch = asyncio.ensure_future(
-            asyncio.to_thread(self._launch, sandbox_id, template, limits or Limits(), disk_mb)
+            asyncio.to_thread(self._launch, sandbox_id, image, limits or Limits(), disk_mb)
         )
         try:
             spec = await asyncio.shield(launch)
@@ -147,15 +147,15 @@ class Runtime:
         log.info("sandbox %s up in %.2f s", sandbox_id, time.monotonic() - started)
         return box
 
-    def _claim(self, sandbox_id: str, template: Path, disk_mb: int) -> Path:
-        """Check the id and template and make the sandbox's directory: the claim that makes
-        one boot per id. Returns the template's absolute path."""
+    def _claim(self, sandbox_id: str, image: BootImage, disk_mb: int) -> BootImage:
+        """Check the id and image and make the sandbox's directory: the claim that makes one
+        boot per id. Returns the image with its layers' absolute paths."""
         if not is_sandbox_id(sandbox_id):
             raise SandboxError(f"sandbox id {sandbox_id!r}: only a-z and 0-9, 1 to 63 of them")
         if disk_mb < 0:
             raise SandboxError(f"disk size {disk_mb} MiB: 0 (no limit) or more")
-        template = template.absolute()
-        require_rootfs(template)
+        image = dataclasses.replace(image, layers=tuple(p.absolute() for p in image.layers))
+        require_rootfs(image)
         box_dir = self.sandboxes_dir / sandbox_id
         self.sandboxes_dir.mkdir(parents=True, exist_ok=True)
         try:
@@ -165,15 +165,17 @@ class Runtime:
         if self._cgroups(sandbox_id).exists():
             box_dir.rmdir()
             raise SandboxError(f"sandbox {sandbox_id} already has cgroups (not adopted?)")
-        return template
+        return image
 
-    def _launch(self, sandbox_id: str, template: Path, limits: Limits, disk_mb: int) -> SandboxSpec:
+    def _launch(
+        self, sandbox_id: str, image: BootImage, limits: Limits, disk_mb: int
+    ) -> SandboxSpec:
         """Claim a uid range and write the record (what every undo is driven by) under the
         claims' lock, then every host step in order (sandboxd.host.steps). Off the event loop:
         the claim reads the other sandboxes' records and the record is fsynced. Returns the
         spec."""
         record = self._dirs(sandbox_id).dir / RECORD
-        unclaimed = SandboxSpec(sandbox_id, (template,), limits, None, disk_mb)
+        unclaimed = SandboxSpec(sandbox_id, image.layers, limits, None, disk_mb, init=image.init)
 
         def recorded(uid_base: int) -> SandboxSpec:
             net = self.network.slot(uid_base) if self.network else None
@@ -206,7 +208,7 @@ class Runtime:
         prioritised = False
         try:
             while True:
-                prioritised = prioritised or cgroups.prioritise(ENVD_UNIT)
+                prioritised = prioritised or cgroups.prioritise(_envd_pids(box))
                 if await health_status(netns, self.envd_port, timeout_s=1) == 204:
                     break
                 self._check_boot(sandbox_id, cgroups, deadline, "envd's /health")
@@ -215,7 +217,7 @@ class Runtime:
             netns.close()
             raise
         if not prioritised:
-            cgroups.prioritise(ENVD_UNIT)
+            cgroups.prioritise(_envd_pids(box))
         return box
 
     def _check_boot(
@@ -369,6 +371,13 @@ class Runtime:
         box.cgroups.set_limits(limits)
         box.spec = dataclasses.replace(box.spec, limits=limits)
         write_record(box.dir, box.spec)
+
+
+def _envd_pids(box: Box) -> list[int]:
+    """envd's processes: its unit's under systemd, or the stub init's one child (envd)."""
+    if box.spec.init == "systemd":
+        return box.cgroups.unit_pids(ENVD_UNIT)
+    return nspawn.children(box.leader_pid)
 
 
 def _holds_range(record: Path, uid_base: int) -> bool:

@@ -1,8 +1,8 @@
-"""What one sandbox is made of on the host, frozen when it is claimed: its template's read-only
-layers, its limits, its uid range, its disk size and its network slot. Written whole as the sandbox's record
-before anything of it is made, so that every undo (a failed boot, a kill, a retried kill, the
-leftovers an adopting sandboxd finds) is driven by the same record, and an adopted sandbox is
-exactly what was booted."""
+"""What one sandbox is made of on the host, frozen when it is claimed: its image's read-only
+layers and init, its limits, its uid range, its disk size and its network slot. Written whole as
+the sandbox's record before anything of it is made, so that every undo (a failed boot, a kill, a
+retried kill, the leftovers an adopting sandboxd finds) is driven by the same record, and an
+adopted sandbox is exactly what was booted."""
 
 from __future__ import annotations
 
@@ -10,12 +10,26 @@ import json
 import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from sandboxd.host.cgroups import Limits
 from sandboxd.host.network import NetSlot
 
 RECORD = "sandbox.json"
+
+Init = Literal["systemd", "envd"]
+INITS: tuple[Init, ...] = ("systemd", "envd")
+
+
+@dataclass(frozen=True)
+class BootImage:
+    """What a sandbox boots: read-only root filesystem layers, lowest first, and how its envd
+    starts. `init` "systemd": nspawn --boot, envd a systemd unit (our templates); "envd": no
+    systemd in the image, nspawn's stub init runs envd from its layer as the container's
+    program (sandboxd.host.nspawn), for images that are not ours."""
+
+    layers: tuple[Path, ...]
+    init: Init = "systemd"
 
 
 @dataclass(frozen=True)
@@ -29,6 +43,7 @@ class SandboxSpec:
     uid_base: int | None
     disk_mb: int  # the writable layer's size; 0: no limit
     net: NetSlot | None = None  # None: only a loopback (serve without --network-pool)
+    init: Init = "systemd"
 
     @classmethod
     def unknown(cls, sandbox_id: str) -> SandboxSpec:
@@ -50,7 +65,15 @@ class SandboxSpec:
             None if data["uid_base"] is None else int(data["uid_base"]),
             int(data["disk_mb"]),
             None if data.get("net") is None else _slot(data["net"]),
+            _init(data.get("init", "systemd")),  # records from before init modes: systemd
         )
+
+
+def _init(value: object) -> Init:
+    for init in INITS:
+        if value == init:
+            return init
+    raise ValueError(f"unknown init {value!r}")
 
 
 def _slot(data: dict[str, Any]) -> NetSlot:

@@ -130,6 +130,8 @@ class UnitOverrides:
 
     def make(self, spec: SandboxSpec, dirs: SandboxDirs) -> None:
         assert spec.uid_base is not None  # noqa: S101
+        if spec.init != "systemd":  # no units: nspawn runs envd itself (sandboxd.host.nspawn)
+            return
         for name, text in UNIT_OVERRIDES.items():
             _owned_file(dirs.upper, name, text, spec.uid_base)
 
@@ -174,7 +176,7 @@ class Nspawn:
     def make(self, spec: SandboxSpec, dirs: SandboxDirs) -> None:
         assert spec.uid_base is not None  # noqa: S101
         nspawn.start(dirs.root, spec.id, dirs.console_log, self.cgroups.of(spec.id),
-                     spec.uid_base)  # fmt: skip
+                     spec.uid_base, spec.init)  # fmt: skip
 
     def undo(self, spec: SandboxSpec, dirs: SandboxDirs) -> None:
         cgroups = self.cgroups.of(spec.id)

@@ -11,9 +11,13 @@ import logging
 import os
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sandboxd.host.removal import remove_tree
 from sandboxd.images.unpack import unpack
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 log = logging.getLogger("sandboxd.images.layers")
 
@@ -61,23 +65,38 @@ class LayerStore:
         Raises:
             ImageError: the layer cannot be unpacked (nothing of it is left).
         """
-        final = self.path(digest)
+        final, made = self.made(self.path(digest).name, lambda new: unpack(blob, new, diff_id))
+        if made:
+            log.info("layer %s unpacked", digest)
+        return final, made
+
+    def made(self, name: str, make: Callable[[Path], None]) -> tuple[Path, bool]:
+        """The layer `DIR/name`, made by `make(new)` (into an empty 0700 directory, which it
+        gives its final owner and mode) unless it exists: once, under the layer's lock, then
+        renamed into place.
+
+        Returns:
+            The directory, and whether this call made it.
+
+        Raises:
+            What `make` raises (nothing of the layer is left).
+        """
+        final = self.dir / name
         if final.is_dir():
             return final, False
         self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._locks.mkdir(mode=0o700, exist_ok=True)
         with open(self._locks / final.name, "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # another pull of the same layer: wait for its end
+            fcntl.flock(lock, fcntl.LOCK_EX)  # another maker of the same layer: wait for its end
             if final.is_dir():
                 return final, False
             new = self.dir / f"{_NEW}{final.name}"
-            remove_tree(new)  # a pull killed while unpacking left it
+            remove_tree(new)  # a maker killed half-way left it
             new.mkdir(mode=0o700)
             try:
-                unpack(blob, new, diff_id)
+                make(new)
             except BaseException:
                 remove_tree(new)
                 raise
             os.rename(new, final)
-        log.info("layer %s unpacked", digest)
         return final, True

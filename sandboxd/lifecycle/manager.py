@@ -27,6 +27,7 @@ from sandboxd.errors import (
     TemplateError,
     WrongState,
 )
+from sandboxd.host.spec import BootImage
 from sandboxd.ids import new_sandbox_id, now_us
 from sandboxd.lifecycle.adoption import adopt
 from sandboxd.lifecycle.egress import apply_network, restore_proxied
@@ -157,7 +158,7 @@ class SandboxManager:
         self._spawn(self.evictor.run())
         self._spawn(self.sampler.run())
         for template in self.store.templates():
-            self.pool.fill(Path(template.rootfs), templates.limits(template),
+            self.pool.fill(BootImage((Path(template.rootfs),)), templates.limits(template),
                            template.disk_size_mb)  # fmt: skip
 
     async def stop(self) -> None:
@@ -212,13 +213,13 @@ class SandboxManager:
 
     async def _boot(self, template: TemplateRow) -> Box:
         limits = templates.limits(template)
-        rootfs = Path(template.rootfs)
+        image = BootImage((Path(template.rootfs),))
         disk_mb = template.disk_size_mb
-        box = await self.pool.take(rootfs, limits, disk_mb)
+        box = await self.pool.take(image, limits, disk_mb)
         if box is not None:
             return box
         try:
-            return await self.runtime.boot(new_sandbox_id(), rootfs, limits, disk_mb)
+            return await self.runtime.boot(new_sandbox_id(), image, limits, disk_mb)
         except TemplateError as exc:
             raise TemplateError(f"template '{template.template_id}' is unusable: {exc}") from exc
 

@@ -1,4 +1,4 @@
-"""The warm pool: sandboxes booted ahead of time per template root filesystem and disk size
+"""The warm pool: sandboxes booted ahead of time per boot image (layers and init) and disk size
 (everything on the host made: uid range, disk, idmapped layers, overlay, container), envd up
 but not yet given its /init, so a create only needs the /init. Refilled in the background."""
 
@@ -12,10 +12,10 @@ from sandboxd.errors import SandboxError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from pathlib import Path
 
     from sandboxd.host.cgroups import Limits
     from sandboxd.host.runtime import Box, Runtime
+    from sandboxd.host.spec import BootImage
 
 log = logging.getLogger("sandboxd.lifecycle.pool")
 RETRY_AFTER_FAILURE_S = 5
@@ -26,21 +26,21 @@ REFILL_AFTER_TAKE_S = 0.5
 
 
 class WarmPool:
-    """Up to `size` booted sandboxes per root filesystem and disk size."""
+    """Up to `size` booted sandboxes per boot image and disk size."""
 
     def __init__(self, runtime: Runtime, size: int, new_id: Callable[[], str]) -> None:
         self.runtime = runtime
         self.size = size
         self._new_id = new_id
-        self._boxes: dict[tuple[Path, int], list[Box]] = {}
-        self._fillers: dict[tuple[Path, int], asyncio.Task[None]] = {}
+        self._boxes: dict[tuple[BootImage, int], list[Box]] = {}
+        self._fillers: dict[tuple[BootImage, int], asyncio.Task[None]] = {}
 
-    async def take(self, rootfs: Path, limits: Limits, disk_mb: int) -> Box | None:
-        """A booted sandbox of `rootfs` with a disk of `disk_mb` and `limits` applied, or None;
+    async def take(self, image: BootImage, limits: Limits, disk_mb: int) -> Box | None:
+        """A booted sandbox of `image` with a disk of `disk_mb` and `limits` applied, or None;
         starts a refill."""
-        boxes = self._boxes.get((rootfs, disk_mb), [])
+        boxes = self._boxes.get((image, disk_mb), [])
         box = boxes.pop() if boxes else None
-        self.fill(rootfs, limits, disk_mb, after_s=REFILL_AFTER_TAKE_S)
+        self.fill(image, limits, disk_mb, after_s=REFILL_AFTER_TAKE_S)
         if box is None:
             return None
         try:
@@ -55,25 +55,25 @@ class WarmPool:
             return None
         return box
 
-    def fill(self, rootfs: Path, limits: Limits, disk_mb: int, after_s: float = 0) -> None:
-        """Boot in the background, starting in `after_s`, until `rootfs` with `disk_mb` has
+    def fill(self, image: BootImage, limits: Limits, disk_mb: int, after_s: float = 0) -> None:
+        """Boot in the background, starting in `after_s`, until `image` with `disk_mb` has
         `size` waiting sandboxes."""
         if self.size <= 0:
             return
-        key = (rootfs, disk_mb)
+        key = (image, disk_mb)
         filler = self._fillers.get(key)
         if filler is None or filler.done():
             self._fillers[key] = asyncio.create_task(self._fill(key, limits, after_s))
 
-    async def _fill(self, key: tuple[Path, int], limits: Limits, after_s: float) -> None:
+    async def _fill(self, key: tuple[BootImage, int], limits: Limits, after_s: float) -> None:
         await asyncio.sleep(after_s)
-        rootfs, disk_mb = key
+        image, disk_mb = key
         boxes = self._boxes.setdefault(key, [])
         while len(boxes) < self.size:
             try:
-                boxes.append(await self.runtime.boot(self._new_id(), rootfs, limits, disk_mb))
+                boxes.append(await self.runtime.boot(self._new_id(), image, limits, disk_mb))
             except SandboxError as exc:
-                log.warning("warm pool for %s: %s", rootfs, exc)
+                log.warning("warm pool for %s: %s", image.layers[-1], exc)
                 await asyncio.sleep(RETRY_AFTER_FAILURE_S)
 
     async def close(self) -> None:

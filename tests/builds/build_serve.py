@@ -1,13 +1,12 @@
 """Fixtures of the SDK build tests (tests/builds/conftest.py imports them), shared by a session:
 the fake internet (its package index is where RUN steps install from), a registry of the test's
 own with the Debian and busybox-style images (tests/builds/registry_images.py), both in
-`uplink`, the self-contained envd artifact the builder puts into images without envd, and one
-`sandboxd serve` in `uplink` that builds from them."""
+`uplink`, and one `sandboxd serve` in `uplink` that builds from them, given the self-contained
+envd artifact (conftest's `envd_artifact`) for images without envd."""
 
 from __future__ import annotations
 
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,8 +25,6 @@ if TYPE_CHECKING:
     from tests.images.registry import Registry
     from tests.network.fake_internet import FakeInternet
     from tests.network.served import UplinkSandboxd
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="session")
@@ -55,17 +52,6 @@ def uplink_registry(build_net: FakeInternet) -> Iterator[Registry]:
 def images(uplink_registry: Registry, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """{"debian": ref, "busybox": ref}: 127.0.0.1:PORT/builds/…:latest in `uplink`."""
     return push_test_images(uplink_registry, tmp_path_factory.mktemp("images"), IMAGE_CACHE)
-
-
-@pytest.fixture(scope="session")
-def envd_artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The self-contained envd tarball of this checkout (packaging/build-artifact; its
-    interpreter is cached, so a warm build takes seconds)."""
-    out = tmp_path_factory.mktemp("artifact")
-    built = subprocess.run([REPO / "packaging/build-artifact", "--out", out], check=False,
-                           capture_output=True, text=True)  # fmt: skip
-    assert built.returncode == 0, built.stderr[-3000:]
-    return Path(built.stdout.strip())
 
 
 @pytest.fixture(scope="session")

@@ -20,7 +20,7 @@ from sandboxd.errors import BootError
 from sandboxd.host import firewall
 from sandboxd.host.network import NetworkPool
 from sandboxd.host.runtime import Runtime
-from sandboxd.host.spec import read_record
+from sandboxd.host.spec import BootImage, read_record
 from tests.network.fake_internet import DNS_ADDRESS, NAMES, UPLINK_ADDRESS
 from tests.network.in_sandbox import script
 from tests.network.served import (
@@ -273,7 +273,7 @@ def test_a_failed_boot_leaves_nothing(
 
     async def boot() -> None:
         with pytest.raises(BootError, match="no answer from"):
-            await runtime.boot("failing", ensure_base_template())
+            await runtime.boot("failing", BootImage((ensure_base_template(),)))
 
     try:
         net.uplink.call(asyncio.run, boot())

@@ -12,6 +12,7 @@ import pytest
 
 from sandboxd.host.cgroups import CgroupHost
 from sandboxd.host.runtime import Runtime
+from tests.prebuild import prebuild
 from tests.sandboxd.template_cache import ensure_base_template
 
 if TYPE_CHECKING:
@@ -20,15 +21,7 @@ if TYPE_CHECKING:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Build the template before the first test needs it: a build inside a fixture would count
-    against that test's timeout."""
-    if os.geteuid() != 0 or not any("base_template" in getattr(item, "fixturenames", ())
-                                    for item in session.items):  # fmt: skip
-        return
-    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        reporter.write_line("sandboxd tests: building or reusing the base template")
-    ensure_base_template()
+    prebuild(session, "base_template", "the base template", ensure_base_template)
 
 
 @pytest.fixture(scope="session")

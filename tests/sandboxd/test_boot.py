@@ -19,7 +19,7 @@ from sandboxd.errors import BootError, SandboxError, TemplateError
 from sandboxd.host import nspawn
 from sandboxd.host.cgroups import Limits, SandboxCgroups
 from sandboxd.host.runtime import Runtime
-from sandboxd.host.spec import RECORD
+from sandboxd.host.spec import RECORD, BootImage
 from sandboxd.host.steps import SandboxDirs
 from tests.sandboxd.inside import processes_seen_from, run, sandbox_ids_left
 from tests.waiting import wait_until_async
@@ -46,7 +46,7 @@ def host_sleeper() -> Iterator[subprocess.Popen[bytes]]:
 async def test_boot_answers_health_through_the_sandbox_namespace(
     runtime: Runtime, base_template: Path
 ) -> None:
-    box = await runtime.boot(new_id(), base_template)
+    box = await runtime.boot(new_id(), BootImage((base_template,)))
     assert await health_status(box.netns) == 204
     # The same port on the host's loopback is someone else's (or nobody's): the sandbox's
     # envd is reachable only from inside its namespace.
@@ -63,7 +63,8 @@ async def test_sandboxes_see_neither_each_other_nor_the_host(
     runtime: Runtime, base_template: Path, host_sleeper: subprocess.Popen[bytes]
 ) -> None:
     a, b = await asyncio.gather(
-        runtime.boot(new_id(), base_template), runtime.boot(new_id(), base_template)
+        runtime.boot(new_id(), BootImage((base_template,))),
+        runtime.boot(new_id(), BootImage((base_template,))),
     )
     run(a, "echo secret-a > /root/only-in-a && systemd-run -q --unit sleeper sleep 300")
     assert run(a, "cat /root/only-in-a") == "secret-a\n"
@@ -87,7 +88,7 @@ async def test_limits_are_written_to_the_sandbox_cgroups(
     runtime: Runtime, base_template: Path
 ) -> None:
     limits = Limits(memory_bytes=256 << 20, cpus=0.5, pids=150)
-    box = await runtime.boot(new_id(), base_template, limits)
+    box = await runtime.boot(new_id(), BootImage((base_template,)), limits)
     cg = box.cgroups
     if runtime.host.pure_v2:
         assert (cg.unified / "memory.max").read_text() == f"{256 << 20}\n"
@@ -111,7 +112,7 @@ async def test_limits_are_written_to_the_sandbox_cgroups(
 async def test_envd_gets_its_priority_from_the_host(runtime: Runtime, base_template: Path) -> None:
     """In its user namespace the container cannot give envd nice -20 (the unit's setting is
     reset by the boot's drop-in); sandboxd gives it from the host, to every thread."""
-    box = await runtime.boot(new_id(), base_template)
+    box = await runtime.boot(new_id(), BootImage((base_template,)))
     procs = box.cgroups.payload / "system.slice/envd.service/cgroup.procs"
     (pid,) = [int(p) for p in procs.read_text().split()]
     for task in os.listdir(f"/proc/{pid}/task"):
@@ -125,7 +126,7 @@ async def test_envd_metrics_report_the_sandbox_not_the_host(
     runtime: Runtime, base_template: Path
 ) -> None:
     limits = Limits(memory_bytes=384 << 20, cpus=1, pids=500)
-    box = await runtime.boot(new_id(), base_template, limits, disk_mb=256)
+    box = await runtime.boot(new_id(), BootImage((base_template,)), limits, disk_mb=256)
     metrics = json.loads(run(box, "curl -sf http://127.0.0.1:49983/metrics"))
     assert metrics["mem_total"] == 384 << 20
     assert metrics["mem_total_mib"] == 384
@@ -140,7 +141,7 @@ async def test_envd_metrics_report_the_sandbox_not_the_host(
 
 async def test_a_missing_template_leaves_nothing(runtime: Runtime, tmp_path: Path) -> None:
     with pytest.raises(TemplateError, match="no template root filesystem"):
-        await runtime.boot(new_id(), tmp_path / "no-such-rootfs")
+        await runtime.boot(new_id(), BootImage((tmp_path / "no-such-rootfs",)))
     assert sandbox_ids_left(runtime) == []
 
 
@@ -149,7 +150,7 @@ async def test_a_template_nspawn_refuses_leaves_nothing(runtime: Runtime, tmp_pa
     (broken / "sbin").mkdir(parents=True)
     (broken / "sbin/init").symlink_to("/nowhere")
     with pytest.raises(BootError, match="systemd-nspawn exited"):
-        await runtime.boot(new_id(), broken)
+        await runtime.boot(new_id(), BootImage((broken,)))
     assert sandbox_ids_left(runtime) == []
 
 
@@ -159,17 +160,17 @@ async def test_envd_never_answering_times_out_and_leaves_nothing(
     # Nothing listens on port 1 inside: the boot succeeds but "envd" never answers.
     rt = Runtime(tmp_path / "sandboxes", cgroup_parent, boot_timeout_s=3, envd_port=1)
     with pytest.raises(BootError, match=r"no answer from envd's /health after 3 s"):
-        await rt.boot(new_id(), base_template)
+        await rt.boot(new_id(), BootImage((base_template,)))
     assert sandbox_ids_left(rt) == []
 
 
 async def test_bad_and_duplicate_ids_are_refused(runtime: Runtime, base_template: Path) -> None:
     for bad in ("", "has-dash", "UPPER", "a" * 64, "../x"):
         with pytest.raises(SandboxError, match="only a-z and 0-9"):
-            await runtime.boot(bad, base_template)
-    box = await runtime.boot(new_id(), base_template)
+            await runtime.boot(bad, BootImage((base_template,)))
+    box = await runtime.boot(new_id(), BootImage((base_template,)))
     with pytest.raises(SandboxError, match="already exists"):
-        await runtime.boot(box.id, base_template)
+        await runtime.boot(box.id, BootImage((base_template,)))
     assert await health_status(box.netns) == 204  # the refused boot touched nothing of it
 
 
@@ -192,7 +193,7 @@ async def test_a_cancelled_boot_leaves_nothing(
     runtime: Runtime, base_template: Path, cancel_at: str
 ) -> None:
     sandbox_id = new_id()
-    boot = asyncio.ensure_future(runtime.boot(sandbox_id, base_template))
+    boot = asyncio.ensure_future(runtime.boot(sandbox_id, BootImage((base_template,))))
     if cancel_at == "at once":
         await asyncio.sleep(0)  # the boot claims its id and hands the launch to its thread
     elif cancel_at == "launching":

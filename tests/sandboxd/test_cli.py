@@ -50,6 +50,7 @@ def test_building_without_root_is_one_line_and_exit_2(tmp_path: Path) -> None:
         (["--network-pool", "10.11.0.0/16", "--dns", "resolver"], "does not appear to be"),
         (["--no-network", "--dns", "198.51.100.53"], "sandboxd: --no-network cannot be combined"),
         (["--network-pool", "10.12.0.0/16", "--no-network"], "sandboxd: --no-network cannot be"),
+        (["--envd-artifact", "no-such-tarball"], "argument --envd-artifact: no file at"),
     ],
 )
 def test_network_options_are_checked_before_anything_is_touched(

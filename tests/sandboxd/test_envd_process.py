@@ -24,6 +24,7 @@ from sandboxd.envd_process import (
 )
 from sandboxd.errors import CommandError, CommandTimedOut, NotReady
 from sandboxd.host.runtime import Box, Runtime
+from sandboxd.host.spec import BootImage
 from tests.waiting import wait_until_async
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ def box(
     runtime = Runtime(
         tmp_path_factory.mktemp("envd-process") / "sandboxes", cgroup_parent=cgroup_parent
     )
-    booted = asyncio.run(runtime.boot(uuid.uuid4().hex[:16], base_template))
+    booted = asyncio.run(runtime.boot(uuid.uuid4().hex[:16], BootImage((base_template,))))
     try:
         yield booted
     finally:
@@ -216,7 +217,7 @@ async def test_after_init_the_token_and_the_sandbox_env(
     runtime: Runtime, base_template: Path
 ) -> None:
     """A sandbox as sandboxd's creates leave it: /init set a token, env vars and a workdir."""
-    box = await runtime.boot(uuid.uuid4().hex[:16], base_template)
+    box = await runtime.boot(uuid.uuid4().hex[:16], BootImage((base_template,)))
     envd = EnvdClient(lambda _: box.netns)
     try:
         token = secrets.token_hex(16)

@@ -22,6 +22,7 @@ import pytest
 
 from sandboxd.envd_client import health_status
 from sandboxd.host.cgroups import Limits
+from sandboxd.host.spec import BootImage
 from sandboxd.host.steps import SandboxDirs
 from sandboxd.host.uid_ranges import FIRST_BASE, RANGE_SIZE
 from tests.sandboxd.inside import run
@@ -100,8 +101,8 @@ def _sysctls_now() -> dict[str, str]:
 async def test_sandbox_root_is_an_unprivileged_host_uid_of_its_own_range(
     runtime: Runtime, base_template: Path
 ) -> None:
-    a = await runtime.boot(new_id(), base_template)
-    b = await runtime.boot(new_id(), base_template)
+    a = await runtime.boot(new_id(), BootImage((base_template,)))
+    b = await runtime.boot(new_id(), BootImage((base_template,)))
     ranges = []
     for box in (a, b):
         base = box.uid_base
@@ -125,7 +126,7 @@ async def test_sandbox_root_is_an_unprivileged_host_uid_of_its_own_range(
 async def test_files_the_sandbox_writes_belong_to_its_range_on_the_host(
     runtime: Runtime, base_template: Path
 ) -> None:
-    box = await runtime.boot(new_id(), base_template)
+    box = await runtime.boot(new_id(), BootImage((base_template,)))
     status, out = as_root(box, "echo x > /root/by-root && su user -c 'echo y > /home/user/by-user'")
     assert status == 0, out
     upper = SandboxDirs(box.dir).upper
@@ -139,7 +140,7 @@ async def test_files_the_sandbox_writes_belong_to_its_range_on_the_host(
 async def test_core_pattern_and_host_sysctls_stay_after_a_proc_sys_remount(
     runtime: Runtime, base_template: Path, marker: Path, host_sysctls: dict[str, str]
 ) -> None:
-    box = await runtime.boot(new_id(), base_template)
+    box = await runtime.boot(new_id(), BootImage((base_template,)))
     # The sandbox's script, by its host path (what /proc/self/mountinfo gave away before).
     script = SandboxDirs(box.dir).upper / "escape.sh"
     _status, out = as_root(
@@ -162,7 +163,7 @@ async def test_core_pattern_and_host_sysctls_stay_after_a_proc_sys_remount(
 
 
 async def test_sys_cannot_be_remounted_read_write(runtime: Runtime, base_template: Path) -> None:
-    box = await runtime.boot(new_id(), base_template)
+    box = await runtime.boot(new_id(), BootImage((base_template,)))
     status, out = as_root(box, "mount -o remount,rw /sys && touch /sys/kernel/escaped")
     assert status != 0, out
 
@@ -170,7 +171,7 @@ async def test_sys_cannot_be_remounted_read_write(runtime: Runtime, base_templat
 async def test_no_new_cgroup_hierarchy_and_no_release_agent(
     runtime: Runtime, base_template: Path, marker: Path
 ) -> None:
-    box = await runtime.boot(new_id(), base_template)
+    box = await runtime.boot(new_id(), BootImage((base_template,)))
     status, out = as_root(box, "mkdir -p /tmp/cg && mount -t cgroup -o none,name=escape cg /tmp/cg")
     assert status != 0, out
     # The host's hierarchies the container sees from their root (nspawn shows some so): their
@@ -194,7 +195,7 @@ async def test_no_new_cgroup_hierarchy_and_no_release_agent(
 async def test_the_hosts_root_block_device_cannot_be_made_or_read(
     runtime: Runtime, base_template: Path
 ) -> None:
-    box = await runtime.boot(new_id(), base_template)
+    box = await runtime.boot(new_id(), BootImage((base_template,)))
     device = os.stat("/").st_dev
     status, out = as_root(
         box,
@@ -211,7 +212,7 @@ async def test_the_sandbox_cannot_raise_its_own_limits(
     runtime: Runtime, base_template: Path
 ) -> None:
     limits = Limits(memory_bytes=256 * MIB, cpus=1, pids=300)
-    box = await runtime.boot(new_id(), base_template, limits)
+    box = await runtime.boot(new_id(), BootImage((base_template,)), limits)
     _status, out = as_root(
         box,
         """
@@ -232,14 +233,14 @@ async def test_the_sandbox_cannot_raise_its_own_limits(
 
 
 async def test_the_clock_cannot_be_set(runtime: Runtime, base_template: Path) -> None:
-    box = await runtime.boot(new_id(), base_template)
+    box = await runtime.boot(new_id(), BootImage((base_template,)))
     status, out = as_root(box, "date -s '2001-01-01 00:00:00'")
     assert status != 0, out
     assert time.time() > 1_700_000_000  # the host's clock is where it was
 
 
 async def test_the_hosts_loopback_is_out_of_reach(runtime: Runtime, base_template: Path) -> None:
-    box = await runtime.boot(new_id(), base_template)
+    box = await runtime.boot(new_id(), BootImage((base_template,)))
     with socket.create_server(("127.0.0.1", 0)) as listener:
         port = listener.getsockname()[1]
         status, out = as_root(
@@ -252,7 +253,9 @@ async def test_the_hosts_loopback_is_out_of_reach(runtime: Runtime, base_templat
 async def test_memory_beyond_the_limit_is_oom_killed_inside_and_the_sandbox_lives(
     runtime: Runtime, base_template: Path
 ) -> None:
-    box = await runtime.boot(new_id(), base_template, Limits(memory_bytes=256 * MIB, pids=1000))
+    box = await runtime.boot(
+        new_id(), BootImage((base_template,)), Limits(memory_bytes=256 * MIB, pids=1000)
+    )
     status, out = as_root(
         box, "python3 -c 'b = bytearray(512 << 20); b[::4096] = b\"x\" * len(b[::4096])'"
     )
@@ -264,7 +267,7 @@ async def test_a_write_past_the_disk_size_ends_in_enospc_inside(
     runtime: Runtime, base_template: Path
 ) -> None:
     disk_mb = 128
-    box = await runtime.boot(new_id(), base_template, disk_mb=disk_mb)
+    box = await runtime.boot(new_id(), BootImage((base_template,)), disk_mb=disk_mb)
     status, out = as_root(box, "dd if=/dev/zero of=/root/fill bs=1M count=512 conv=fsync")
     assert status != 0, out
     assert "No space left" in out
@@ -277,7 +280,7 @@ async def test_a_write_past_the_disk_size_ends_in_enospc_inside(
 
 
 async def test_the_system_call_filter_stays(runtime: Runtime, base_template: Path) -> None:
-    box = await runtime.boot(new_id(), base_template)
+    box = await runtime.boot(new_id(), BootImage((base_template,)))
     status = Path(f"/proc/{box.leader_pid}/status").read_text()
     assert "Seccomp:\t2" in status
     # keyctl is one of the calls nspawn's filter refuses a container.

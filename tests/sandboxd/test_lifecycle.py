@@ -3,6 +3,7 @@ new Runtime after a restart, and many create/kill cycles without leaks."""
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from typing import TYPE_CHECKING
@@ -13,6 +14,7 @@ from sandboxd.envd_client import health_status
 from sandboxd.errors import SandboxError
 from sandboxd.host.removal import mounts_under
 from sandboxd.host.runtime import Box, Runtime
+from sandboxd.host.spec import RECORD, BootImage
 from tests.sandboxd.inside import Traces, run, sandbox_ids_left
 from tests.waiting import wait_until_async
 
@@ -45,7 +47,7 @@ async def start_counter(box: Box) -> None:
 async def test_freeze_stops_everything_and_thaw_continues_it(
     runtime: Runtime, base_template: Path
 ) -> None:
-    box = await runtime.boot(new_id(), base_template)
+    box = await runtime.boot(new_id(), BootImage((base_template,)))
     await start_counter(box)
     counting = run(box, "systemctl show -P MainPID counter").strip()
     await runtime.freeze(box)
@@ -63,7 +65,7 @@ async def test_freeze_stops_everything_and_thaw_continues_it(
 
 
 async def test_kill_leaves_nothing_behind(runtime: Runtime, base_template: Path) -> None:
-    box = await runtime.boot(new_id(), base_template)
+    box = await runtime.boot(new_id(), BootImage((base_template,)))
     await start_counter(box)
     traces = Traces.of(box)
     assert len(traces.processes) >= 4
@@ -77,7 +79,7 @@ async def test_kill_leaves_nothing_behind(runtime: Runtime, base_template: Path)
 async def test_kill_of_a_frozen_sandbox_leaves_nothing_behind(
     runtime: Runtime, base_template: Path
 ) -> None:
-    box = await runtime.boot(new_id(), base_template)
+    box = await runtime.boot(new_id(), BootImage((base_template,)))
     await runtime.freeze(box)
     traces = Traces.of(box)
     await runtime.kill(box)
@@ -87,9 +89,13 @@ async def test_kill_of_a_frozen_sandbox_leaves_nothing_behind(
 async def test_a_new_runtime_adopts_running_and_frozen_sandboxes(
     runtime: Runtime, base_template: Path
 ) -> None:
-    running = await runtime.boot(new_id(), base_template)
-    frozen = await runtime.boot(new_id(), base_template)
+    running = await runtime.boot(new_id(), BootImage((base_template,)))
+    frozen = await runtime.boot(new_id(), BootImage((base_template,)))
     await runtime.freeze(frozen)
+    # One record as a sandboxd from before boot images had an init wrote it: still adopted.
+    record = json.loads((frozen.dir / RECORD).read_text())
+    del record["init"]
+    (frozen.dir / RECORD).write_text(json.dumps(record))
     # "Restart": drop the old Runtime's handles, start a new one on the same state.
     running.netns.close()
     frozen.netns.close()
@@ -98,7 +104,7 @@ async def test_a_new_runtime_adopts_running_and_frozen_sandboxes(
     assert sorted(adopted) == sorted([running.id, frozen.id])
     a_running, a_frozen = adopted[running.id], adopted[frozen.id]
     assert (a_running.leader_pid, a_running.nspawn_pid) == (running.leader_pid, running.nspawn_pid)
-    assert a_running.template == base_template
+    assert a_running.image == BootImage((base_template,))
     assert a_running.spec == running.spec  # the uid range and disk too, from the record
     assert a_frozen.spec == frozen.spec
     assert not a_running.frozen
@@ -115,7 +121,7 @@ async def test_a_new_runtime_adopts_running_and_frozen_sandboxes(
 async def test_adopt_removes_what_is_left_of_a_dead_sandbox(
     runtime: Runtime, base_template: Path
 ) -> None:
-    box = await runtime.boot(new_id(), base_template)
+    box = await runtime.boot(new_id(), BootImage((base_template,)))
     traces = Traces.of(box)
     box.netns.close()
     box.cgroups.kill()  # the sandbox dies behind the runtime's back (OOM, kill -9, reboot)
@@ -127,7 +133,7 @@ async def test_adopt_removes_what_is_left_of_a_dead_sandbox(
 async def test_freeze_of_a_killed_sandbox_is_a_clear_error(
     runtime: Runtime, base_template: Path
 ) -> None:
-    box = await runtime.boot(new_id(), base_template)
+    box = await runtime.boot(new_id(), BootImage((base_template,)))
     await runtime.kill(box)
     with pytest.raises(SandboxError, match="gone"):
         await runtime.freeze(box)
@@ -152,7 +158,7 @@ async def test_create_kill_cycles_leak_nothing(runtime: Runtime, base_template: 
     cycles = 20
     fds_before = len(_open_fds())
     for _ in range(cycles):
-        box = await runtime.boot(new_id(), base_template)
+        box = await runtime.boot(new_id(), BootImage((base_template,)))
         assert await health_status(box.netns) == 204
         traces = Traces.of(box)
         await runtime.kill(box)

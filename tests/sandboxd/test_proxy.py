@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from envd.http.signing import file_signature
+from sandboxd.host.spec import BootImage
 from tests.client import AS_USER, frames, start_request
 from tests.sandboxd.inside import run
 from tests.sandboxd.proxied import CONTROL_API_STAND_IN, ServedProxy, envd_init, serve_proxy
@@ -38,7 +39,7 @@ STREAM = {"content-type": "application/connect+json", **AS_USER}
 
 @pytest.fixture
 async def served(runtime: Runtime, base_template: Path) -> AsyncIterator[tuple[ServedProxy, Box]]:
-    box = await runtime.boot(uuid.uuid4().hex[:16], base_template)
+    box = await runtime.boot(uuid.uuid4().hex[:16], BootImage((base_template,)))
     async with serve_proxy() as served:
         served.lookup.running[box.id] = box
         yield served, box

@@ -1,0 +1,113 @@
+"""What writing a layer from another tree needs, for COPY steps (copy_layer) and for a build
+sandbox's writable layer (snapshot): a layer made beside its place and renamed into it (whole or
+absent), file contents copied in the kernel, directories reached by fd without following a
+symlink, and directory times set once nothing more is written into them."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sandboxd.host.removal import remove_tree
+from sandboxd.images.tar_tree import DIR_FLAGS
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+Parts = tuple[str, ...]
+
+_CHUNK = 1 << 30
+# copy_file_range(2) refuses these across filesystems or on some (since 5.19, EXDEV); sendfile(2)
+# copies between any two.
+_NO_COPY_RANGE = frozenset({errno.EXDEV, errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP})
+
+
+@contextlib.contextmanager
+def building(dest: Path) -> Iterator[Path]:
+    """A new empty directory beside `dest`, renamed to `dest` when the block ends without an
+    error and removed when it fails: `dest` is whole or absent.
+
+    Raises:
+        FileExistsError: `dest` exists (before or after the block).
+    """
+    if dest.exists() or dest.is_symlink():
+        raise FileExistsError(errno.EEXIST, "a layer is there already", str(dest))
+    new = Path(tempfile.mkdtemp(prefix=f".new-{dest.name}-", dir=dest.parent))
+    try:
+        yield new
+        if dest.exists():
+            raise FileExistsError(errno.EEXIST, "a layer was made there meanwhile", str(dest))
+        os.rename(new, dest)
+    except BaseException:
+        remove_tree(new)
+        raise
+
+
+def copy_data(src: int, dst: int) -> None:
+    """The rest of the file `src` appended to `dst` (reflinked or copied in the kernel)."""
+    try:
+        while os.copy_file_range(src, dst, _CHUNK):
+            pass
+    except OSError as e:
+        if e.errno not in _NO_COPY_RANGE:
+            raise
+        while os.sendfile(dst, src, None, _CHUNK):
+            pass
+
+
+def walk(root: int, parts: Parts) -> int | None:
+    """An fd of the directory `parts` under `root`, or None if that is not a directory reached
+    without following a symlink."""
+    fd = os.dup(root)
+    for part in parts:
+        try:
+            child = os.open(part, DIR_FLAGS, dir_fd=fd)
+        except OSError as e:
+            if e.errno not in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+                os.close(fd)
+                raise
+            child = None
+        os.close(fd)
+        if child is None:
+            return None
+        fd = child
+    return fd
+
+
+def lstat_in(root: int, parts: Parts) -> os.stat_result | None:
+    """lstat of `parts` under `root` (its parents reached as `walk` does), None if absent."""
+    parent = walk(root, parts[:-1])
+    if parent is None:
+        return None
+    try:
+        return os.stat(parts[-1], dir_fd=parent, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    finally:
+        os.close(parent)
+
+
+class DirTimes:
+    """Times to give directories once nothing more is written into them (writing an entry sets
+    its directory's mtime): the deepest first."""
+
+    def __init__(self, root: int) -> None:
+        self.root = root
+        self.times: dict[Parts, tuple[int, int]] = {}
+
+    def later(self, parts: Parts, st: os.stat_result) -> None:
+        self.times[parts] = (st.st_atime_ns, st.st_mtime_ns)
+
+    def apply(self) -> None:
+        for parts in sorted(self.times, key=len, reverse=True):
+            fd = walk(self.root, parts)
+            if fd is None:  # removed after all (snapshot's pruning)
+                continue
+            try:
+                os.utime(fd, ns=self.times[parts])
+            finally:
+                os.close(fd)
