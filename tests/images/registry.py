@@ -3,18 +3,17 @@ its storage and config in a temporary directory, and skopeo pushes of OCI layout
 
 from __future__ import annotations
 
+import contextlib
+import os
 import subprocess
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-import psutil  # type: ignore[import-untyped]  # no stubs in the pinned dev set
+from pathlib import Path
 
 from tests.waiting import wait_until
 
-if TYPE_CHECKING:
-    from pathlib import Path
-
+# /proc/net/tcp's state of a listening socket.
+TCP_LISTEN = "0A"
 # The private registry's one account (a password with a space and a colon in it).
 ACCOUNT = ("builder", "s3cret pass:word")
 CONFIG = """\
@@ -101,10 +100,22 @@ def start_registry(
 
 
 def _listening_port(process: subprocess.Popen[bytes]) -> int | None:
+    """The TCP port `process` listens on, read from its own /proc/PID/net/tcp: that is the
+    table of its network namespace (psutil reads the caller's, which misses a registry started
+    in another namespace)."""
     assert process.poll() is None, "docker-registry exited"
-    for conn in psutil.Process(process.pid).net_connections("tcp"):
-        if conn.status == psutil.CONN_LISTEN:
-            return int(conn.laddr.port)
+    proc = Path(f"/proc/{process.pid}")
+    sockets = set()
+    for fd in (proc / "fd").iterdir():
+        with contextlib.suppress(OSError):  # closed meanwhile
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                sockets.add(target.removeprefix("socket:[").removesuffix("]"))
+    for line in (proc / "net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local, state, inode = fields[1], fields[3], fields[9]
+        if state == TCP_LISTEN and inode in sockets:
+            return int(local.split(":")[1], 16)
     return None
 
 
