@@ -50,7 +50,7 @@ def suite_env(
 
 
 def template_names(server: UplinkSandboxd) -> list[str]:
-    listed = server.api("GET", "/v2/templates")
+    listed = server.api("GET", "/templates")
     assert listed.status_code == 200, listed.text
     return sorted(n for t in listed.json() for n in t.get("names") or t.get("aliases") or [])
 
