@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING
 
 from bench.sandboxd_lifecycle import p50_p95_ms, parse_args, scratch
 from bench.sdk_process import SdkProcess
+from tests.builds.artifact_cache import ensure_artifact
 from tests.builds.registry_images import DEBIAN_REPO, debian_layer, push_image
 from tests.images.registry import start_registry
 from tests.sandboxd.serving import API_KEY, NO_NETWORK, Sandboxd
@@ -49,7 +50,6 @@ from tests.sandboxd.template_cache import IMAGE_CACHE
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-REPO = Path(__file__).resolve().parents[1]
 DOCKERFILE = """\
 FROM {image}
 RUN mkdir -p /app && seq 1 200000 > /app/numbers && echo built > /app/built
@@ -201,7 +201,7 @@ def measure(
         sides = ["sandboxd", "podman"] if args.only is None else [args.only]
         if "sandboxd" in sides:
             sdk = SdkProcess("sdk_template_builder.py")
-            sandboxd = SandboxdSide(work, template, build_artifact(work), sdk)
+            sandboxd = SandboxdSide(work, template, ensure_artifact(), sdk)
         for round_ in range(args.rounds):
             order = sides if round_ % 2 == 0 else sides[::-1]
             for side in order:
@@ -252,13 +252,6 @@ def sandboxd_round(side: SandboxdSide, context: Path, dockerfile: Path, shares: 
         series["disk"].append((disk_kib(server.state_dir) - before) / 1024)
     finally:
         side.stop()
-
-
-def build_artifact(work: Path) -> Path:
-    """The self-contained envd artifact of this checkout (its interpreter build is cached)."""
-    built = subprocess.run([REPO / "packaging/build-artifact", "--out", work / "artifact"],
-                           capture_output=True, text=True, check=True)  # fmt: skip
-    return Path(built.stdout.strip())
 
 
 def report(series: dict[str, dict[str, list[float]]], load: tuple[float, float]) -> None:
