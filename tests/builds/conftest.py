@@ -1,6 +1,6 @@
 """Fixtures for template builds: the envd artifact (built once, cached by its sources), its envd
 layer, image trees that are not ours (a busybox one, Debian's debootstrap stage) and the runtime
-fixtures of tests/sandboxd."""
+fixtures of tests/sandboxd (the base template among them)."""
 
 from __future__ import annotations
 
@@ -16,17 +16,18 @@ from sandboxd.host.spec import BootImage
 from tests.builds.artifact_cache import ensure_artifact
 from tests.builds.trees import glibc_tree
 from tests.prebuild import prebuild
-from tests.sandboxd.conftest import cgroup_parent, runtime
-from tests.sandboxd.template_cache import IMAGE_CACHE
+from tests.sandboxd.conftest import base_template, cgroup_parent, runtime
+from tests.sandboxd.template_cache import IMAGE_CACHE, ensure_base_template
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
-__all__ = ["cgroup_parent", "runtime"]
+__all__ = ["base_template", "cgroup_parent", "runtime"]
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
+    prebuild(session, "base_template", "the base template", ensure_base_template)
     prebuild(session, "envd_artifact", "the envd artifact", ensure_artifact)
 
 
