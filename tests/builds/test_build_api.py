@@ -10,6 +10,8 @@ import hashlib
 import json
 import os
 import socket
+import subprocess
+import sys
 import time
 import urllib.parse
 from typing import TYPE_CHECKING, Any
@@ -312,3 +314,51 @@ def _kill(server: Sandboxd) -> None:
     server.proc.kill()
     server.proc.wait()
     server.proc = None
+
+
+def test_the_command_line_lists_and_removes_templates_beside_a_running_serve(
+    api: httpx.Client, server: Sandboxd
+) -> None:
+    build = run(api, "by-cli:v3", {"fromTemplate": "base", "steps": [
+        {"type": "RUN", "args": ["echo only-by-cli > /marker", "root"], "force": False}]})  # fmt: skip
+    assert build.status["status"] == "ready", build.messages
+    built = [p for p in _layers_of(server, build.build_id) if "/layers/" in p]
+    listed = _cli(server, "template", "ls")
+    line = next(x for x in listed.stdout.splitlines() if x.startswith(build.template_id))
+    assert "by-cli" in line
+    assert "ready" in line
+    assert "v3" in line
+    sandbox = create(api, "by-cli:v3")
+    refused = _cli(server, "template", "rm", "by-cli")
+    assert refused.returncode == 2
+    assert "used by sandboxes" in refused.stderr
+    assert api.delete(f"/sandboxes/{sandbox}").status_code == 204
+    removed = _cli(server, "template", "rm", "by-cli")
+    assert removed.returncode == 0, removed.stderr
+    assert f"deleted template {build.template_id}" in removed.stdout
+    assert api.get(f"/templates/{build.template_id}").status_code == 404
+    assert built
+    assert not any(os.path.exists(p) for p in built)
+    assert _cli(server, "template", "rm", "by-cli").returncode == 2  # gone: not found
+
+
+def _cli(server: Sandboxd, *args: str) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "sandboxd", *args, "--state-dir", str(server.state_dir)]
+    return subprocess.run(argv, capture_output=True, text=True, check=False, timeout=120)
+
+
+def test_concurrent_builds_of_one_recipe_all_succeed_with_one_layer_each_step(
+    api: httpx.Client, server: Sandboxd
+) -> None:
+    recipe = {"fromTemplate": "base", "steps": [
+        {"type": "RUN", "args": ["echo shared-recipe > /shared", "root"], "force": False},
+        {"type": "RUN", "args": ["echo second > /second", "root"], "force": False}]}  # fmt: skip
+    builds = [build_flow.request(api, f"concurrent-{i}") for i in range(3)]
+    for build in builds:  # more than run at once (2): the third waits for a slot
+        assert build_flow.start(api, build, recipe).status_code == 202
+    for build in builds:
+        build_flow.poll(api, build)
+        assert build.status["status"] == "ready", build.messages
+    layers = [_layers_of(server, b.build_id) for b in builds]
+    assert layers[0] == layers[1] == layers[2]  # the same steps: the same layers, made once
+    assert not [p for p in (server.state_dir / "layers").iterdir() if p.name.startswith(".new-")]
