@@ -43,11 +43,11 @@ def routes(templates: Templates, builder: Builder, secret: bytes) -> list[Route]
         files_hash = request.path_params["files_hash"]
         if not FILES_HASH.match(files_hash):
             raise RequestError(400, f"files hash {files_hash!r}: 64 lower-case hex digits")
-        if builder.uploads(template.template_id).present(files_hash):
-            return JSONResponse({"present": True}, 201)
+        present = builder.uploads(template.template_id).present(files_hash)
+        # The URL also when present: a step with `forceUpload` uploads whenever it gets one.
         path = upload_urls.signed_path(secret, template.template_id, files_hash)
         url = str(request.base_url).rstrip("/") + path
-        return JSONResponse({"present": False, "url": url}, 201)
+        return JSONResponse({"present": present, "url": url}, 201)
 
     async def upload(request: Request) -> Response:
         template_id = request.path_params["template_id"]
