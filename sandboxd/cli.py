@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from envd.logs import setup_logging
+from sandboxd import template_cli
 from sandboxd.builds.envd_layer import OPTION as ENVD_ARTIFACT_OPTION
 from sandboxd.errors import SandboxError
 from sandboxd.host.base_image import build_base
@@ -151,6 +152,11 @@ def _serve_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser])
         help="the self-contained envd (packaging/build-artifact) that templates built from images "
         "that are not sandboxd's run; without it such builds fail",
     )
+    p.add_argument(
+        "--registry-mirror",
+        metavar="HOST[:PORT]",
+        help="pull Docker Hub's images from this registry instead",
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -186,6 +192,7 @@ def _parser() -> argparse.ArgumentParser:
         help="build the root filesystem here instead of STATE_DIR/templates/base/rootfs",
     )
     build.add_argument("--commit", help="the build commit envd reports (default: git HEAD)")
+    template_cli.add_parsers(template_commands, _state_dir_option)
     _install_service_parser(commands)
     return p
 
@@ -232,9 +239,12 @@ def main(argv: list[str] | None = None) -> int:
                 args.network_pool or DEFAULT_NETWORK_POOL, args.dns)  # fmt: skip
             serve(ServeOptions(state_dir, args.bind, args.port, args.pool, args.max_timeout,
                                args.base_rootfs, args.cgroup_parent, args.domain,
-                               args.disk_size_mb, network, args.envd_artifact))  # fmt: skip
+                               args.disk_size_mb, network, args.envd_artifact,
+                               args.registry_mirror))  # fmt: skip
         elif args.command == "api-key":
             _create_key(state_dir)
+        elif args.template_command in ("ls", "rm"):
+            template_cli.run(args, state_dir)
         else:
             build_base(
                 (args.output or base_rootfs(state_dir)).absolute(),

@@ -16,6 +16,7 @@ import uvicorn
 
 from envd.systemd import sd_notify
 from sandboxd.api.app import create_app
+from sandboxd.builds.builder import Builder
 from sandboxd.egress_proxy.server import EgressProxy
 from sandboxd.errors import HostError, SandboxError
 from sandboxd.host import firewall
@@ -63,6 +64,7 @@ class ServeOptions:
     # What builds from images that are not ours put in their envd layer (sandboxd.builds:
     # `envd_artifact(options.envd_artifact)` says what is missing when it is None).
     envd_artifact: Path | None = None
+    registry_mirror: str | None = None  # host[:port] to pull Docker Hub's images from
 
 
 class _Server(uvicorn.Server):
@@ -182,7 +184,10 @@ def serve(options: ServeOptions) -> None:
                           network=options.network, egress_proxy=proxy)  # fmt: skip
         manager = SandboxManager(store, runtime, server_secret(state_dir),
                                  options.max_timeout_s, options.pool)  # fmt: skip
-        app = create_app(manager, store)
+        builder = Builder(store, manager.templates, runtime, state_dir,
+                          envd_artifact=options.envd_artifact,
+                          mirror=options.registry_mirror)  # fmt: skip
+        app = create_app(manager, store, builder)
         config = uvicorn.Config(
             app,
             host=options.bind,

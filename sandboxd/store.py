@@ -1,5 +1,5 @@
-"""sandboxd's state in SQLite (WAL) in the state directory: API keys (hashed), templates,
-sandboxes, metric samples and events. Schema changes are the numbered SQL files in
+"""sandboxd's state in SQLite (WAL) in the state directory: API keys (hashed), templates and
+their builds (sandboxd.build_tables), sandboxes, metric samples and events. Schema changes are the numbered SQL files in
 `migrations/`, applied in order and counted in `PRAGMA user_version`.
 
 Two connections. Reads use the one of the thread that opened the store (the event loop's): point
@@ -20,6 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import TYPE_CHECKING, Any
+
+from sandboxd.build_tables import BuildTables
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -98,7 +100,7 @@ def _connect(path: Path, *, check_same_thread: bool = True) -> sqlite3.Connectio
     return db
 
 
-class Store:
+class Store(BuildTables):
     """The database of one state directory.
 
     The write methods (add_, put_, delete_) run where they are called; once the event loop

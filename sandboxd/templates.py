@@ -1,16 +1,20 @@
-"""Templates: their records, ids and defaults, and the rules for changing them. A template is a
-root filesystem plus its record (CPU, memory, disk size, alias). `base` is the one sandboxd
-builds itself (sandboxd/host/base_image.py); until templates are built from steps, `POST
-/v2/templates` makes a new record over base's root filesystem with its own CPU, memory and disk
-(a `ready` build at once)."""
+"""Templates: their records, ids, names and tags, and the rules for changing them. A template
+is a record (CPU, memory, disk size, name) and its builds (sandboxd.builds); each tag points at
+a build, whose image (sandboxd.builds.template_image) its sandboxes boot; a bare name means the
+`default` tag. `base` is the one sandboxd makes itself (sandboxd/host/base_image.py), one root
+filesystem without builds; so are the records `POST /v2/templates` makes over base's root
+filesystem (the seed's call, which no SDK makes: a `ready` build at once)."""
 
 from __future__ import annotations
 
 import functools
+import re
 from typing import TYPE_CHECKING
 
 from envd.settings import ENVD_VERSION
-from sandboxd.errors import NotAllowed, TemplateNotFound
+from sandboxd.build_tables import BuildRow
+from sandboxd.builds.template_image import TemplateImage
+from sandboxd.errors import NotAllowed, NotFound, TemplateError, TemplateNotFound
 from sandboxd.host.cgroups import Limits
 from sandboxd.ids import new_build_id, new_template_id, now_us
 from sandboxd.store import TemplateRow
@@ -26,6 +30,27 @@ BASE_CPUS = 2
 BASE_MEMORY_MB = 1024
 BASE_DISK_MB = 10240
 PIDS_LIMIT = 4096  # per sandbox: a fork bomb ends at it, the host's table does not fill
+DEFAULT_TAG = "default"
+# E2B's names: lower-case letters, digits, `-` and `_` (and `.` in tags), `name:tag`.
+NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,127}$")
+TAG = re.compile(r"^[a-zA-Z0-9_][a-zA-Z0-9._-]{0,127}$")
+
+
+def split_ref(ref: str) -> tuple[str, str | None]:
+    """`name:tag` as (name, tag); a bare name or id as (it, None)."""
+    name, colon, tag = ref.rpartition(":")
+    return (name, tag) if colon and name else (ref, None)
+
+
+def check_name(name: str) -> None:
+    """Raises NotAllowed for a name E2B would refuse."""
+    if not NAME.match(name):
+        raise NotAllowed(f"template name {name!r}: lower-case letters, digits, - and _")
+
+
+def check_tag(tag: str) -> None:
+    if not TAG.match(tag):
+        raise NotAllowed(f"tag {tag!r}: letters, digits, '.', '-' and '_', at most 128")
 
 
 def limits(template: TemplateRow) -> Limits:
@@ -84,6 +109,102 @@ class Templates:
         await self.store.write(functools.partial(self.store.put_template, template))
         return template
 
+    def resolve(self, ref: str) -> tuple[TemplateRow, TemplateImage]:
+        """The template `ref` names (`id`, `name`, `id:tag`, `name:tag`) and the image its
+        sandboxes boot.
+
+        Raises:
+            TemplateNotFound: no such template, or no such tag.
+            TemplateError: the tag's build has no image (it never succeeded).
+        """
+        name, tag = split_ref(ref)
+        template = self.get(name)
+        row = self.store.tag(template.template_id, tag or DEFAULT_TAG)
+        if row is None:
+            if tag in (None, DEFAULT_TAG) and template.rootfs:
+                return template, TemplateImage.of_rootfs(template.rootfs)
+            if tag is None:
+                raise TemplateError(f"template '{name}' has no successful build yet")
+            raise TemplateNotFound(ref)
+        build = self.store.build(row.build_id)
+        if build is None or build.image is None:
+            raise TemplateError(f"template '{ref}': its build {row.build_id} has no image")
+        return template, TemplateImage.from_json(build.image)
+
+    async def request_build(
+        self, ref: str, tags: list[str], cpu_count: int, memory_mb: int, disk_mb: int | None
+    ) -> tuple[TemplateRow, BuildRow]:
+        """`POST /v3/templates`: a `waiting` build of the template named in `ref` (`name` or
+        `name:tag`; made if new), to get `tags` (and the one in `ref`; `default` if none)
+        once it succeeds.
+
+        Raises:
+            NotAllowed: a malformed name or tag, or `base`.
+        """
+        name, tag = split_ref(ref)
+        check_name(name)
+        wanted = list(dict.fromkeys(([tag] if tag else []) + tags)) or [DEFAULT_TAG]
+        for t in wanted:
+            check_tag(t)
+        if name == BASE:
+            raise NotAllowed("the base template is sandboxd's own: it cannot be built")
+        now = now_us()
+        template = self.store.template(name)
+        if template is None:
+            base = self.get(BASE)
+            template = TemplateRow(new_template_id(), name, "", "", cpu_count, memory_mb,
+                                   base.disk_size_mb, "waiting", base.envd_version, now, now,
+                                   build_count=0)  # fmt: skip
+        build = BuildRow(new_build_id(), template.template_id, "waiting", cpu_count, memory_mb,
+                         template.disk_size_mb if disk_mb is None else disk_mb, now, now,
+                         tags=wanted)  # fmt: skip
+        template.build_id, template.build_status = build.build_id, build.status
+        template.build_count += 1
+        template.updated_at = now
+        await self.store.write(
+            functools.partial(self.store.put_template, template),
+            functools.partial(self.store.put_build, build),
+        )
+        return template, build
+
+    def build(self, template_id: str, build_id: str) -> BuildRow:
+        """Raises TemplateNotFound, NotFound."""
+        template = self.get(template_id)
+        build = self.store.build(build_id)
+        if build is None or build.template_id != template.template_id:
+            raise NotFound(f"build '{build_id}' of template '{template_id}' not found")
+        return build
+
+    async def assign_tags(self, target: str, tags: list[str]) -> BuildRow:
+        """`POST /templates/tags`: `tags` point at the build `target` (`name:tag`) points at.
+
+        Raises:
+            TemplateNotFound: no such template or tag; NotAllowed: a malformed tag.
+        """
+        for new in tags:
+            check_tag(new)
+        name, tag = split_ref(target)
+        template = self.get(name)
+        row = self.store.tag(template.template_id, tag or DEFAULT_TAG)
+        if row is None:
+            raise TemplateNotFound(target)
+        build = self.store.build(row.build_id)
+        assert build is not None  # noqa: S101  # a tag's build is deleted only with its template
+        now = now_us()
+        put = functools.partial(self.store.put_tag, template.template_id)
+        await self.store.write(*(functools.partial(put, t, build.build_id, now) for t in tags))
+        return build
+
+    async def remove_tags(self, name: str, tags: list[str]) -> None:
+        """`DELETE /templates/tags`. Raises TemplateNotFound (the template or a tag)."""
+        template = self.get(name)
+        for tag in tags:
+            if self.store.tag(template.template_id, tag) is None:
+                raise TemplateNotFound(f"{name}:{tag}")
+        await self.store.write(
+            *(functools.partial(self.store.delete_tag, template.template_id, t) for t in tags)
+        )
+
     async def set_public(self, template: TemplateRow, public: bool) -> None:
         template.public = public
         template.updated_at = now_us()
@@ -96,4 +217,7 @@ class Templates:
             raise NotAllowed("the base template cannot be deleted")
         if self._in_use(template.template_id):
             raise NotAllowed(f"template '{template.template_id}' is used by sandboxes")
-        await self.store.write(functools.partial(self.store.delete_template, template.template_id))
+        await self.store.write(
+            functools.partial(self.store.delete_template, template.template_id),
+            functools.partial(self.store.delete_builds, template.template_id),
+        )

@@ -16,6 +16,7 @@ from starlette.routing import Route
 
 from sandboxd.api import logs, sandbox_routes, template_routes
 from sandboxd.api.errors import RequestError, error_response, status_of
+from sandboxd.builds import upload_urls
 from sandboxd.errors import SandboxError
 
 if TYPE_CHECKING:
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from starlette.requests import Request
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+    from sandboxd.builds.builder import Builder
     from sandboxd.lifecycle.manager import SandboxManager
     from sandboxd.store import Store
 
@@ -32,18 +34,20 @@ log = logging.getLogger("sandboxd.api")
 API_KEY = re.compile(r"^e2b_[0-9a-f]+$")
 # E2B's spec asks no key for it: load balancers and probes call it.
 HEALTH_PATH = "/health"
+UPLOADS = upload_urls.PATH_PREFIX
 
 
 class ApiKeyMiddleware:
     """401 unless `X-API-Key` (any case) is a stored key of the SDK's form `e2b_` + hex
-    (`GET /health` aside)."""
+    (`GET /health` aside, and the signed upload URLs: the SDKs upload without the key)."""
 
     def __init__(self, app: ASGIApp, store: Store) -> None:
         self.app = app
         self.store = store
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"] != HEALTH_PATH:
+        path = scope.get("path", "")
+        if scope["type"] == "http" and path != HEALTH_PATH and not path.startswith(UPLOADS):
             key = Headers(scope=scope).get("x-api-key")
             if key is None:
                 await error_response(401, "Missing API key (X-API-Key header)")(
@@ -104,9 +108,10 @@ async def _health(_: Request) -> Response:
     return Response(status_code=204)
 
 
-def create_app(manager: SandboxManager, store: Store) -> Starlette:
-    """The control API over `manager` and `store`. The app's lifespan starts the manager
-    (adoption, evictor, sampler, warm pool) and stops it (sandboxes keep running).
+def create_app(manager: SandboxManager, store: Store, builder: Builder) -> Starlette:
+    """The control API over `manager`, `store` and `builder`. The app's lifespan starts the
+    manager (adoption, evictor, sampler, warm pool) and the builder (failing the builds a
+    previous sandboxd left running), and stops them (sandboxes keep running; builds fail).
 
     The sandbox proxy is not part of it: mount or dispatch to it beside this app.
     """
@@ -114,9 +119,11 @@ def create_app(manager: SandboxManager, store: Store) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         await manager.start()
+        await builder.recover()
         try:
             yield
         finally:
+            await builder.close()
             await manager.stop()
 
     app = Starlette(
@@ -124,7 +131,7 @@ def create_app(manager: SandboxManager, store: Store) -> Starlette:
             Route(HEALTH_PATH, _health, methods=["GET"]),
             *sandbox_routes.routes(manager, store),
             *logs.routes(manager),
-            *template_routes.routes(manager.templates),
+            *template_routes.routes(manager.templates, builder, manager.tokens.uploads_key()),
         ],
         exception_handlers={
             RequestError: _request_error,

@@ -19,20 +19,20 @@ INT32_MAX = 2**31 - 1
 ANY_IPV4 = "0.0.0.0/0"
 
 
-class _Body(BaseModel):
+class Body(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)
 
 
-class AutoResume(_Body):
+class AutoResume(Body):
     enabled: bool
 
 
-class VolumeMount(_Body):
+class VolumeMount(Body):
     name: str
     path: str
 
 
-class EgressProxy(_Body):
+class EgressProxy(Body):
     """E2B's SandboxEgressProxyConfig: the SOCKS5 server a sandbox's TCP goes through."""
 
     address: str
@@ -51,7 +51,7 @@ def _is_host(host: str) -> bool:
     return _is_ipv4_address(host) or is_name(normalize(host))
 
 
-class _Egress(_Body):
+class _Egress(Body):
     """The egress fields a create's `network` and an update share, checked alike."""
 
     allowOut: list[str] | None = None  # camelCase: the wire's names
@@ -120,7 +120,7 @@ def _is_ipv4_address(entry: str) -> bool:
     return True
 
 
-class NewSandbox(_Body):
+class NewSandbox(Body):
     templateID: str = Field(min_length=1)
     timeout: int = Field(default=15, ge=0, le=INT32_MAX)
     autoPause: bool = False
@@ -163,29 +163,29 @@ class NewSandboxV2(NewSandbox):
         return {**data, "secure": True} if isinstance(data, dict) else data
 
 
-class Timeout(_Body):
+class Timeout(Body):
     timeout: int = Field(ge=0, le=INT32_MAX)
 
 
-class ConnectV2(_Body):
+class ConnectV2(Body):
     """`POST /v2/sandboxes/{id}/connect`: `memory: false` asks for a cold boot from disk."""
 
     timeout: int = Field(default=300, ge=0, le=INT32_MAX)
     memory: bool = True
 
 
-class Resume(_Body):
+class Resume(Body):
     timeout: int = Field(default=15, ge=0, le=INT32_MAX)
     autoPause: bool | None = None
 
 
-class Pause(_Body):
+class Pause(Body):
     memory: bool = True
 
 
-class NewTemplate(_Body):
-    alias: str = Field(min_length=1, max_length=128, pattern=r"^[a-z0-9][a-z0-9_-]*$")
-    teamID: str | None = None
+class TemplateSizes(Body):
+    """A template's CPU, memory and disk, as a new template or build asks for them."""
+
     cpuCount: int = Field(default=2, ge=1, le=32)
     memoryMB: int = Field(default=1024, ge=128, le=INT32_MAX)
     # sandboxd's own: each sandbox's disk (its writable layer); absent: the base template's.
@@ -193,7 +193,7 @@ class NewTemplate(_Body):
     diskSizeMB: int | None = Field(default=None, ge=0, le=INT32_MAX)
 
     @model_validator(mode="after")
-    def _check_sizes(self) -> NewTemplate:
+    def _check_sizes(self) -> Self:
         if self.diskSizeMB is not None and 0 < self.diskSizeMB < MIN_DISK_MB:
             raise ValueError(f"diskSizeMB: 0 (no limit) or at least {MIN_DISK_MB}")
         if self.cpuCount != 1 and self.cpuCount % 2:
@@ -203,7 +203,12 @@ class NewTemplate(_Body):
         return self
 
 
-class TemplateUpdate(_Body):
+class NewTemplate(TemplateSizes):
+    alias: str = Field(min_length=1, max_length=128, pattern=r"^[a-z0-9][a-z0-9_-]*$")
+    teamID: str | None = None
+
+
+class TemplateUpdate(Body):
     public: bool | None = None
 
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from sandboxd.ids import rfc3339
 
 if TYPE_CHECKING:
+    from sandboxd.build_tables import BuildRow
     from sandboxd.lifecycle.manager import SandboxManager
     from sandboxd.lifecycle.sandbox import Sandbox
     from sandboxd.store import TemplateRow
@@ -107,20 +108,36 @@ def template(t: TemplateRow) -> dict[str, Any]:
     }
 
 
-def template_detail(t: TemplateRow) -> dict[str, Any]:
-    """GET /templates/{id}: the template with its (one) build."""
+def template_detail(t: TemplateRow, builds: list[BuildRow]) -> dict[str, Any]:
+    """GET /templates/{id}: the template with its builds (newest first); one made of the
+    record for a template without any (base, `POST /v2/templates`)."""
     whole = template(t)
-    build = {
-        "buildID": t.build_id,
-        "status": t.build_status,
-        "createdAt": whole["updatedAt"],
-        "updatedAt": whole["updatedAt"],
-        "finishedAt": whole["updatedAt"],
-        "cpuCount": t.cpu_count,
-        "memoryMB": t.memory_mb,
-        "diskSizeMB": t.disk_size_mb,
-        "envdVersion": t.envd_version,
-    }
+    listed = [
+        {
+            "buildID": b.build_id,
+            "status": b.status,
+            "createdAt": rfc3339(b.created_at),
+            "updatedAt": rfc3339(b.updated_at),
+            "cpuCount": b.cpu_count,
+            "memoryMB": b.memory_mb,
+            "diskSizeMB": b.disk_size_mb,
+            "envdVersion": t.envd_version,
+        }
+        | ({"finishedAt": rfc3339(b.finished_at)} if b.finished_at is not None else {})
+        for b in reversed(builds)
+    ]
+    if not listed:
+        listed = [{
+            "buildID": t.build_id,
+            "status": t.build_status,
+            "createdAt": whole["updatedAt"],
+            "updatedAt": whole["updatedAt"],
+            "finishedAt": whole["updatedAt"],
+            "cpuCount": t.cpu_count,
+            "memoryMB": t.memory_mb,
+            "diskSizeMB": t.disk_size_mb,
+            "envdVersion": t.envd_version,
+        }]  # fmt: skip
     keys = ("templateID", "public", "aliases", "names", "createdAt", "updatedAt",
             "lastSpawnedAt", "spawnCount")  # fmt: skip
-    return {**{k: whole[k] for k in keys}, "builds": [build]}
+    return {**{k: whole[k] for k in keys}, "builds": listed}

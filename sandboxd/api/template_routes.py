@@ -1,31 +1,50 @@
-"""The template endpoints over sandboxd.templates: list, get, by alias, `POST /v2/templates` (a
-record over base's root filesystem), `PATCH` (public) and delete; E2B's build routes answer
-"not supported" (sandboxd/api/unserved.py)."""
+"""The template endpoints over sandboxd.templates: list (v1 and v2), get, by alias, `POST
+/v2/templates` (a record over base's root filesystem), `PATCH` (public) and delete (its running
+builds stopped, its uploads removed; its layers go at the next collection). The build flow is
+sandboxd/api/build_routes.py; E2B's routes sandboxd does not serve answer "not supported"
+(sandboxd/api/unserved.py)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
 
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from sandboxd.api import responses, unserved
+from sandboxd.api import build_routes, params, responses, unserved
 from sandboxd.api.bodies import read_json
+from sandboxd.api.listing import MAX_LIMIT
 from sandboxd.api.request_models import NewTemplate, TemplateUpdate
+from sandboxd.host.removal import remove_tree
 
 if TYPE_CHECKING:
     from starlette.requests import Request
 
+    from sandboxd.builds.builder import Builder
     from sandboxd.templates import Templates
 
 
-def routes(templates: Templates) -> list[Route]:
+def routes(templates: Templates, builder: Builder, uploads_key: bytes) -> list[Route]:
     async def list_templates(_: Request) -> Response:
         return JSONResponse([responses.template(t) for t in templates.all()])
 
+    async def list_v2(request: Request) -> Response:
+        everything = templates.all()
+        limit = params.query_int(request, "limit", 1, MAX_LIMIT) or MAX_LIMIT
+        after = request.query_params.get("nextToken")
+        start = next((i + 1 for i, t in enumerate(everything) if t.template_id == after), 0)
+        page = everything[start : start + limit]
+        response = JSONResponse([responses.template(t) for t in page])
+        if start + limit < len(everything):
+            response.headers["X-Next-Token"] = page[-1].template_id
+        return response
+
     async def get_template(request: Request) -> Response:
         template = templates.get(request.path_params["template_id"])
-        return JSONResponse(responses.template_detail(template))
+        return JSONResponse(
+            responses.template_detail(template, templates.store.builds(template.template_id))
+        )
 
     async def by_alias(request: Request) -> Response:
         template = templates.get(request.path_params["alias"])
@@ -46,15 +65,22 @@ def routes(templates: Templates) -> list[Route]:
         return JSONResponse(None)
 
     async def delete(request: Request) -> Response:
-        await templates.delete(request.path_params["template_id"])
+        template = templates.get(request.path_params["template_id"])
+        await templates.delete(template.template_id)
+        await builder.cancel(template.template_id)
+        await asyncio.to_thread(remove_tree, builder.uploads_dir / template.template_id)
+        await builder.collect()
         return Response(status_code=204)
 
     # {…:path}: names such as team/name:tag arrive percent-encoded as one segment. The routes
-    # by id take any path below /templates: the unserved E2B routes go before them.
+    # by id take any path below /templates: the build routes and the unserved E2B routes go
+    # before them, and after the aliases route (`/templates/{id}/tags` would take its paths).
     return [
         Route("/templates", list_templates, methods=["GET"]),
+        Route("/v2/templates", list_v2, methods=["GET"]),
         Route("/v2/templates", create_v2, methods=["POST"]),
         Route("/templates/aliases/{alias:path}", by_alias, methods=["GET"]),
+        *build_routes.routes(templates, builder, uploads_key),
         *unserved.routes(),
         Route("/templates/{template_id:path}", get_template, methods=["GET"]),
         Route("/templates/{template_id:path}", update, methods=["PATCH"]),

@@ -22,15 +22,8 @@ if TYPE_CHECKING:
 
 # (method, path, what it does in E2B's API)
 UNSERVED = (
-    ("POST", "/templates/tags", "assigning template tags"),
-    ("DELETE", "/templates/tags", "removing template tags"),
-    ("GET", "/templates/{template_id}/tags", "listing template tags"),
-    ("GET", "/templates/{template_id}/files/{files_hash}", "template build file uploads"),
-    ("GET", "/templates/{template_id}/builds/{build_id}/status", "template build status"),
     ("GET", "/templates/{template_id}/builds/{build_id}/logs", "template build logs"),
-    ("POST", "/templates/{template_id}/builds/{build_id}", "starting a template build"),
-    ("POST", "/v2/templates/{template_id}/builds/{build_id}", "starting a template build"),
-    ("POST", "/v3/templates", "template builds"),
+    ("POST", "/templates/{template_id}/builds/{build_id}", "v1 template builds (the SDKs use v2)"),
     ("GET", "/snapshots", "snapshots"),
     ("POST", "/sandboxes/{sandbox_id}/snapshots", "snapshots"),
     ("POST", "/sandboxes/{sandbox_id}/fork", "forking a sandbox"),

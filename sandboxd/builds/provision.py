@@ -5,7 +5,9 @@ writes files only, so it works for any image and runs nothing from it):
 - the account `user` (when missing: the next free uid from 1000, a group of its own, home
   /home/user owned by it, shell /bin/bash if the image has one, else /bin/sh), added to copies
   of the image's /etc/passwd, /etc/group and /etc/shadow (when it has one);
-- passwordless sudo for it (a file in /etc/sudoers.d) where the image has /usr/bin/sudo.
+- passwordless sudo for it (a file in /etc/sudoers.d) where the image has /usr/bin/sudo;
+- /bin/bash, where the image has none, as a link to its /bin/sh: the SDKs run every command
+  as `/bin/bash -l -c CMD` (busybox's and dash's sh take those options too).
 
 It refuses an image envd cannot run in: without /bin/sh, without glibc 2.28 or newer (the
 self-contained envd artifact's interpreter is linked against it), or without libgcc_s.so.1
@@ -26,6 +28,7 @@ import tempfile
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
+from sandboxd.builds.layer_view import follow_links
 from sandboxd.errors import TemplateError
 from sandboxd.host import overlay
 from sandboxd.host.removal import remove_tree, unmount
@@ -47,7 +50,6 @@ LIBC_DIRS = ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/u
              "/lib", "/usr/lib")  # fmt: skip
 GCC_RUNTIME = "libgcc_s.so.1"
 _GLIBC_VERSION = re.compile(rb"GNU C Library [^\n\0]*release version (\d+)\.(\d+)")
-_MAX_LINKS = 40  # as the kernel's path walk
 
 
 def provision(lowers: Sequence[Path], dest: Path) -> None:
@@ -68,6 +70,8 @@ def provision(lowers: Sequence[Path], dest: Path) -> None:
             _add_user(image, dest)
             if image.exists("/usr/bin/sudo"):
                 _write(image, dest, SUDOERS, SUDOERS_LINE, mode=0o440)
+            if not image.exists("/bin/bash"):
+                _link(image, dest, "/bin/bash", "sh")
         except OSError as exc:
             raise TemplateError(f"provisioning the image: {exc.strerror}: {exc.filename}") from exc
 
@@ -106,26 +110,14 @@ class _Image:
         Raises:
             TemplateError: a loop of links.
         """
-        pending = [p for p in path.split("/") if p not in ("", ".")]
-        done: list[str] = []
-        links = 0
-        while pending:
-            part = pending.pop(0)
-            if part == "..":
-                if done:
-                    done.pop()
-                continue
-            here = self.root.joinpath(*done, part)  # `done` holds no links: no host path leaks
-            if here.is_symlink():
-                links += 1
-                if links > _MAX_LINKS:
-                    raise TemplateError(f"the image's {path}: too many levels of links")
-                target = os.readlink(here)
-                if target.startswith("/"):
-                    done = []
-                pending = [p for p in target.split("/") if p not in ("", ".")] + pending
-                continue
-            done.append(part)
+
+        def readlink(rel: str) -> str | None:
+            here = self.root / rel
+            return os.readlink(here) if here.is_symlink() else None
+
+        done = follow_links(path, readlink)
+        if done is None:
+            raise TemplateError(f"the image's {path}: too many levels of links")
         return PurePosixPath(*done) if done else PurePosixPath(".")
 
     def host(self, path: str) -> Path:
@@ -227,6 +219,14 @@ def _write(image: _Image, dest: Path, path: str, text: str, mode: int) -> None:
     else:
         os.chown(target, st.st_uid, st.st_gid)
         target.chmod(stat.S_IMODE(st.st_mode))
+
+
+def _link(image: _Image, dest: Path, path: str, target: str) -> None:
+    """A symbolic link `path` -> `target` in the layer, where the image's directories put it."""
+    real = image.real(path)
+    _mirror_dir(image, dest, real.parent)
+    os.symlink(target, dest / real)
+    os.lchown(dest / real, 0, 0)
 
 
 def _mirror_dir(image: _Image, dest: Path, real: PurePosixPath) -> None:

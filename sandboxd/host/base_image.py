@@ -34,6 +34,9 @@ PACKAGES = (
     "curl",
     "git",
     "ca-certificates",
+    # The SDKs' ready commands: wait_for_port runs `ss`, wait_for_process `pgrep`.
+    "iproute2",
+    "procps",
 )
 # Everything the stage gets beyond debootstrap's minimal base; a change here rebuilds the cache.
 RECIPE = f"{SUITE} minbase {','.join(PACKAGES)} user-sudo host-ca v2"

@@ -13,7 +13,6 @@ import contextlib
 import functools
 import hmac
 import logging
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from envd.http.signing import file_signature
@@ -27,15 +26,14 @@ from sandboxd.errors import (
     TemplateError,
     WrongState,
 )
-from sandboxd.host.spec import BootImage
-from sandboxd.ids import new_sandbox_id, now_us
+from sandboxd.ids import now_us
 from sandboxd.lifecycle.adoption import adopt
 from sandboxd.lifecycle.egress import apply_network, restore_proxied
 from sandboxd.lifecycle.envd_init import init_envd
 from sandboxd.lifecycle.evictor import EXPIRE_RETRY_S, Evictor
-from sandboxd.lifecycle.pool import WarmPool
 from sandboxd.lifecycle.sampler import MetricsSampler
 from sandboxd.lifecycle.sandbox import Sandbox, ingress_of
+from sandboxd.lifecycle.template_boxes import TemplateBoxes
 from sandboxd.lifecycle.tokens import Tokens
 from sandboxd.proxy.routing import Ingress
 from sandboxd.templates import Templates
@@ -46,7 +44,7 @@ if TYPE_CHECKING:
     from sandboxd.host.netns import NetNamespace
     from sandboxd.host.runtime import Box, Runtime
     from sandboxd.lifecycle.sandbox import CreateRequest
-    from sandboxd.store import Store, TemplateRow
+    from sandboxd.store import Store
 
 log = logging.getLogger("sandboxd.lifecycle")
 
@@ -69,7 +67,7 @@ class SandboxManager:
         self._gone_callbacks: list[Callable[[str], None]] = []
         self._tasks: set[asyncio.Task[Any]] = set()
         self.envd = EnvdClient(self._netns_of)
-        self.pool = WarmPool(runtime, pool_size, new_sandbox_id)
+        self.boxes = TemplateBoxes(runtime, pool_size)
         self.evictor = Evictor(self.all, self._end_of)
         self.sampler = MetricsSampler(
             store, self.envd, lambda: [s for s in self.all() if s.running], self._is_listed
@@ -158,15 +156,18 @@ class SandboxManager:
         self._spawn(self.evictor.run())
         self._spawn(self.sampler.run())
         for template in self.store.templates():
-            self.pool.fill(BootImage((Path(template.rootfs),)), templates.limits(template),
-                           template.disk_size_mb)  # fmt: skip
+            try:
+                _, image = self.templates.resolve(template.template_id)
+            except SandboxError:  # nothing to boot yet (never built): nothing to keep warm
+                continue
+            self.boxes.fill(image, templates.limits(template), template.disk_size_mb)
 
     async def stop(self) -> None:
         """Stop the background work; sandboxes keep running for the next start to adopt."""
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self.pool.close()
+        await self.boxes.close()
         await self.envd.aclose()
         if self.runtime.egress_proxy is not None:
             await self.runtime.egress_proxy.close()
@@ -184,11 +185,15 @@ class SandboxManager:
             BootError, InitRefused: the sandbox did not come up (nothing of it is left).
         """
         self.check_timeout(request.timeout_s)
-        template = self.templates.get(request.template)
-        box = await self._boot(template)
+        template, image = self.templates.resolve(request.template)
+        try:
+            box = await self.boxes.take(image, templates.limits(template), template.disk_size_mb)
+        except TemplateError as exc:
+            raise TemplateError(f"template '{template.template_id}' is unusable: {exc}") from exc
         # Times are set again once envd took /init; these keep the evictor off meanwhile.
         started = now_us()
         row = request.row(box.id, template, started, box.uid_base)
+        row.env_vars = {**image.env, **row.env_vars}  # the template's ENV, the create's first
         token = self.tokens.envd(box.id) if request.secure else None
         sandbox = Sandbox(row, box, token, ingress_of(row, self.tokens.traffic(box.id)))
         self._starting[box.id] = sandbox
@@ -210,18 +215,6 @@ class SandboxManager:
         )
         self._spawn(self.sampler.first(sandbox))  # the first metrics point, without waiting 5 s
         return sandbox
-
-    async def _boot(self, template: TemplateRow) -> Box:
-        limits = templates.limits(template)
-        image = BootImage((Path(template.rootfs),))
-        disk_mb = template.disk_size_mb
-        box = await self.pool.take(image, limits, disk_mb)
-        if box is not None:
-            return box
-        try:
-            return await self.runtime.boot(new_sandbox_id(), image, limits, disk_mb)
-        except TemplateError as exc:
-            raise TemplateError(f"template '{template.template_id}' is unusable: {exc}") from exc
 
     async def _kill_quietly(self, box: Box) -> None:
         try:

@@ -1,6 +1,7 @@
-"""The warm pool: sandboxes booted ahead of time per boot image (layers and init) and disk size
-(everything on the host made: uid range, disk, idmapped layers, overlay, container), envd up
-but not yet given its /init, so a create only needs the /init. Refilled in the background."""
+"""The warm pool: sandboxes booted ahead of time per template image (layers, init, start and
+ready commands) and disk size (everything on the host made: uid range, disk, idmapped layers,
+overlay, container; the template's start command running and ready), envd up but not yet given
+its /init, so a create only needs the /init. Refilled in the background."""
 
 from __future__ import annotations
 
@@ -11,11 +12,13 @@ from typing import TYPE_CHECKING
 from sandboxd.errors import SandboxError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Awaitable, Callable
 
+    from sandboxd.builds.template_image import TemplateImage
     from sandboxd.host.cgroups import Limits
     from sandboxd.host.runtime import Box, Runtime
-    from sandboxd.host.spec import BootImage
+
+    Boot = Callable[[TemplateImage, Limits, int], Awaitable[Box]]
 
 log = logging.getLogger("sandboxd.lifecycle.pool")
 RETRY_AFTER_FAILURE_S = 5
@@ -26,19 +29,19 @@ REFILL_AFTER_TAKE_S = 0.5
 
 
 class WarmPool:
-    """Up to `size` booted sandboxes per boot image and disk size."""
+    """Up to `size` booted sandboxes per template image and disk size, each made by `boot`."""
 
-    def __init__(self, runtime: Runtime, size: int, new_id: Callable[[], str]) -> None:
+    def __init__(self, runtime: Runtime, size: int, boot: Boot) -> None:
         self.runtime = runtime
         self.size = size
-        self._new_id = new_id
-        self._boxes: dict[tuple[BootImage, int], list[Box]] = {}
-        self._fillers: dict[tuple[BootImage, int], asyncio.Task[None]] = {}
+        self._boot = boot
+        self._boxes: dict[tuple[str, int], list[Box]] = {}
+        self._fillers: dict[tuple[str, int], asyncio.Task[None]] = {}
 
-    async def take(self, image: BootImage, limits: Limits, disk_mb: int) -> Box | None:
+    async def take(self, image: TemplateImage, limits: Limits, disk_mb: int) -> Box | None:
         """A booted sandbox of `image` with a disk of `disk_mb` and `limits` applied, or None;
         starts a refill."""
-        boxes = self._boxes.get((image, disk_mb), [])
+        boxes = self._boxes.get((image.key(), disk_mb), [])
         box = boxes.pop() if boxes else None
         self.fill(image, limits, disk_mb, after_s=REFILL_AFTER_TAKE_S)
         if box is None:
@@ -55,23 +58,24 @@ class WarmPool:
             return None
         return box
 
-    def fill(self, image: BootImage, limits: Limits, disk_mb: int, after_s: float = 0) -> None:
+    def fill(self, image: TemplateImage, limits: Limits, disk_mb: int, after_s: float = 0) -> None:
         """Boot in the background, starting in `after_s`, until `image` with `disk_mb` has
         `size` waiting sandboxes."""
         if self.size <= 0:
             return
-        key = (image, disk_mb)
+        key = (image.key(), disk_mb)
         filler = self._fillers.get(key)
         if filler is None or filler.done():
-            self._fillers[key] = asyncio.create_task(self._fill(key, limits, after_s))
+            self._fillers[key] = asyncio.create_task(self._fill(image, disk_mb, limits, after_s))
 
-    async def _fill(self, key: tuple[BootImage, int], limits: Limits, after_s: float) -> None:
+    async def _fill(
+        self, image: TemplateImage, disk_mb: int, limits: Limits, after_s: float
+    ) -> None:
         await asyncio.sleep(after_s)
-        image, disk_mb = key
-        boxes = self._boxes.setdefault(key, [])
+        boxes = self._boxes.setdefault((image.key(), disk_mb), [])
         while len(boxes) < self.size:
             try:
-                boxes.append(await self.runtime.boot(self._new_id(), image, limits, disk_mb))
+                boxes.append(await self._boot(image, limits, disk_mb))
             except SandboxError as exc:
                 log.warning("warm pool for %s: %s", image.layers[-1], exc)
                 await asyncio.sleep(RETRY_AFTER_FAILURE_S)

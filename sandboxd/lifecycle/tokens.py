@@ -20,3 +20,7 @@ class Tokens:
         """The `e2b-traffic-access-token` of a sandbox without public traffic."""
         message = f"sandbox-traffic-{sandbox_id}".encode()
         return hmac.new(self._secret, message, hashlib.sha256).hexdigest()
+
+    def uploads_key(self) -> bytes:
+        """The key template upload URLs are signed with (sandboxd.builds.upload_urls)."""
+        return hmac.new(self._secret, b"template-uploads", hashlib.sha256).digest()

@@ -1,7 +1,7 @@
 """Fixtures for template builds: the envd artifact (built once, cached by its sources), its envd
 layer, image trees that are not ours (a busybox one, Debian's debootstrap stage), the runtime
-fixtures of tests/sandboxd, and the SDK build tests' serve in the fake internet with its registry
-(tests/builds/build_serve.py)."""
+fixtures of tests/sandboxd (the base template among them), and the SDK build tests' serve in the
+fake internet with its registry (tests/builds/build_serve.py)."""
 
 from __future__ import annotations
 
@@ -18,17 +18,26 @@ from tests.builds.artifact_cache import ensure_artifact
 from tests.builds.build_serve import build_net, build_server, images, uplink_registry
 from tests.builds.trees import glibc_tree
 from tests.prebuild import prebuild
-from tests.sandboxd.conftest import cgroup_parent, runtime
-from tests.sandboxd.template_cache import IMAGE_CACHE
+from tests.sandboxd.conftest import base_template, cgroup_parent, runtime
+from tests.sandboxd.template_cache import IMAGE_CACHE, ensure_base_template
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
-__all__ = ["build_net", "build_server", "cgroup_parent", "images", "runtime", "uplink_registry"]
+__all__ = [
+    "base_template",
+    "build_net",
+    "build_server",
+    "cgroup_parent",
+    "images",
+    "runtime",
+    "uplink_registry",
+]
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
+    prebuild(session, "base_template", "the base template", ensure_base_template)
     prebuild(session, "envd_artifact", "the envd artifact", ensure_artifact)
 
 

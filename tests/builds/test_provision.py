@@ -55,7 +55,9 @@ def test_a_busybox_image_gets_user_without_sudo(tmp_path: Path, busybox_root: Pa
     assert owner_and_mode(layer / "home/user") == (1000, 1000, 0o755)
     assert owner_and_mode(layer) == owner_and_mode(busybox_root)
     assert not (layer / SUDOERS).exists()  # no sudo in the image
-    assert sorted(p.name for p in layer.iterdir()) == ["etc", "home"]
+    assert os.readlink(layer / "bin/bash") == "sh"  # the SDKs run `/bin/bash -l -c`
+    assert owner_and_mode(layer / "bin") == owner_and_mode(busybox_root / "bin")
+    assert sorted(p.name for p in layer.iterdir()) == ["bin", "etc", "home"]
 
 
 def test_taken_ids_are_skipped_and_bash_is_the_shell(tmp_path: Path, busybox_root: Path) -> None:

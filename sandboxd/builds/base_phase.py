@@ -1,0 +1,86 @@
+"""A build's base: the image its steps start from. `fromTemplate` (and `fromImage:
+e2bdev/base`) stacks on a template's image as it is; `fromImage` pulls the image from its
+registry and adds two layers of ours over its own: the self-contained envd (one layer shared by
+every template) and what the SDKs assume of a sandbox (the `user` account, sudo), so that an
+image without systemd or Python boots with envd as its program."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from sandboxd.builds import layer_view
+from sandboxd.builds.entries import building
+from sandboxd.builds.envd_layer import envd_artifact, envd_layer
+from sandboxd.builds.provision import provision
+from sandboxd.builds.template_image import DEFAULT_USER, DEFAULT_WORKDIR, TemplateImage
+from sandboxd.images import pull, reference
+from sandboxd.images.skopeo import Credentials
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from sandboxd.builds.layer_dirs import LayerDirs
+    from sandboxd.builds.recipe import Recipe
+    from sandboxd.images.layers import LayerStore
+    from sandboxd.templates import Templates
+
+PROVISION_VERSION = "1"  # a change to what provision() writes makes new provision layers
+
+
+@dataclass(frozen=True)
+class Base:
+    image: TemplateImage
+    key: str  # what the base is, for the steps' cache keys
+
+
+@dataclass(frozen=True)
+class ImageSource:
+    """Where pulled images come from and what makes a foreign image bootable."""
+
+    store: LayerStore
+    layers: LayerDirs
+    envd_artifact: Path | None
+    mirror: str | None = None
+
+
+async def base_of(recipe: Recipe, templates: Templates, source: ImageSource) -> Base:
+    """Raises TemplateNotFound, TemplateError (ImageError, ImageNotFound included)."""
+    if recipe.fromTemplate is not None or recipe.from_base:
+        ref = recipe.fromTemplate or "base"
+        _, image = templates.resolve(ref)
+        return Base(image, "template:" + _digest(image.to_json()))
+    assert recipe.fromImage is not None  # noqa: S101  # the recipe has one of the two
+    return await asyncio.to_thread(_from_image, recipe, source)
+
+
+def _from_image(recipe: Recipe, source: ImageSource) -> Base:
+    artifact = envd_artifact(source.envd_artifact)
+    ref = recipe.fromImage or ""
+    creds = recipe.fromImageRegistry
+    credentials = Credentials(creds.username or "", creds.password or "") if creds else None
+    insecure = reference.parse(ref).on_loopback()
+    pulled = pull.pull(ref, source.store, mirror=source.mirror, credentials=credentials,
+                       insecure=insecure)  # fmt: skip
+    envd = envd_layer(source.store.dir, artifact)
+    lowers = [*pulled.layers, envd]
+    key = _digest({"image": pulled.digest, "envd": envd.name, "provision": PROVISION_VERSION})
+
+    def provisioned_layer(dest: Path) -> None:
+        with building(dest) as new:
+            provision(lowers, new)
+
+    provisioned = source.layers.make(f"prov-{key[:32]}", provisioned_layer)
+    layers = (*lowers, provisioned)
+    env = dict(e.split("=", 1) for e in pulled.config.env if "=" in e)
+    shell = "/bin/bash" if layer_view.exists(layers, "/bin/bash") else "/bin/sh"
+    image = TemplateImage(tuple(str(p) for p in layers), "envd", env, DEFAULT_USER,
+                          DEFAULT_WORKDIR, shell=shell)  # fmt: skip
+    return Base(image, "image:" + key)
+
+
+def _digest(data: object) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()

@@ -1,0 +1,80 @@
+"""A build sandbox: a sandbox of the image built so far, booted by the same runtime with the
+same isolation and network as any sandbox (and the build's CPU and memory), in which one step
+runs; its writable layer then becomes the step's layer. Not listed anywhere: sandboxd's own."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING
+
+from sandboxd import envd_process
+from sandboxd.builds.snapshot import WRITTEN_BY_SANDBOXD, layer_from_upper
+from sandboxd.envd_client import EnvdClient
+from sandboxd.errors import SandboxError
+from sandboxd.host.spec import BootImage
+from sandboxd.host.steps import SandboxDirs
+from sandboxd.ids import new_sandbox_id
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable
+    from pathlib import Path
+
+    from sandboxd.builds.layer_dirs import LayerDirs
+    from sandboxd.builds.template_image import TemplateImage
+    from sandboxd.envd_process import Command
+    from sandboxd.host.cgroups import Limits
+    from sandboxd.host.netns import NetNamespace
+    from sandboxd.host.runtime import Box, Runtime
+
+log = logging.getLogger("sandboxd.builds.build_sandbox")
+
+
+class BuildSandboxes:
+    """Boots build sandboxes and reaches their envd."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self._boxes: dict[str, Box] = {}
+        self.envd = EnvdClient(self._netns_of)
+
+    def _netns_of(self, sandbox_id: str) -> NetNamespace | None:
+        box = self._boxes.get(sandbox_id)
+        return None if box is None else box.netns
+
+    async def aclose(self) -> None:
+        await self.envd.aclose()
+
+    @contextlib.asynccontextmanager
+    async def booted(
+        self, image: TemplateImage, limits: Limits, disk_mb: int
+    ) -> AsyncIterator[Box]:
+        """A build sandbox of `image`, killed on the way out, whatever happened."""
+        boot = BootImage(image.layer_paths, image.init)
+        box = await self.runtime.boot(new_sandbox_id(), boot, limits, disk_mb)
+        self._boxes[box.id] = box
+        try:
+            yield box
+        finally:
+            self._boxes.pop(box.id, None)
+            await self.envd.forget(box.id)
+            try:
+                await asyncio.shield(self.runtime.kill(box))
+            except SandboxError:
+                log.exception("build sandbox %s: killing it left something", box.id)
+
+    async def run(self, box: Box, command: Command, on_output: Callable[[str, bytes], None]) -> int:
+        """Run `command`; its exit code (-1: killed by a signal)."""
+        return await envd_process.run(self.envd, box.id, command, on_output=on_output)
+
+    async def snapshot(self, box: Box, layers: LayerDirs, name: str) -> None:
+        """The sandbox's writable layer so far, as the layer `name` (the sandbox frozen, so
+        that nothing it left running writes meanwhile)."""
+        await self.runtime.freeze(box)
+        upper, uid_base = SandboxDirs(box.dir).upper, box.uid_base
+
+        def fill(dest: Path) -> None:
+            layer_from_upper(upper, uid_base, dest, WRITTEN_BY_SANDBOXD)
+
+        await asyncio.to_thread(layers.make, name, fill)

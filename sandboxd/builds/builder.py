@@ -1,0 +1,179 @@
+"""The builder: runs the builds the API starts, a few at a time (each boots sandboxes and
+unpacks layers: more at once only makes each slower on a small machine), keeps each running
+build's log in memory for the status calls and records the outcome: a ready build's image and
+tags, or a failed build's reason. A build never stays `building` past its sandboxd: stopping
+sandboxd fails the running builds, and a new sandboxd fails those a crash left behind."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+from typing import TYPE_CHECKING
+
+from sandboxd.builds.base_phase import ImageSource, base_of
+from sandboxd.builds.build_log import BuildLog
+from sandboxd.builds.build_run import Context, StepFailed, finalize, run_steps
+from sandboxd.builds.build_sandbox import BuildSandboxes
+from sandboxd.builds.collect import collect, layers_in_use
+from sandboxd.builds.layer_dirs import LayerDirs
+from sandboxd.builds.uploads import Uploads
+from sandboxd.errors import NotAllowed, SandboxError
+from sandboxd.host.cgroups import Limits
+from sandboxd.ids import now_us
+from sandboxd.images.layers import LayerStore
+from sandboxd.templates import PIDS_LIMIT
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from sandboxd.build_tables import BuildRow, LogLine
+    from sandboxd.builds.recipe import Recipe
+    from sandboxd.host.runtime import Runtime
+    from sandboxd.store import Store
+    from sandboxd.templates import Templates
+
+log = logging.getLogger("sandboxd.builds.builder")
+
+CONCURRENT_BUILDS = 2
+STOPPED = "sandboxd stopped during the build"
+RESTARTED = "sandboxd restarted during the build"
+
+
+class Builder:
+    def __init__(
+        self,
+        store: Store,
+        templates: Templates,
+        runtime: Runtime,
+        state_dir: Path,
+        envd_artifact: Path | None = None,
+        mirror: str | None = None,
+        max_upload_bytes: int | None = None,
+    ) -> None:
+        self.store = store
+        self.templates = templates
+        layers = state_dir / "layers"
+        self.layers = LayerDirs(layers)
+        self.image_store = LayerStore(layers)
+        self.source = ImageSource(self.image_store, self.layers, envd_artifact, mirror)
+        self.uploads_dir = state_dir / "uploads"
+        self.max_upload_bytes = max_upload_bytes
+        self.sandboxes = BuildSandboxes(runtime)
+        self._slots = asyncio.Semaphore(CONCURRENT_BUILDS)
+        self._running: dict[str, tuple[asyncio.Task[None], BuildLog]] = {}
+
+    def uploads(self, template_id: str) -> Uploads:
+        kwargs = {} if self.max_upload_bytes is None else {"max_bytes": self.max_upload_bytes}
+        return Uploads(self.uploads_dir / template_id, **kwargs)
+
+    async def recover(self) -> None:
+        """At start: builds a previous sandboxd left `building` failed; half-made layers gone."""
+        await asyncio.to_thread(self.layers.remove_leftovers)
+        await asyncio.to_thread(self.image_store.remove_leftovers)
+        for build in self.store.builds(status="building"):
+            await self._fail(build, RESTARTED, None, None)
+        await self.collect()
+
+    async def collect(self) -> None:
+        """Remove the layers no template or sandbox uses (sandboxd.builds.collect)."""
+        keep = layers_in_use(self.store, self.sandboxes.runtime.sandboxes_dir)
+        if keep is not None:
+            await asyncio.to_thread(collect, self.layers.dir, keep)
+
+    async def close(self) -> None:
+        tasks = [task for task, _ in self._running.values()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.sandboxes.aclose()
+
+    async def start(self, build: BuildRow, recipe: Recipe) -> None:
+        """Start a `waiting` build. Raises NotAllowed for any other."""
+        if build.status != "waiting":
+            raise NotAllowed(f"build {build.build_id} is not in waiting state ({build.status})")
+        build.status, build.recipe, build.updated_at = "building", recipe.model_dump(), now_us()
+        await self.store.write(functools.partial(self.store.put_build, build))
+        await self._template_status(build)
+        build_log = BuildLog(self.store, build.build_id)
+        task = asyncio.create_task(self._run(build, recipe, build_log))
+        self._running[build.build_id] = (task, build_log)
+
+    async def cancel(self, template_id: str) -> None:
+        """Stop the template's running builds (it is being deleted)."""
+        for build_id, (task, _) in list(self._running.items()):
+            build = self.store.build(build_id)
+            if build is not None and build.template_id == template_id:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+
+    def log_page(self, build: BuildRow, offset: int, limit: int) -> list[LogLine]:
+        running = self._running.get(build.build_id)
+        if running is not None:
+            return running[1].page(offset, limit)
+        return self.store.log_lines(build.build_id, offset, limit)
+
+    async def _run(self, build: BuildRow, recipe: Recipe, build_log: BuildLog) -> None:
+        try:
+            async with self._slots:
+                await self._build(build, recipe, build_log)
+        except asyncio.CancelledError:
+            await self._fail(build, STOPPED, None, build_log)
+            raise
+        finally:
+            self._running.pop(build.build_id, None)
+
+    async def _build(self, build: BuildRow, recipe: Recipe, build_log: BuildLog) -> None:
+        limits = Limits(build.memory_mb << 20, build.cpu_count, PIDS_LIMIT)
+        ctx = Context(self.layers, self.uploads(build.template_id), self.sandboxes, limits,
+                      build.disk_size_mb)  # fmt: skip
+        try:
+            build_log.add(f"building from {recipe.fromTemplate or recipe.fromImage}", step="base")
+            try:
+                base = await base_of(recipe, self.templates, self.source)
+            except SandboxError as exc:
+                raise StepFailed("base", f"base: {exc}") from exc
+            image = await run_steps(recipe, base, ctx, build_log)
+            await finalize(image, ctx, build_log)
+        except StepFailed as exc:
+            await self._fail(build, str(exc), exc.step, build_log)
+            return
+        except Exception as exc:
+            log.exception("build %s failed", build.build_id)
+            await self._fail(build, f"internal error: {exc}", None, build_log)
+            return
+        build_log.add("build finished: template ready")
+        await build_log.flush()
+        now = now_us()
+        build.status, build.image = "ready", image.to_json()
+        build.updated_at = build.finished_at = now
+        tags = [functools.partial(self.store.put_tag, build.template_id, t, build.build_id, now)
+                for t in build.tags]  # fmt: skip
+        if self.store.template(build.template_id) is None:
+            return  # deleted meanwhile
+        await self.store.write(functools.partial(self.store.put_build, build), *tags)
+        await self._template_status(build)
+
+    async def _fail(
+        self, build: BuildRow, message: str, step: str | None, build_log: BuildLog | None
+    ) -> None:
+        if build_log is not None:
+            build_log.add(message, "error", step)
+            with contextlib.suppress(SandboxError):
+                await build_log.flush()
+        now = now_us()
+        build.status, build.updated_at, build.finished_at = "error", now, now
+        build.reason = {"message": message} | ({"step": step} if step else {})
+        if self.store.template(build.template_id) is None:
+            return
+        await self.store.write(functools.partial(self.store.put_build, build))
+        await self._template_status(build)
+
+    async def _template_status(self, build: BuildRow) -> None:
+        """The template shows its latest build's status."""
+        template = self.store.template(build.template_id)
+        if template is None or template.build_id != build.build_id:
+            return
+        template.build_status, template.updated_at = build.status, now_us()
+        await self.store.write(functools.partial(self.store.put_template, template))

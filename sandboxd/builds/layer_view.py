@@ -1,0 +1,113 @@
+"""Reading a few files of a stack of layers from the host, without mounting it and without
+following any of the image's links (an image's absolute link would point into the host):
+the topmost layer that has the path decides, a whiteout (a 0/0 character device) hides it,
+and a directory link on the way (Debian's `/bin` → `usr/bin`) is resolved inside the stack."""
+
+from __future__ import annotations
+
+import os
+import stat
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from pathlib import Path
+
+MAX_LINKS = 40  # as the kernel's path walk
+
+
+def _entry(layers: Sequence[Path], rel: str) -> tuple[Path, os.stat_result] | None:
+    """The topmost layer's entry for `rel` (no link followed), or None (absent, whited out)."""
+    for layer in reversed(layers):
+        try:
+            st = os.lstat(layer / rel)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        if stat.S_ISCHR(st.st_mode) and st.st_rdev == 0:
+            return None
+        return layer / rel, st
+    return None
+
+
+def follow_links(path: str, readlink: Callable[[str], str | None]) -> list[str] | None:
+    """The components of `path` (absolute in an image) with the links among them followed as
+    the image sees them (an absolute target from the image's root, `..` stopping at it);
+    `readlink(relative)` is the target of that entry when it is a link, else None. None for a
+    loop of links."""
+    pending = [p for p in path.split("/") if p not in ("", ".")]
+    done: list[str] = []
+    links = 0
+    while pending:
+        part = pending.pop(0)
+        if part == "..":
+            if done:
+                done.pop()
+            continue
+        target = readlink("/".join([*done, part]))  # `done` holds no links: no host path leaks
+        if target is None:
+            done.append(part)
+            continue
+        links += 1
+        if links > MAX_LINKS:
+            return None
+        if target.startswith("/"):
+            done = []
+        pending = [p for p in target.split("/") if p not in ("", ".")] + pending
+    return done
+
+
+def resolve(layers: Sequence[Path], path: str) -> tuple[Path, os.stat_result] | None:
+    """The host path and stat of `path` (absolute, in the image) through the stack, links on
+    the way resolved inside the image; None when it does not exist there."""
+
+    def readlink(rel: str) -> str | None:
+        found = _entry(layers, rel)
+        if found is None or not stat.S_ISLNK(found[1].st_mode):
+            return None
+        return os.readlink(found[0])
+
+    parts = follow_links(path, readlink)
+    return _entry(layers, "/".join(parts)) if parts else None
+
+
+def read_text(layers: Sequence[Path], path: str) -> str | None:
+    found = resolve(layers, path)
+    if found is None or not stat.S_ISREG(found[1].st_mode):
+        return None
+    return found[0].read_text(errors="replace")
+
+
+def exists(layers: Sequence[Path], path: str) -> bool:
+    return resolve(layers, path) is not None
+
+
+def ids_of(layers: Sequence[Path], user: str) -> tuple[int, int] | None:
+    """(uid, gid) of `user` (a name, a number, `name:group`) in the image's /etc/passwd and
+    /etc/group; None for a name it does not know."""
+    name, _, group = user.partition(":")
+    passwd = _table(read_text(layers, "/etc/passwd"))
+    if name.isdigit():
+        uid = int(name)
+        gid = next((int(r[3]) for r in passwd.values() if r[2] == name), uid)
+    elif name in passwd:
+        uid, gid = int(passwd[name][2]), int(passwd[name][3])
+    else:
+        return None
+    if group:
+        if group.isdigit():
+            gid = int(group)
+        else:
+            groups = _table(read_text(layers, "/etc/group"))
+            if group not in groups:
+                return None
+            gid = int(groups[group][2])
+    return uid, gid
+
+
+def _table(text: str | None) -> dict[str, list[str]]:
+    rows: dict[str, list[str]] = {}
+    for line in (text or "").splitlines():
+        fields = line.split(":")
+        if len(fields) >= 4 and fields[2].isdigit() and fields[0] not in rows:
+            rows[fields[0]] = fields
+    return rows

@@ -1,0 +1,75 @@
+"""Sandboxes of a template's image, ready to hand out: booted, and with the template's start
+command running and its ready command passed (as E2B's snapshot of a template is taken with
+them done). From the warm pool when it holds one, which fills itself through the same boot, so
+a pooled create stays an /init away even for a template with a slow start command."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from sandboxd.builds.start_cmd import start_and_wait
+from sandboxd.envd_client import EnvdClient, EnvdUnreachable
+from sandboxd.errors import BootError, SandboxError, TemplateError
+from sandboxd.host.spec import BootImage
+from sandboxd.ids import new_sandbox_id
+from sandboxd.lifecycle.pool import WarmPool
+
+if TYPE_CHECKING:
+    from sandboxd.builds.template_image import TemplateImage
+    from sandboxd.host.cgroups import Limits
+    from sandboxd.host.netns import NetNamespace
+    from sandboxd.host.runtime import Box, Runtime
+
+log = logging.getLogger("sandboxd.lifecycle.template_boxes")
+
+
+class TemplateBoxes:
+    def __init__(self, runtime: Runtime, pool_size: int) -> None:
+        self.runtime = runtime
+        self._starting: dict[str, Box] = {}
+        self.envd = EnvdClient(self._netns_of)
+        self.pool = WarmPool(runtime, pool_size, self.boot)
+
+    def _netns_of(self, sandbox_id: str) -> NetNamespace | None:
+        box = self._starting.get(sandbox_id)
+        return None if box is None else box.netns
+
+    async def take(self, image: TemplateImage, limits: Limits, disk_mb: int) -> Box:
+        """A ready sandbox of `image`: a pooled one, or one booted now.
+
+        Raises:
+            TemplateError: the image cannot boot; BootError: it did not come up, or its start
+                command did not get ready (nothing of the sandbox is left).
+        """
+        box = await self.pool.take(image, limits, disk_mb)
+        return box if box is not None else await self.boot(image, limits, disk_mb)
+
+    def fill(self, image: TemplateImage, limits: Limits, disk_mb: int) -> None:
+        self.pool.fill(image, limits, disk_mb)
+
+    async def boot(self, image: TemplateImage, limits: Limits, disk_mb: int) -> Box:
+        """Boot a sandbox of `image` and run its start and ready commands."""
+        boot_image = BootImage(image.layer_paths, image.init)
+        box = await self.runtime.boot(new_sandbox_id(), boot_image, limits, disk_mb)
+        if not (image.start_cmd or image.ready_cmd):
+            return box
+        self._starting[box.id] = box
+        try:
+            await start_and_wait(self.envd, box.id, image)
+        except (SandboxError, EnvdUnreachable) as exc:
+            try:
+                await self.runtime.kill(box)
+            except SandboxError:
+                log.exception("sandbox %s: killing it after its start command failed", box.id)
+            if isinstance(exc, TemplateError):
+                raise
+            raise BootError(f"sandbox {box.id}: the template's start command: {exc}") from exc
+        finally:
+            self._starting.pop(box.id, None)
+            await self.envd.forget(box.id)
+        return box
+
+    async def close(self) -> None:
+        await self.pool.close()
+        await self.envd.aclose()

@@ -1,0 +1,68 @@
+"""`sandboxd template ls` and `sandboxd template rm`: the templates of a state directory from
+the command line, beside a running serve or without one (the store is shared through SQLite's
+WAL; what `rm` removes is what `DELETE /templates/{id}` removes, and it refuses the same)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import TYPE_CHECKING
+
+from sandboxd.builds.collect import collect, layers_in_use
+from sandboxd.errors import NotAllowed
+from sandboxd.host.removal import remove_tree
+from sandboxd.ids import rfc3339
+from sandboxd.store import Store
+from sandboxd.templates import Templates
+
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Callable
+    from pathlib import Path
+
+
+def add_parsers(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    state_dir_option: Callable[[argparse.ArgumentParser], None],
+) -> None:
+    ls = commands.add_parser("ls", help="list the templates, their tags and builds")
+    rm = commands.add_parser("rm", help="delete a template (not while sandboxes use it)")
+    rm.add_argument("template", metavar="ID-OR-NAME")
+    for p in (ls, rm):
+        state_dir_option(p)
+
+
+def run(args: argparse.Namespace, state_dir: Path) -> None:
+    """Raises SandboxError (unknown template, refused deletion)."""
+    store = Store(state_dir)
+    try:
+        if args.template_command == "ls":
+            _list(store)
+        else:
+            asyncio.run(_remove(store, state_dir, args.template))
+    finally:
+        store.close()
+
+
+def _list(store: Store) -> None:
+    sys.stdout.write(
+        f"{'TEMPLATE':22} {'NAME':24} {'STATUS':9} {'BUILDS':>6} {'UPDATED':27} TAGS\n"
+    )
+    for t in store.templates():
+        tags = ",".join(tag.tag for tag in store.tags(t.template_id))
+        sys.stdout.write(f"{t.template_id:22} {t.alias or '-':24} {t.build_status:9} "
+                         f"{t.build_count:6d} {rfc3339(t.updated_at):27} {tags or '-'}\n")  # fmt: skip
+
+
+async def _remove(store: Store, state_dir: Path, ref: str) -> None:
+    template_ids = {s.template_id for s in store.sandboxes()}
+    templates = Templates(store, lambda template_id: template_id in template_ids)
+    template = templates.get(ref)
+    if store.builds(template.template_id, status="building"):
+        raise NotAllowed(f"template '{ref}' is being built: delete it through the API")
+    await templates.delete(template.template_id)
+    await asyncio.to_thread(remove_tree, state_dir / "uploads" / template.template_id)
+    keep = layers_in_use(store, state_dir / "sandboxes")
+    removed = [] if keep is None else collect(state_dir / "layers", keep)
+    sys.stdout.write(f"deleted template {template.template_id}; {len(removed)} unused layers "
+                     "removed\n")  # fmt: skip
