@@ -39,6 +39,12 @@ class Facts:
         return f"http://{self.index}/{name}", Path(self.indexRoot) / name
 
 
+def shouted(mark: str) -> tuple[str, str]:
+    """(a shell command printing `mark` in upper case, what it prints): the log shows a step's
+    command too, so only the upper-case text proves the step ran and its output was logged."""
+    return f"echo {mark} | tr a-z A-Z", mark.upper()
+
+
 def unique(what: str) -> str:
     """A template name of its own for this run (both SDK suites share one server)."""
     return f"py-{what}-{uuid.uuid4().hex[:8]}"

@@ -9,7 +9,7 @@ import uuid
 import pytest
 from e2b import BuildException, Sandbox, SandboxException, Template
 
-from tests.sdk.builds.templates import Facts, Logs, build_status, run, unique
+from tests.sdk.builds.templates import Facts, Logs, api, build_status, run, shouted, unique
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -21,12 +21,12 @@ def stamp_of(name: str, made: list[Sandbox]) -> str:
 
 
 def test_cached_rebuild(facts: Facts, made: list[Sandbox], built: list[str]) -> None:
-    mark = f"stamped-{uuid.uuid4().hex}"
+    say_mark, mark = shouted(f"stamped-{uuid.uuid4().hex}")
     template = (
         Template()
         .from_image(facts.images["debian"])
         .set_user("root")
-        .run_cmd(f"date +%s%N > /stamp && echo {mark}")
+        .run_cmd(f"date +%s%N > /stamp && {say_mark}")
         .set_envs({"CACHED": "yes"})
         .run_cmd('echo "$CACHED" > /after')
     )
@@ -50,12 +50,13 @@ def test_cached_rebuild(facts: Facts, made: list[Sandbox], built: list[str]) -> 
 
 
 def test_failing_step(facts: Facts, made: list[Sandbox], built: list[str]) -> None:
-    out, err = f"out-{uuid.uuid4().hex}", f"err-{uuid.uuid4().hex}"
+    say_out, out = shouted(f"out-{uuid.uuid4().hex}")
+    say_err, err = shouted(f"err-{uuid.uuid4().hex}")
     template = (
         Template()
         .from_image(facts.images["debian"])
         .run_cmd("echo fine > /tmp/fine")
-        .run_cmd(f"echo {out} && echo {err} >&2 && exit 7")
+        .run_cmd(f"{say_out} && ({say_err}) >&2 && exit 7")
         .run_cmd("echo never > /tmp/never")
     )
     name = unique("failing")
@@ -71,9 +72,11 @@ def test_failing_step(facts: Facts, made: list[Sandbox], built: list[str]) -> No
     status = build_status(*logs.ids)
     assert status["status"] == "error"
     assert status["reason"]["step"] == "2", status["reason"]
-    # No template to start a sandbox from: the build made none.
+    # No template to start a sandbox from: the build made none (a clear 4xx, not a 500).
     with pytest.raises(SandboxException):
         made.append(Sandbox.create(name))
+    refused = api("POST", "/sandboxes", json={"templateID": name})
+    assert refused.status_code in (400, 404), refused.text
 
 
 def test_image_that_does_not_exist(facts: Facts, built: list[str]) -> None:

@@ -84,7 +84,12 @@ def test_tags(facts: Facts, made: list[Sandbox], built: list[str]) -> None:
     assert version_of(f"{name}:v1") == "v1"
     assert version_of(f"{name}:v2") == "v2"
     assert version_of(f"{name}:latest-two") == "v2"
-    assert version_of(name) == "v2"  # the default tag: the latest successful build
+    # No build without a tag yet: the bare name (its `default` tag) names none, a clear 4xx.
+    refused = api("POST", "/sandboxes", json={"templateID": name})
+    assert refused.status_code in (400, 404), refused.text
+    Template.build(version("v3"), name)
+    assert version_of(name) == "v3"  # the default tag: the latest build without tags
+    assert version_of(f"{name}:v2") == "v2"
     tags = {t.tag: t.build_id for t in Template.get_tags(name)}
     assert {"v1", "v2", "latest-two"} <= set(tags)
     assert tags["v1"] == v1.build_id
@@ -96,6 +101,8 @@ def test_tags(facts: Facts, made: list[Sandbox], built: list[str]) -> None:
     assert "stable" not in {t.tag for t in Template.get_tags(name)}
     with pytest.raises(SandboxException):
         made.append(Sandbox.create(f"{name}:stable"))
+    refused = api("POST", "/sandboxes", json={"templateID": f"{name}:stable"})
+    assert refused.status_code in (400, 404), refused.text
 
 
 def test_start_command_ready_when_create_returns(
@@ -132,7 +139,8 @@ def test_delete(facts: Facts, made: list[Sandbox], built: list[str]) -> None:
     made.append(sandbox)
     # Refused while a sandbox uses it.
     refused = api("DELETE", f"/templates/{ident}")
-    assert refused.status_code == 409, refused.text
+    assert refused.status_code in (400, 409), refused.text
+    assert "used" in refused.json()["message"]
     sandbox.kill()
     made.clear()
     delete_template(name)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import pytest
 from e2b import Sandbox, Template
 
-from tests.sdk.builds.templates import Logs, build_status, run, unique
+from tests.sdk.builds.templates import Logs, build_status, run, shouted, unique
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -42,7 +42,7 @@ def test_debian_image_every_step_and_streamed_logs(
     (ctx / "notes.txt").write_text("for user\n")
     # The first step prints a mark, then waits until the test has seen the mark in its logs
     # callback (while the build is still `building`) and released it.
-    mark = f"streamed-{uuid.uuid4().hex}"
+    say_mark, mark = shouted(f"streamed-{uuid.uuid4().hex}")
     url, release = facts.release_file()
     logs = Logs()
     status_at_mark: list[str] = []
@@ -57,7 +57,7 @@ def test_debian_image_every_step_and_streamed_logs(
         Template(file_context_path=ctx)
         .from_image(facts.images["debian"])
         .set_user("root")  # the steps' default user is `user`, as in E2B
-        .run_cmd(f"echo {mark} && " + WAIT_FOR.format(get=f"curl -sf {url}"))
+        .run_cmd(f"{say_mark} && " + WAIT_FOR.format(get=f"curl -sf {url}"))
         .set_envs({"BUILD_GREETING": "hello builder", "SECOND": "two words"})
         .copy("app/", "/srv/app/")
         .set_workdir("/srv/app")

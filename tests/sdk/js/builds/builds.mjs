@@ -20,6 +20,9 @@ export const facts = JSON.parse(process.env.BUILD_FACTS)
 
 export const unique = (what) => `js-${what}-${randomBytes(4).toString('hex')}`
 export const nonce = () => randomBytes(8).toString('hex')
+// [a shell command printing `mark` in upper case, what it prints]: the log shows a step's
+// command too, so only the upper-case text proves the step ran and its output was logged.
+export const shouted = (mark) => [`echo ${mark} | tr a-z A-Z`, mark.toUpperCase()]
 
 export async function api(method, path, body) {
   const headers = { 'X-API-Key': process.env.E2B_API_KEY }

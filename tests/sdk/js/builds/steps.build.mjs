@@ -7,14 +7,14 @@ import { test } from 'node:test'
 
 import { BuildError, Sandbox, Template } from 'e2b'
 
-import { buildStatus, built, context, create, facts, Logs, nonce, pipInstall, releaseFile, run,
-  unique, waitFor } from './builds.mjs'
+import { api, buildStatus, built, context, create, facts, Logs, nonce, pipInstall, releaseFile, run,
+  shouted, unique, waitFor } from './builds.mjs'
 
 test('a Debian image, every step type, logs streamed while building', async (t) => {
   const ctx = context({ 'app/main.js': 'console.log(1)\n', 'app/sub/data.txt': 'data\n',
     'notes.txt': 'for user\n' })
   symlinkSync('main.js', join(ctx, 'app', 'link.js'))
-  const mark = `streamed-${nonce()}`
+  const [sayMark, mark] = shouted(`streamed-${nonce()}`)
   const release = releaseFile()
   const logs = new Logs()
   const statusAtMark = []
@@ -30,7 +30,7 @@ test('a Debian image, every step type, logs streamed while building', async (t) 
   const template = Template({ fileContextPath: ctx })
     .fromImage(facts.images.debian)
     .setUser('root') // the steps' default user is `user`, as in E2B
-    .runCmd(`echo ${mark} && ${waitFor(`curl -sf ${release.url}`)}`)
+    .runCmd(`${sayMark} && ${waitFor(`curl -sf ${release.url}`)}`)
     .setEnvs({ BUILD_GREETING: 'hello builder' })
     .copy('app/', '/srv/app/')
     .setWorkdir('/srv/app')
@@ -81,9 +81,9 @@ test('a busybox-style image', async (t) => {
 })
 
 test('a cached rebuild reuses the steps; skipCache does not', async (t) => {
-  const mark = `stamped-${nonce()}`
+  const [sayMark, mark] = shouted(`stamped-${nonce()}`)
   const template = Template().fromImage(facts.images.debian).setUser('root')
-    .runCmd(`date +%s%N > /stamp && echo ${mark}`)
+    .runCmd(`date +%s%N > /stamp && ${sayMark}`)
   const name = built(t, unique('cache'))
   const stamp = async () => run(await create(t, name), 'cat /stamp')
   const [first, second, forced] = [new Logs(), new Logs(), new Logs()]
@@ -101,10 +101,11 @@ test('a cached rebuild reuses the steps; skipCache does not', async (t) => {
 })
 
 test('a failing step: BuildError, its number and its output', async (t) => {
-  const [out, err] = [`out-${nonce()}`, `err-${nonce()}`]
+  const [sayOut, out] = shouted(`out-${nonce()}`)
+  const [sayErr, err] = shouted(`err-${nonce()}`)
   const template = Template().fromImage(facts.images.debian)
     .runCmd('echo fine > /tmp/fine')
-    .runCmd(`echo ${out} && echo ${err} >&2 && exit 7`)
+    .runCmd(`${sayOut} && (${sayErr}) >&2 && exit 7`)
   const name = built(t, unique('failing'))
   const logs = new Logs()
   await assert.rejects(Template.build(template, name, { onBuildLogs: logs.add }), BuildError)
@@ -114,4 +115,5 @@ test('a failing step: BuildError, its number and its output', async (t) => {
   assert.equal(status.status, 'error')
   assert.equal(status.reason.step, '2')
   await assert.rejects(Sandbox.create(name))
+  assert.ok([400, 404].includes((await api('POST', '/sandboxes', { templateID: name })).status))
 })
