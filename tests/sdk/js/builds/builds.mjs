@@ -54,17 +54,31 @@ export async function buildStatus(templateID, buildID) {
   return got.json()
 }
 
-// The template `name`, deleted when the test ends (after its sandboxes: t.after runs last
-// registered first, and a test registers its template before it creates sandboxes).
+// What each test made: its sandboxes are killed, then its templates deleted (one in use cannot
+// be), when it ends, whatever happened.
+const madeBy = new WeakMap()
+function made(t) {
+  if (!madeBy.has(t)) {
+    const made = { sandboxes: [], templates: [] }
+    madeBy.set(t, made)
+    t.after(async () => {
+      for (const id of made.sandboxes) await Sandbox.kill(id)
+      for (const name of made.templates) await deleteTemplate(name)
+    })
+  }
+  return madeBy.get(t)
+}
+
+// The template `name`, deleted when the test ends.
 export function built(t, name) {
-  t.after(() => deleteTemplate(name))
+  made(t).templates.push(name)
   return name
 }
 
-// Sandbox.create(template), killed when the test ends whatever happened.
+// Sandbox.create(template), killed when the test ends.
 export async function create(t, template) {
   const sbx = await Sandbox.create(template)
-  t.after(() => Sandbox.kill(sbx.sandboxId))
+  made(t).sandboxes.push(sbx.sandboxId)
   return sbx
 }
 
