@@ -10,7 +10,8 @@ COPY and an ENV:
   then `commands.run("true")` (bench/sdk_template_builder.py; cold: no warm pool for a built
   template), against `podman run -d IMAGE sleep infinity` then `podman exec CONTAINER true`;
 - disk use of ten templates sharing the base (ten one-RUN Dockerfiles on the same image): the
-  growth of sandboxd's state directory and of podman's root, `du` (blocks allocated).
+  growth of sandboxd's state directory and of podman's root, `du` (blocks allocated), and
+  all of each one's storage then (the pulled base, the first template, the ten).
 
 sandboxd builds through the unmodified Python SDK (`Template.from_dockerfile`,
 `Template.build`), with `--no-network` (nothing in the steps needs a network). podman runs as
@@ -188,7 +189,7 @@ def measure(
     registry_dir.mkdir()
     registry = start_registry(registry_dir)
     series: dict[str, dict[str, list[float]]] = {
-        side: {"cold": [], "cached": [], "create": [], "disk": []}
+        side: {"cold": [], "cached": [], "create": [], "disk": [], "disk_total": []}
         for side in ("sandboxd", "podman")
     }
     sdk: SdkProcess | None = None
@@ -232,6 +233,7 @@ def podman_round(dir: Path, context: Path, dockerfile: Path, shares: list[Path],
         for n, share in enumerate(shares):
             podman.build(f"bench:share{n}", context, share)
         series["disk"].append((disk_kib(dir) - before) / 1024)
+        series["disk_total"].append(disk_kib(dir) / 1024)
     finally:
         podman.reset()
         shutil.rmtree(dir, ignore_errors=True)
@@ -250,6 +252,7 @@ def sandboxd_round(side: SandboxdSide, context: Path, dockerfile: Path, shares: 
         for n, share in enumerate(shares):
             side.build(f"bench-share{n}", context, share)
         series["disk"].append((disk_kib(server.state_dir) - before) / 1024)
+        series["disk_total"].append(disk_kib(server.state_dir) / 1024)
     finally:
         side.stop()
 
@@ -269,7 +272,8 @@ def report(series: dict[str, dict[str, list[float]]], load: tuple[float, float])
             print(
                 f"disk, {SHARING} templates on one base  {side:9s} "
                 f"+{statistics.median(s['disk']):.1f} MiB (rounds: "
-                f"{', '.join(f'{d:.1f}' for d in s['disk'])})"
+                f"{', '.join(f'{d:.1f}' for d in s['disk'])}); all of its storage then: "
+                f"{statistics.median(s['disk_total']):.0f} MiB"
             )
 
 
