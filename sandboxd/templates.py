@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from envd.settings import ENVD_VERSION
 from sandboxd.build_tables import BuildRow
 from sandboxd.builds.template_image import TemplateImage
-from sandboxd.errors import NotAllowed, NotFound, TemplateError, TemplateNotFound
+from sandboxd.errors import NotAllowed, NotFound, TemplateNotFound
 from sandboxd.host.cgroups import Limits
 from sandboxd.ids import new_build_id, new_template_id, now_us
 from sandboxd.store import TemplateRow
@@ -115,7 +115,7 @@ class Templates:
 
         Raises:
             TemplateNotFound: no such template, or no such tag.
-            TemplateError: the tag's build has no image (it never succeeded).
+            NotFound: the template has no successful build to boot yet.
         """
         name, tag = split_ref(ref)
         template = self.get(name)
@@ -124,11 +124,11 @@ class Templates:
             if tag in (None, DEFAULT_TAG) and template.rootfs:
                 return template, TemplateImage.of_rootfs(template.rootfs)
             if tag is None:
-                raise TemplateError(f"template '{name}' has no successful build yet")
+                raise NotFound(f"template '{name}' has no successful build yet")
             raise TemplateNotFound(ref)
         build = self.store.build(row.build_id)
         if build is None or build.image is None:
-            raise TemplateError(f"template '{ref}': its build {row.build_id} has no image")
+            raise NotFound(f"template '{ref}': its build {row.build_id} has no image")
         return template, TemplateImage.from_json(build.image)
 
     async def request_build(
