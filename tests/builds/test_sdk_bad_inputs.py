@@ -9,6 +9,7 @@ import io
 import os
 import socket
 import tarfile
+import time
 import uuid
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -16,6 +17,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import httpx
 import pytest
 
+from sandboxd.builds.upload_urls import VALID_S, signed_path
+from sandboxd.serve import server_secret
 from tests.waiting import wait_until
 
 if TYPE_CHECKING:
@@ -168,6 +171,19 @@ def test_upload_without_a_valid_signature(build_server: UplinkSandboxd, unchange
             answer = put(build_server, urlunsplit(parts._replace(query=urlencode(altered))), body)
             assert answer.status_code in (401, 403), (key, answer.text)
             assert answer.json()["message"]
+        # Signed with serve's own secret as the URL it hands out: valid an hour ago, expired now;
+        # the same made now is taken (so the expired one is refused for its age alone).
+        secret = server_secret(build_server.state_dir)
+        files_hash = parts.path.rstrip("/").split("/")[-1]
+
+        def signed(now: float) -> str:
+            return urlunsplit(parts._replace(path="", query="")) + signed_path(
+                secret, template, files_hash, now
+            )
+
+        expired = put(build_server, signed(time.time() - 2 * VALID_S), body)
+        assert_clear(expired, 403, "expired")
+        assert put(build_server, signed(time.time()), body).status_code == 200
     finally:
         delete(build_server, template)
 
