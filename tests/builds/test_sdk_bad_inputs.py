@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from sandboxd.builds.upload_urls import VALID_S, signed_path
+from sandboxd.lifecycle.tokens import Tokens
 from sandboxd.serve import server_secret
 from tests.waiting import wait_until
 
@@ -171,14 +172,14 @@ def test_upload_without_a_valid_signature(build_server: UplinkSandboxd, unchange
             answer = put(build_server, urlunsplit(parts._replace(query=urlencode(altered))), body)
             assert answer.status_code in (401, 403), (key, answer.text)
             assert answer.json()["message"]
-        # Signed with serve's own secret as the URL it hands out: valid an hour ago, expired now;
+        # Signed with serve's own key as the URLs it hands out: valid an hour ago, expired now;
         # the same made now is taken (so the expired one is refused for its age alone).
-        secret = server_secret(build_server.state_dir)
+        uploads_key = Tokens(server_secret(build_server.state_dir)).uploads_key()
         files_hash = parts.path.rstrip("/").split("/")[-1]
 
         def signed(now: float) -> str:
             return urlunsplit(parts._replace(path="", query="")) + signed_path(
-                secret, template, files_hash, now
+                uploads_key, template, files_hash, now
             )
 
         expired = put(build_server, signed(time.time() - 2 * VALID_S), body)
