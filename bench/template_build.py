@@ -7,8 +7,8 @@ COPY and an ENV:
   image's pull included;
 - cached rebuild: the same Dockerfile again (every step from the cache);
 - create → first command from the result: the unmodified Python SDK's `Sandbox.create(name)`
-  then `commands.run("true")` (bench/sdk_template_builder.py; each a boot: serve
-  runs without `--pool`), against `podman run -d IMAGE sleep infinity` then `podman exec CONTAINER true`;
+  then `commands.run("true")` (bench/sdk_template_builder.py; each a boot: serve runs
+  without `--pool`), against `podman run -d IMAGE sleep infinity` then `podman exec C true`;
 - disk use of ten templates sharing the base (ten one-RUN Dockerfiles on the same image): the
   growth of sandboxd's state directory and of podman's root, `du` (blocks allocated), and
   all of each one's storage then (the pulled base, the first template, the ten).
