@@ -18,6 +18,7 @@ from sandboxd.builds.envd_layer import envd_artifact, envd_layer
 from sandboxd.builds.provision import provision
 from sandboxd.builds.template_image import DEFAULT_USER, DEFAULT_WORKDIR, TemplateImage
 from sandboxd.images import pull, reference
+from sandboxd.images.known import KnownImages
 from sandboxd.images.skopeo import Credentials
 
 if TYPE_CHECKING:
@@ -63,8 +64,13 @@ def _from_image(recipe: Recipe, source: ImageSource) -> Base:
     creds = recipe.fromImageRegistry
     credentials = Credentials(creds.username or "", creds.password or "") if creds else None
     insecure = reference.parse(ref).on_loopback()
-    pulled = pull.pull(ref, source.store, mirror=source.mirror, credentials=credentials,
-                       insecure=insecure)  # fmt: skip
+    known = KnownImages(source.store.dir)
+    account = credentials.username if credentials else None
+    pulled = None if recipe.force else known.get(ref, account)
+    if pulled is None:
+        pulled = pull.pull(ref, source.store, mirror=source.mirror, credentials=credentials,
+                           insecure=insecure)  # fmt: skip
+        known.put(ref, account, pulled)
     envd = envd_layer(source.store.dir, artifact)
     lowers = [*pulled.layers, envd]
     key = _digest({"image": pulled.digest, "envd": envd.name, "provision": PROVISION_VERSION})

@@ -14,6 +14,7 @@ import dataclasses
 import hashlib
 import json
 import shlex
+import stat
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -71,8 +72,8 @@ async def run_steps(recipe: Recipe, base: Base, ctx: Context, log: BuildLog) -> 
             image = dataclasses.replace(image, env={**image.env, **env})
             log.add(described, step=label)
             continue
-        if step.type == "USER" and layer_view.ids_of(image.layer_paths, step.args[0]) is not None:
-            image = dataclasses.replace(image, user=step.args[0])
+        if _nothing_to_make(step, image):  # a USER the image has, a WORKDIR that exists
+            image = _after(step, image)
             log.add(described, step=label)
             continue
         key = _key(key, step, image)
@@ -90,6 +91,16 @@ async def run_steps(recipe: Recipe, base: Base, ctx: Context, log: BuildLog) -> 
         image = dataclasses.replace(image, layers=(*image.layers, str(ctx.layers.path(name))))
         image = _after(step, image)
     return dataclasses.replace(image, start_cmd=recipe.startCmd, ready_cmd=recipe.readyCmd)
+
+
+def _nothing_to_make(step: Step, image: TemplateImage) -> bool:
+    layers = image.layer_paths
+    if step.type == "USER":
+        return layer_view.ids_of(layers, step.args[0]) is not None
+    if step.type == "WORKDIR":
+        found = layer_view.resolve(layers, _absolute(step.args[0], image.workdir))
+        return found is not None and stat.S_ISDIR(found[1].st_mode)
+    return False
 
 
 def _after(step: Step, image: TemplateImage) -> TemplateImage:
