@@ -69,6 +69,8 @@ class SandboxRow:
     env_vars: dict[str, str] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)
     uid_base: int | None = None  # the first host uid of the sandbox's range
+    default_user: str | None = None  # envd's, from the template; None: E2B's `user`
+    default_workdir: str | None = None  # and /home/user
 
 
 @dataclass(frozen=True)

@@ -3,9 +3,11 @@ sandbox or, for COPY, from the upload on the host), and the finalize phase, whic
 result and checks its start and ready commands. The log says what happened at each step; a
 failure ends the build with the step E2B's `reason.step` names (`base`, `1`.., `finalize`).
 
-Each layer is keyed by a hash of the layer below's key and the step, with the env, user and
-workdir the step runs with and, for COPY, its upload's hash: an unchanged prefix of steps is
-found again; `force` (the build's, or a step's, from that step on) makes them anew."""
+Each layer is keyed by a hash of the layer below (the base's key, or the layer's name) and the
+step, with the env, user and workdir the step runs with and, for COPY, its upload's hash: an
+unchanged prefix of steps is found again; `force` (the build's, or a step's, from that step on)
+makes them anew, as new layers (a template made before keeps its own), which later builds then
+find for those keys."""
 
 from __future__ import annotations
 
@@ -61,7 +63,7 @@ class Context:
 
 async def run_steps(recipe: Recipe, base: Base, ctx: Context, log: BuildLog) -> TemplateImage:
     """The image the recipe's steps make over `base`. Raises StepFailed."""
-    image, key = base.image, base.key
+    image, parent = base.image, base.key
     forced = recipe.force
     for number, step in enumerate(recipe.steps, 1):
         label = str(number)
@@ -76,18 +78,21 @@ async def run_steps(recipe: Recipe, base: Base, ctx: Context, log: BuildLog) -> 
             image = _after(step, image)
             log.add(described, step=label)
             continue
-        key = _key(key, step, image)
-        name = f"step-{key[:32]}"  # 128 bits: short paths, as overlay options are one page
-        if ctx.layers.has(name) and not forced:
+        key = _key(parent, step, image)
+        name = None if forced else ctx.layers.latest(key)
+        if name is not None:
             log.add(f"CACHED {described}", step=label)
         else:
             log.add(described, step=label)
+            name = ctx.layers.fresh_name(key)
             try:
                 await _make_layer(step, image, ctx, log, label, name)
             except StepFailed:
                 raise
             except (SandboxError, OSError) as exc:
                 raise StepFailed(label, f"step {number} ({step.type}) failed: {exc}") from exc
+            await asyncio.to_thread(ctx.layers.point, key, name)
+        parent = name  # the next step's key names the layer below it, a forced one's included
         image = dataclasses.replace(image, layers=(*image.layers, str(ctx.layers.path(name))))
         image = _after(step, image)
     return dataclasses.replace(image, start_cmd=recipe.startCmd, ready_cmd=recipe.readyCmd)
@@ -116,9 +121,10 @@ def _absolute(path: str, workdir: str) -> str:
 
 
 def _key(parent: str, step: Step, image: TemplateImage) -> str:
+    """128 bits of hash: layer paths stay short (a mount's options are one page)."""
     data = {"parent": parent, "step": step.key(), "env": image.env, "user": image.user,
             "workdir": image.workdir, "shell": image.shell}  # fmt: skip
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:32]
 
 
 async def _make_layer(

@@ -6,6 +6,7 @@ half-made layer is ever seen, and two builds making the same layer at once both 
 from __future__ import annotations
 
 import contextlib
+import os
 import secrets
 from typing import TYPE_CHECKING
 
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
 
 NEW_PREFIX = ".new-"  # sandboxd.builds.entries.building's
 VIEW_PREFIX = ".view-"
+LATEST_PREFIX = ".latest-"  # a file naming the newest layer made for a step's key
 # The mount's options are one page; each layer's path is about 100 characters of it.
 MAX_OPTIONS = 4000
 
@@ -32,6 +34,30 @@ class LayerDirs:
 
     def has(self, name: str) -> bool:
         return (self.dir / name).is_dir()
+
+    def latest(self, key: str) -> str | None:
+        """The name of the newest step layer made for `key`, if it is still there."""
+        try:
+            name = (self.dir / f"{LATEST_PREFIX}{key}").read_text()
+        except FileNotFoundError:
+            name = f"step-{key}"
+        for candidate in (name, f"step-{key}"):
+            if self.has(candidate):
+                return candidate
+        return None
+
+    def fresh_name(self, key: str) -> str:
+        """A name for a new step layer of `key`: `step-KEY`, or one of its own when a forced
+        step makes it again (a layer is never changed once made: templates stack it)."""
+        name = f"step-{key}"
+        return f"{name}-{secrets.token_hex(4)}" if (self.dir / name).exists() else name
+
+    def point(self, key: str, name: str) -> None:
+        """`name` is the newest layer for `key`."""
+        pointer = self.dir / f"{LATEST_PREFIX}{key}"
+        tmp = pointer.with_name(f"{NEW_PREFIX}{pointer.name}-{secrets.token_hex(4)}")
+        tmp.write_text(name)
+        os.replace(tmp, pointer)
 
     def make(self, name: str, fill: Callable[[Path], None]) -> Path:
         """`DIR/name`, made by `fill(path)` (which makes that directory whole or not at all)

@@ -6,8 +6,9 @@ writes files only, so it works for any image and runs nothing from it):
   /home/user owned by it, shell /bin/bash if the image has one, else /bin/sh), added to copies
   of the image's /etc/passwd, /etc/group and /etc/shadow (when it has one);
 - passwordless sudo for it (a file in /etc/sudoers.d) where the image has /usr/bin/sudo;
-- /bin/bash, where the image has none, as a link to its /bin/sh: the SDKs run every command
-  as `/bin/bash -l -c CMD` (busybox's and dash's sh take those options too).
+- /bin/bash, where the image has none, as a script exec'ing its /bin/sh: the SDKs run every
+  command as `/bin/bash -l -c CMD` (busybox's and dash's sh take those options too; a link
+  would not do: busybox picks its applet by the name it is run as, and has no `bash`).
 
 It refuses an image envd cannot run in: without /bin/sh, without glibc 2.28 or newer (the
 self-contained envd artifact's interpreter is linked against it), or without libgcc_s.so.1
@@ -42,6 +43,7 @@ FIRST_UID = 1000
 LAST_UID = 65533  # below nobody's 65534, inside a sandbox's 65536 ids
 SUDOERS = f"/etc/sudoers.d/{USER}"
 SUDOERS_LINE = f"{USER} ALL=(ALL:ALL) NOPASSWD: ALL\n"
+BASH_SCRIPT = '#!/bin/sh\nexec /bin/sh "$@"\n'
 MIN_GLIBC = (2, 28)
 # The artifact's interpreter asks for this loader (the x86-64 ABI's), then libc.so.6 from the
 # loader's default directories (Debian's multiarch ones, Fedora's lib64, Arch's lib).
@@ -71,7 +73,7 @@ def provision(lowers: Sequence[Path], dest: Path) -> None:
             if image.exists("/usr/bin/sudo"):
                 _write(image, dest, SUDOERS, SUDOERS_LINE, mode=0o440)
             if not image.exists("/bin/bash"):
-                _link(image, dest, "/bin/bash", "sh")
+                _write(image, dest, "/bin/bash", BASH_SCRIPT, mode=0o755)
         except OSError as exc:
             raise TemplateError(f"provisioning the image: {exc.strerror}: {exc.filename}") from exc
 
@@ -219,14 +221,6 @@ def _write(image: _Image, dest: Path, path: str, text: str, mode: int) -> None:
     else:
         os.chown(target, st.st_uid, st.st_gid)
         target.chmod(stat.S_IMODE(st.st_mode))
-
-
-def _link(image: _Image, dest: Path, path: str, target: str) -> None:
-    """A symbolic link `path` -> `target` in the layer, where the image's directories put it."""
-    real = image.real(path)
-    _mirror_dir(image, dest, real.parent)
-    os.symlink(target, dest / real)
-    os.lchown(dest / real, 0, 0)
 
 
 def _mirror_dir(image: _Image, dest: Path, real: PurePosixPath) -> None:

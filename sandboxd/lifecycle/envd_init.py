@@ -1,5 +1,6 @@
 """envd's /init, as the orchestrator sends it after a boot and after a resume: the create's env
-vars, the access token, the default user and workdir, and the host's time."""
+vars (over the template's), the access token, the default user and workdir (the template's),
+and the host's time."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
+from sandboxd.builds.template_image import DEFAULT_USER, DEFAULT_WORKDIR
 from sandboxd.envd_client import EnvdUnreachable
 from sandboxd.errors import BootError, InitRefused
 from sandboxd.ids import now_us, rfc3339
@@ -15,8 +17,6 @@ if TYPE_CHECKING:
     from sandboxd.envd_client import EnvdClient
     from sandboxd.lifecycle.sandbox import Sandbox
 
-DEFAULT_USER = "user"
-DEFAULT_WORKDIR = "/home/user"
 INIT_DEADLINE_S = 10
 INIT_RETRY_S = 0.005
 
@@ -35,8 +35,8 @@ async def init_envd(envd: EnvdClient, sandbox: Sandbox) -> None:
     while time.monotonic() < deadline:
         body: dict[str, Any] = {
             "envVars": sandbox.row.env_vars,
-            "defaultUser": DEFAULT_USER,
-            "defaultWorkdir": DEFAULT_WORKDIR,
+            "defaultUser": sandbox.row.default_user or DEFAULT_USER,
+            "defaultWorkdir": sandbox.row.default_workdir or DEFAULT_WORKDIR,
             "timestamp": rfc3339(now_us()),
         }
         if sandbox.token is not None:

@@ -194,6 +194,7 @@ class SandboxManager:
         started = now_us()
         row = request.row(box.id, template, started, box.uid_base)
         row.env_vars = {**image.env, **row.env_vars}  # the template's ENV, the create's first
+        row.default_user, row.default_workdir = image.user, image.workdir
         token = self.tokens.envd(box.id) if request.secure else None
         sandbox = Sandbox(row, box, token, ingress_of(row, self.tokens.traffic(box.id)))
         self._starting[box.id] = sandbox

@@ -101,7 +101,7 @@ def test_a_build_over_base_runs_its_steps_and_its_sandboxes_have_the_result(
 
 
 def test_a_rebuild_reuses_the_unchanged_steps_and_force_makes_them_again(
-    api: httpx.Client,
+    api: httpx.Client, server: Sandboxd
 ) -> None:
     first = run(api, "cached", RECIPE, {HASH_A: CONTEXT})
     assert first.status["status"] == "ready", first.messages
@@ -111,6 +111,12 @@ def test_a_rebuild_reuses_the_unchanged_steps_and_force_makes_them_again(
     assert len(cached) == 4, again.messages  # COPY, WORKDIR and both RUNs
     forced = run(api, "cached", {**RECIPE, "force": True})
     assert not [m for m in forced.messages if m.startswith("CACHED")], forced.messages
+    made, remade = _layers_of(server, first.build_id), _layers_of(server, forced.build_id)
+    assert len(made) == len(remade)
+    assert not set(made[-4:]) & set(remade[-4:])  # new layers: the first build's stay as they are
+    assert all(os.path.isdir(p) for p in made)
+    after = run(api, "cached", RECIPE)  # later builds find the newest
+    assert _layers_of(server, after.build_id) == remade
     changed = {**RECIPE, "steps": [*RECIPE["steps"][:5],
                                    {"type": "RUN", "args": ["true"], "force": False}]}  # fmt: skip
     partly = run(api, "cached", changed)
@@ -190,7 +196,7 @@ def test_a_template_in_use_is_not_deleted_and_its_layers_go_with_it(
 
 def _layer_names(server: Sandboxd) -> set[str]:
     layers = server.state_dir / "layers"
-    return {p.name for p in layers.iterdir()} if layers.is_dir() else set()
+    return {p.name for p in layers.iterdir() if p.is_dir()} if layers.is_dir() else set()
 
 
 def _layers_of(server: Sandboxd, build_id: str) -> list[str]:

@@ -55,7 +55,8 @@ def test_a_busybox_image_gets_user_without_sudo(tmp_path: Path, busybox_root: Pa
     assert owner_and_mode(layer / "home/user") == (1000, 1000, 0o755)
     assert owner_and_mode(layer) == owner_and_mode(busybox_root)
     assert not (layer / SUDOERS).exists()  # no sudo in the image
-    assert os.readlink(layer / "bin/bash") == "sh"  # the SDKs run `/bin/bash -l -c`
+    assert (layer / "bin/bash").read_text() == '#!/bin/sh\nexec /bin/sh "$@"\n'  # the SDKs'
+    assert owner_and_mode(layer / "bin/bash") == (0, 0, 0o755)  # `/bin/bash -l -c CMD`
     assert owner_and_mode(layer / "bin") == owner_and_mode(busybox_root / "bin")
     assert sorted(p.name for p in layer.iterdir()) == ["bin", "etc", "home"]
 
