@@ -45,7 +45,9 @@ def command(root: Path, machine: str, uid_base: int, init: Init = "systemd") -> 
     --private-users: a user namespace mapping the container's ids 0..65535 to the sandbox's
     range, with ownership left alone (the root is already seen owned by the range through its
     idmapped layers and its upper directory). No --bind of any kind: nothing of the host is
-    visible inside. nspawn's system-call filter stays on.
+    visible inside. nspawn's system-call filter stays on. --timezone=off: the image's time zone
+    (UTC in base, as E2B's), and no /etc/localtime written by nspawn (as host root) into the
+    writable layer, which a build would otherwise find in its step's layer.
 
     `init` "systemd" boots the image's systemd (--boot); "envd" runs envd as root under
     nspawn's stub init (--as-pid2), which reaps every orphaned process as a PID 1 must, with
@@ -65,6 +67,7 @@ def command(root: Path, machine: str, uid_base: int, init: Init = "systemd") -> 
         "--private-network",
         f"--private-users={uid_base}:{RANGE_SIZE}",
         "--private-users-ownership=off",
+        "--timezone=off",
         *program,
     ]
 
