@@ -39,8 +39,6 @@ if TYPE_CHECKING:
     from sandboxd.host.cgroups import Limits
     from sandboxd.host.runtime import Box
 
-READY_TIMEOUT_S = 120  # the finalize phase's wait for the ready command
-
 
 class StepFailed(TemplateError):
     """A step (or the base, or finalize) failed; `step` is how `reason.step` names it."""
@@ -198,6 +196,6 @@ async def finalize(image: TemplateImage, ctx: Context, log: BuildLog) -> None:
     log.add("finalize: checking the start and ready commands", step="finalize")
     try:
         async with ctx.sandboxes.booted(image, ctx.limits, ctx.disk_mb) as box:
-            await start_and_wait(ctx.sandboxes.envd, box.id, image, READY_TIMEOUT_S)
+            await start_and_wait(ctx.sandboxes.envd, box.id, image)
     except SandboxError as exc:
         raise StepFailed("finalize", f"finalize: {exc}") from exc

@@ -50,7 +50,6 @@ class Builder:
         state_dir: Path,
         envd_artifact: Path | None = None,
         mirror: str | None = None,
-        max_upload_bytes: int | None = None,
     ) -> None:
         self.store = store
         self.templates = templates
@@ -59,19 +58,21 @@ class Builder:
         self.image_store = LayerStore(layers)
         self.source = ImageSource(self.image_store, self.layers, envd_artifact, mirror)
         self.uploads_dir = state_dir / "uploads"
-        self.max_upload_bytes = max_upload_bytes
         self.sandboxes = BuildSandboxes(runtime)
         self._slots = asyncio.Semaphore(CONCURRENT_BUILDS)
         self._running: dict[str, tuple[asyncio.Task[None], BuildLog]] = {}
 
     def uploads(self, template_id: str) -> Uploads:
-        kwargs = {} if self.max_upload_bytes is None else {"max_bytes": self.max_upload_bytes}
-        return Uploads(self.uploads_dir / template_id, **kwargs)
+        return Uploads(self.uploads_dir / template_id)
 
     async def recover(self) -> None:
-        """At start: builds a previous sandboxd left `building` failed; half-made layers gone."""
+        """At start: builds a previous sandboxd left `building` failed; half-made layers and
+        uploads gone."""
         await asyncio.to_thread(self.layers.remove_leftovers)
         await asyncio.to_thread(self.image_store.remove_leftovers)
+        if self.uploads_dir.is_dir():
+            for template_dir in self.uploads_dir.iterdir():
+                await asyncio.to_thread(self.uploads(template_dir.name).remove_leftovers)
         for build in self.store.builds(status="building"):
             await self._fail(build, RESTARTED, None, None)
         await self.collect()
