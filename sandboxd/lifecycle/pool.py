@@ -75,7 +75,9 @@ class WarmPool:
         boxes = self._boxes.setdefault((image.key(), disk_mb), [])
         while len(boxes) < self.size:
             try:
-                boxes.append(await self._boot(image, limits, disk_mb))
+                box = await self._boot(image, limits, disk_mb)
+                boxes.append(box)
+                log.info("warm pool: sandbox %s waiting", box.id)
             except SandboxError as exc:
                 log.warning("warm pool for %s: %s", image.layers[-1], exc)
                 await asyncio.sleep(RETRY_AFTER_FAILURE_S)

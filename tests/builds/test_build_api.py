@@ -371,3 +371,34 @@ def test_concurrent_builds_of_one_recipe_all_succeed_with_one_layer_each_step(
     layers = [_layers_of(server, b.build_id) for b in builds]
     assert layers[0] == layers[1] == layers[2]  # the same steps: the same layers, made once
     assert not [p for p in (server.state_dir / "layers").iterdir() if p.name.startswith(".new-")]
+
+
+def test_the_warm_pool_holds_sandboxes_whose_start_command_is_ready(
+    tmp_path: Path, base_template: Path
+) -> None:
+    flags = (NO_NETWORK, "--pool", "1")
+    with running_sandboxd(tmp_path / "state", base_template, *flags) as server, \
+            server.client() as api:  # fmt: skip
+        recipe = {"fromTemplate": "base", "steps": [],
+                  "startCmd": "date +%s%N > /tmp/started; sleep infinity",
+                  "readyCmd": "test -s /tmp/started"}  # fmt: skip
+        build = run(api, "warm-start", recipe)
+        assert build.status["status"] == "ready", build.messages
+        assert any(m.startswith("finalize") for m in build.messages)
+        booted = create(api, "warm-start")  # a boot: the template's pool fills from here on
+        assert read_file(server, booted, "/tmp/started").strip().isdigit()
+        boxes = server.state_dir / "sandboxes"
+        known = {booted, *(p.name for p in boxes.iterdir() if _is_base_box(server, p.name))}
+        wait_until(lambda: {p.name for p in boxes.iterdir()} - known, 60, "a warm box")
+        (warm,) = {p.name for p in boxes.iterdir()} - known
+        waiting = f"warm pool: sandbox {warm} waiting"  # booted, its start command ready
+        wait_until(lambda: waiting in server.log.read_text(), 60, "it to wait in the pool")
+        pooled = create(api, "warm-start")
+        assert pooled == warm  # its start command ran and was ready before the create
+        assert read_file(server, pooled, "/tmp/started").strip().isdigit()
+
+
+def _is_base_box(server: Sandboxd, sandbox_id: str) -> bool:
+    """A box of the base template's pool (its record stacks base's root filesystem only)."""
+    record = json.loads((server.box_dir(sandbox_id) / "sandbox.json").read_text())
+    return len(record["layers"]) == 1
