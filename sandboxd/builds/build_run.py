@@ -24,6 +24,7 @@ from sandboxd.builds import layer_view
 from sandboxd.builds.copy_layer import copy_to_layer, parse_mode
 from sandboxd.builds.start_cmd import start_and_wait
 from sandboxd.errors import SandboxError, TemplateError
+from sandboxd.host import overlay
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -178,7 +179,7 @@ async def _copy(step: Step, image: TemplateImage, ctx: Context, label: str, name
     context = ctx.uploads.path(step.filesHash)
 
     def fill(layer: Path) -> None:
-        with ctx.layers.view(image.layer_paths) as below:
+        with overlay.read_only_view(image.layer_paths, ctx.layers.dir) as below:
             copy_to_layer(context, src, dest, layer, uid=ids[0], gid=ids[1], mode=mode,
                           workdir=image.workdir, lower_view=below)  # fmt: skip
 

@@ -5,24 +5,19 @@ half-made layer is ever seen, and two builds making the same layer at once both 
 
 from __future__ import annotations
 
-import contextlib
 import os
 import secrets
 from typing import TYPE_CHECKING
 
-from sandboxd.errors import TemplateError
-from sandboxd.host import libc
+from sandboxd.host.overlay import VIEW_PREFIX
 from sandboxd.host.removal import detach_mounts, remove_tree
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Sequence
+    from collections.abc import Callable
     from pathlib import Path
 
 NEW_PREFIX = ".new-"  # sandboxd.builds.entries.building's
-VIEW_PREFIX = ".view-"
 LATEST_PREFIX = ".latest-"  # a file naming the newest layer made for a step's key
-# The mount's options are one page; each layer's path is about 100 characters of it.
-MAX_OPTIONS = 4000
 
 
 class LayerDirs:
@@ -73,32 +68,9 @@ class LayerDirs:
                 raise
         return dest
 
-    @contextlib.contextmanager
-    def view(self, layers: Sequence[Path]) -> Iterator[Path]:
-        """`layers` (lowest first) as one read-only overlay on the host, without an idmap (the
-        ids the image has), unmounted and removed when the block ends. Blocking.
-
-        Raises:
-            TemplateError: too many layers for one mount's options.
-        """
-        scratch = self.dir / f"{VIEW_PREFIX}{secrets.token_hex(6)}"
-        empty, root = scratch / "empty", scratch / "root"
-        lowerdir = ":".join(str(p) for p in reversed([empty, *layers]))  # overlay wants two
-        if len(lowerdir) > MAX_OPTIONS:
-            raise TemplateError(f"{len(layers)} layers are more than one overlay mount takes")
-        for d in (scratch, empty, root):
-            d.mkdir(mode=0o700)
-        try:
-            libc.mount("overlay", str(root), "overlay", f"ro,lowerdir={lowerdir}")
-            try:
-                yield root
-            finally:
-                detach_mounts(root)
-        finally:
-            remove_tree(scratch)
-
     def remove_leftovers(self) -> None:
-        """What builds a crash interrupted left: `.new-` layers and `.view-` mounts."""
+        """What builds a crash interrupted left: `.new-` layers and the `.view-` mounts of
+        provisioning and COPY steps (sandboxd.host.overlay.read_only_view)."""
         if self.dir.is_dir():
             for entry in self.dir.iterdir():
                 if entry.name.startswith((NEW_PREFIX, VIEW_PREFIX)):

@@ -21,21 +21,18 @@ from its root)."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import stat
-import tempfile
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from sandboxd.builds.layer_view import follow_links
 from sandboxd.errors import TemplateError
 from sandboxd.host import overlay
-from sandboxd.host.removal import remove_tree, unmount
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Sequence
 
 USER = "user"
 HOME = f"/home/{USER}"
@@ -62,7 +59,7 @@ def provision(lowers: Sequence[Path], dest: Path) -> None:
         TemplateError: envd cannot run in the image (no glibc >= 2.28, no libgcc_s.so.1, no
             /bin/sh), or the image's files cannot be read as such (e.g. /etc/passwd is not one).
     """
-    with _merged(lowers) as root:
+    with overlay.read_only_view(lowers, dest.parent) as root:
         image = _Image(root)
         _require_libraries(image)
         if not image.exists("/bin/sh"):
@@ -76,27 +73,6 @@ def provision(lowers: Sequence[Path], dest: Path) -> None:
                 _write(image, dest, "/bin/bash", BASH_SCRIPT, mode=0o755)
         except OSError as exc:
             raise TemplateError(f"provisioning the image: {exc.strerror}: {exc.filename}") from exc
-
-
-@contextlib.contextmanager
-def _merged(lowers: Sequence[Path]) -> Iterator[Path]:
-    """The image as a sandbox of it sees it: its layers as a read-only overlay, over an empty
-    directory (overlayfs wants two lower layers without an upper one)."""
-    tmp = Path(tempfile.mkdtemp(prefix="sandboxd-provision-"))
-    view = tmp / "view"
-    try:
-        (tmp / "empty").mkdir()
-        view.mkdir()
-        try:
-            overlay.mount_read_only([tmp / "empty", *lowers], view)
-        except OSError as exc:
-            raise TemplateError(f"cannot read the image's layers: {exc.strerror}") from exc
-        try:
-            yield view
-        finally:
-            unmount(view)
-    finally:
-        remove_tree(tmp)
 
 
 class _Image:

@@ -4,20 +4,26 @@ sandbox's writes land only in its upper directory."""
 
 from __future__ import annotations
 
+import contextlib
+import tempfile
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sandboxd.errors import TemplateError
 from sandboxd.host import libc
 from sandboxd.host.nspawn import ENVD_LAUNCHER
+from sandboxd.host.removal import remove_tree, unmount
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-    from pathlib import Path
+    from collections.abc import Iterator, Sequence
 
     from sandboxd.host.spec import BootImage
 
 # The overlay option string is comma-separated and lowerdir takes ':'-separated layers.
 _UNSAFE = frozenset(",:\n\\ ")
+VIEW_PREFIX = ".view-"  # read_only_view's directories (a crash leaves them: remove them at start)
+# A mount's options are one page; each layer's path is about 100 characters of it.
+MAX_OPTIONS = 4000
 
 
 def mount(lowers: Sequence[Path], upper: Path, work: Path, root: Path) -> None:
@@ -37,16 +43,36 @@ def mount(lowers: Sequence[Path], upper: Path, work: Path, root: Path) -> None:
     )
 
 
-def mount_read_only(lowers: Sequence[Path], root: Path) -> None:
-    """Mount `lowers` (lowest first, at least two: the kernel's minimum without an upper
-    directory) at the existing directory `root`, read-only: what a sandbox of them sees.
+@contextlib.contextmanager
+def read_only_view(lowers: Sequence[Path], under: Path) -> Iterator[Path]:
+    """`lowers` (lowest first) as one read-only overlay on the host, without an idmap (the ids
+    the image has): what a sandbox of them sees. Mounted in a new `.view-` directory of `under`
+    over an empty layer (the kernel wants two lower layers without an upper directory), and
+    unmounted and removed when the block ends.
 
     Raises:
-        TemplateError: a path cannot be an overlay option.
-        OSError: the mount failed.
+        TemplateError: too many layers for one mount's options, a path that cannot be an
+            overlay option, or the mount failed.
     """
-    _check_paths(*lowers, root)
-    libc.mount("overlay", str(root), "overlay", f"lowerdir={_lowerdir(lowers)}")
+    scratch = Path(tempfile.mkdtemp(prefix=VIEW_PREFIX, dir=under))
+    empty, root = scratch / "empty", scratch / "root"
+    try:
+        empty.mkdir()
+        root.mkdir()
+        layers = [empty, *lowers]
+        if len(_lowerdir(layers)) > MAX_OPTIONS:
+            raise TemplateError(f"{len(lowers)} layers are more than one overlay mount takes")
+        _check_paths(*layers, root)
+        try:
+            libc.mount("overlay", str(root), "overlay", f"ro,lowerdir={_lowerdir(layers)}")
+        except OSError as exc:
+            raise TemplateError(f"cannot read the image's layers: {exc.strerror}") from exc
+        try:
+            yield root
+        finally:
+            unmount(root)
+    finally:
+        remove_tree(scratch)
 
 
 def _check_paths(*paths: Path) -> None:

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import os
 import stat
-import tempfile
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -15,6 +14,9 @@ from sandboxd.builds.provision import provision
 from sandboxd.errors import TemplateError
 from sandboxd.host.removal import mounts_under
 from tests.builds.trees import MULTIARCH, alpine_like_tree, glibc_tree
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 pytestmark = pytest.mark.root
 
@@ -25,10 +27,9 @@ def provisioned(tmp_path: Path, *lowers: Path) -> Path:
     layer = tmp_path / "provision"
     layer.mkdir()
     provision(lowers, layer)
-    # The image's merged view was mounted for the call only.
-    assert [
-        m for m in mounts_under(Path(tempfile.gettempdir())) if "sandboxd-provision-" in m
-    ] == []
+    # The image's merged view was mounted beside the layer for the call only.
+    assert mounts_under(tmp_path) == []
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".view-")] == []
     return layer
 
 
