@@ -235,6 +235,28 @@ def _unreachable(
         raise EnvdUnreachable(f"envd in {sandbox_id}: {exc}") from exc
 
 
+class OwnSandboxesEnvd:
+    """envd in sandboxes sandboxd uses itself, apart from the API's (build sandboxes, a
+    template's sandbox while its start command gets ready): each is reachable through `client`
+    while in its `reaching` block, whose end closes the pooled connections into it."""
+
+    def __init__(self) -> None:
+        self._netns: dict[str, NetNamespace] = {}
+        self.client = EnvdClient(self._netns.get)
+
+    @contextlib.asynccontextmanager
+    async def reaching(self, sandbox_id: str, netns: NetNamespace) -> AsyncIterator[EnvdClient]:
+        self._netns[sandbox_id] = netns
+        try:
+            yield self.client
+        finally:
+            self._netns.pop(sandbox_id, None)
+            await self.client.forget(sandbox_id)
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
 async def health_status(netns: NetNamespace, port: int = ENVD_PORT, timeout_s: float = 1) -> int:
     """The HTTP status of envd's `/health` (204 once envd listens; its unit is Type=notify, so
     this is also "started"), or 0 when nothing answered in `timeout_s` (refused, reset, not

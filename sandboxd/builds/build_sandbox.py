@@ -11,9 +11,8 @@ from typing import TYPE_CHECKING
 
 from sandboxd import envd_process
 from sandboxd.builds.snapshot import WRITTEN_BY_SANDBOXD, layer_from_upper
-from sandboxd.envd_client import EnvdClient
+from sandboxd.envd_client import OwnSandboxesEnvd
 from sandboxd.errors import SandboxError
-from sandboxd.host.spec import BootImage
 from sandboxd.host.steps import SandboxDirs
 from sandboxd.ids import new_sandbox_id
 
@@ -25,7 +24,6 @@ if TYPE_CHECKING:
     from sandboxd.builds.template_image import TemplateImage
     from sandboxd.envd_process import Command
     from sandboxd.host.cgroups import Limits
-    from sandboxd.host.netns import NetNamespace
     from sandboxd.host.runtime import Box, Runtime
 
 log = logging.getLogger("sandboxd.builds.build_sandbox")
@@ -36,29 +34,22 @@ class BuildSandboxes:
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
-        self._boxes: dict[str, Box] = {}
-        self.envd = EnvdClient(self._netns_of)
-
-    def _netns_of(self, sandbox_id: str) -> NetNamespace | None:
-        box = self._boxes.get(sandbox_id)
-        return None if box is None else box.netns
+        self._envd = OwnSandboxesEnvd()
+        self.envd = self._envd.client
 
     async def aclose(self) -> None:
-        await self.envd.aclose()
+        await self._envd.aclose()
 
     @contextlib.asynccontextmanager
     async def booted(
         self, image: TemplateImage, limits: Limits, disk_mb: int
     ) -> AsyncIterator[Box]:
         """A build sandbox of `image`, killed on the way out, whatever happened."""
-        boot = BootImage(image.layer_paths, image.init)
-        box = await self.runtime.boot(new_sandbox_id(), boot, limits, disk_mb)
-        self._boxes[box.id] = box
+        box = await self.runtime.boot(new_sandbox_id(), image.boot_image, limits, disk_mb)
         try:
-            yield box
+            async with self._envd.reaching(box.id, box.netns):
+                yield box
         finally:
-            self._boxes.pop(box.id, None)
-            await self.envd.forget(box.id)
             try:
                 await asyncio.shield(self.runtime.kill(box))
             except SandboxError:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sandboxd.envd_process import LOGIN_BASH, POSIX_SH, Command
+from sandboxd.host.spec import BootImage
 
 if TYPE_CHECKING:
     from sandboxd.host.spec import Init
@@ -33,6 +34,10 @@ class TemplateImage:
     @property
     def layer_paths(self) -> tuple[Path, ...]:
         return tuple(Path(p) for p in self.layers)
+
+    @property
+    def boot_image(self) -> BootImage:
+        return BootImage(self.layer_paths, self.init)
 
     def command(self, script: str, user: str | None = None, cwd: str | None = None) -> Command:
         """`script` as the image runs it: in its shell (bash as a login shell, as E2B's

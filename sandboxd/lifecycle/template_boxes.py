@@ -9,16 +9,14 @@ import logging
 from typing import TYPE_CHECKING
 
 from sandboxd.builds.start_cmd import start_and_wait
-from sandboxd.envd_client import EnvdClient, EnvdUnreachable
-from sandboxd.errors import BootError, SandboxError, TemplateError
-from sandboxd.host.spec import BootImage
+from sandboxd.envd_client import EnvdUnreachable, OwnSandboxesEnvd
+from sandboxd.errors import BootError, SandboxError
 from sandboxd.ids import new_sandbox_id
 from sandboxd.lifecycle.pool import WarmPool
 
 if TYPE_CHECKING:
     from sandboxd.builds.template_image import TemplateImage
     from sandboxd.host.cgroups import Limits
-    from sandboxd.host.netns import NetNamespace
     from sandboxd.host.runtime import Box, Runtime
 
 log = logging.getLogger("sandboxd.lifecycle.template_boxes")
@@ -27,13 +25,8 @@ log = logging.getLogger("sandboxd.lifecycle.template_boxes")
 class TemplateBoxes:
     def __init__(self, runtime: Runtime, pool_size: int) -> None:
         self.runtime = runtime
-        self._starting: dict[str, Box] = {}
-        self.envd = EnvdClient(self._netns_of)
+        self._envd = OwnSandboxesEnvd()
         self.pool = WarmPool(runtime, pool_size, self.boot)
-
-    def _netns_of(self, sandbox_id: str) -> NetNamespace | None:
-        box = self._starting.get(sandbox_id)
-        return None if box is None else box.netns
 
     async def take(self, image: TemplateImage, limits: Limits, disk_mb: int) -> Box:
         """A ready sandbox of `image`: a pooled one, or one booted now.
@@ -50,26 +43,20 @@ class TemplateBoxes:
 
     async def boot(self, image: TemplateImage, limits: Limits, disk_mb: int) -> Box:
         """Boot a sandbox of `image` and run its start and ready commands."""
-        boot_image = BootImage(image.layer_paths, image.init)
-        box = await self.runtime.boot(new_sandbox_id(), boot_image, limits, disk_mb)
+        box = await self.runtime.boot(new_sandbox_id(), image.boot_image, limits, disk_mb)
         if not (image.start_cmd or image.ready_cmd):
             return box
-        self._starting[box.id] = box
         try:
-            await start_and_wait(self.envd, box.id, image)
+            async with self._envd.reaching(box.id, box.netns) as envd:
+                await start_and_wait(envd, box.id, image)
         except (SandboxError, EnvdUnreachable) as exc:
             try:
                 await self.runtime.kill(box)
             except SandboxError:
                 log.exception("sandbox %s: killing it after its start command failed", box.id)
-            if isinstance(exc, TemplateError):
-                raise
             raise BootError(f"sandbox {box.id}: the template's start command: {exc}") from exc
-        finally:
-            self._starting.pop(box.id, None)
-            await self.envd.forget(box.id)
         return box
 
     async def close(self) -> None:
         await self.pool.close()
-        await self.envd.aclose()
+        await self._envd.aclose()
