@@ -12,7 +12,6 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sandboxd.builds import layer_view
 from sandboxd.builds.entries import building
 from sandboxd.builds.envd_layer import envd_artifact, envd_layer
 from sandboxd.builds.provision import provision
@@ -82,9 +81,8 @@ def _from_image(recipe: Recipe, source: ImageSource) -> Base:
     provisioned = source.layers.make(f"prov-{key[:32]}", provisioned_layer)
     layers = (*lowers, provisioned)
     env = dict(e.split("=", 1) for e in pulled.config.env if "=" in e)
-    shell = "/bin/bash" if layer_view.exists(layers, "/bin/bash") else "/bin/sh"
     image = TemplateImage(tuple(str(p) for p in layers), "envd", env, DEFAULT_USER,
-                          DEFAULT_WORKDIR, shell=shell)  # fmt: skip
+                          DEFAULT_WORKDIR)  # fmt: skip
     return Base(image, "image:" + key)
 
 

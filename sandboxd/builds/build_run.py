@@ -122,7 +122,7 @@ def _absolute(path: str, workdir: str) -> str:
 def _key(parent: str, step: Step, image: TemplateImage) -> str:
     """128 bits of hash: layer paths stay short (a mount's options are one page)."""
     data = {"parent": parent, "step": step.key(), "env": image.env, "user": image.user,
-            "workdir": image.workdir, "shell": image.shell}  # fmt: skip
+            "workdir": image.workdir}  # fmt: skip
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:32]
 
 
@@ -162,7 +162,7 @@ def _command(step: Step, image: TemplateImage) -> str:
         owner = shlex.quote(image.user)
         return f"[ -d {path} ] || {{ mkdir -p {path} && chown {owner} {path}; }}"
     name = shlex.quote(step.args[0].partition(":")[0])  # USER of a user the image lacks
-    return f"useradd -m -s {image.shell} {name} 2>/dev/null || adduser -D {name}"
+    return f"useradd -m -s /bin/bash {name} 2>/dev/null || adduser -D {name}"
 
 
 async def _copy(step: Step, image: TemplateImage, ctx: Context, label: str, name: str) -> None:

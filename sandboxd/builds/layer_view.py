@@ -77,10 +77,6 @@ def read_text(layers: Sequence[Path], path: str) -> str | None:
     return found[0].read_text(errors="replace")
 
 
-def exists(layers: Sequence[Path], path: str) -> bool:
-    return resolve(layers, path) is not None
-
-
 def ids_of(layers: Sequence[Path], user: str) -> tuple[int, int] | None:
     """(uid, gid) of `user` (a name, a number, `name:group`) in the image's /etc/passwd and
     /etc/group; None for a name it does not know."""

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sandboxd.envd_process import LOGIN_BASH, POSIX_SH, Command
+from sandboxd.envd_process import LOGIN_BASH, Command
 from sandboxd.host.spec import BootImage
 
 if TYPE_CHECKING:
@@ -29,7 +29,6 @@ class TemplateImage:
     workdir: str = DEFAULT_WORKDIR
     start_cmd: str | None = None
     ready_cmd: str | None = None
-    shell: str = "/bin/bash"  # what RUN steps and the start command run in (else /bin/sh)
 
     @property
     def layer_paths(self) -> tuple[Path, ...]:
@@ -40,11 +39,10 @@ class TemplateImage:
         return BootImage(self.layer_paths, self.init)
 
     def command(self, script: str, user: str | None = None, cwd: str | None = None) -> Command:
-        """`script` as the image runs it: in its shell (bash as a login shell, as E2B's
-        builder; sh where the image has no bash), as `user` (default: the image's) in `cwd`
-        (default: its workdir), with its env."""
-        shell = LOGIN_BASH if self.shell == LOGIN_BASH[0] else POSIX_SH
-        return Command(script, shell, user or self.user, cwd or self.workdir, self.env)
+        """`script` as the image runs it: in bash as a login shell, as E2B's builder and SDKs
+        do (every image has a /bin/bash: provisioning adds one exec'ing /bin/sh where it has
+        none), as `user` (default: the image's) in `cwd` (default: its workdir), with its env."""
+        return Command(script, LOGIN_BASH, user or self.user, cwd or self.workdir, self.env)
 
     def key(self) -> str:
         """Equal for images whose sandboxes are alike (the warm pool's key)."""

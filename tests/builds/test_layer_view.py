@@ -47,7 +47,9 @@ def test_the_top_layer_wins_and_whiteouts_hide(layers: list[Path]) -> None:
 
 
 def test_links_resolve_inside_the_image(layers: list[Path]) -> None:
-    assert layer_view.exists(layers, "/bin/bash")
+    found = layer_view.resolve(layers, "/bin/bash")
+    assert found is not None
+    assert found[0] == layers[0] / "usr/bin/bash"
     found = layer_view.resolve(layers, "/opt/escape/passwd")
     assert found is not None
     assert found[0] == layers[1] / "etc/passwd"
