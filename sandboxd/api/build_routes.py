@@ -9,9 +9,11 @@ from typing import TYPE_CHECKING, Any
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from sandboxd.api import params
 from sandboxd.api.bodies import read_json
 from sandboxd.api.build_models import AssignTags, NewBuild, RemoveTags
 from sandboxd.api.errors import RequestError
+from sandboxd.api.request_models import INT32_MAX
 from sandboxd.builds import upload_urls
 from sandboxd.builds.recipe import FILES_HASH, Recipe
 from sandboxd.ids import rfc3339
@@ -72,8 +74,9 @@ def routes(templates: Templates, builder: Builder, secret: bytes) -> list[Route]
     async def status(request: Request) -> Response:
         template_id = request.path_params["template_id"]
         build = templates.build(template_id, request.path_params["build_id"])
-        offset = _query_int(request, "logsOffset", 0)
-        limit = min(_query_int(request, "limit", LOG_PAGE), LOG_PAGE)
+        offset = params.query_int(request, "logsOffset", 0, INT32_MAX) or 0
+        asked = params.query_int(request, "limit", 0, INT32_MAX)
+        limit = LOG_PAGE if asked is None else min(asked, LOG_PAGE)
         return JSONResponse(_status(build, builder, offset, limit))
 
     async def assign_tags(request: Request) -> Response:
@@ -102,15 +105,6 @@ def routes(templates: Templates, builder: Builder, secret: bytes) -> list[Route]
         Route("/v2/templates/{template_id}/builds/{build_id}", start_build, methods=["POST"]),
         Route("/templates/{template_id}/builds/{build_id}/status", status, methods=["GET"]),
     ]
-
-
-def _query_int(request: Request, name: str, default: int) -> int:
-    text = request.query_params.get(name)
-    if text is None:
-        return default
-    if not text.isdigit():
-        raise RequestError(400, f"{name}: a non-negative integer, not {text!r}")
-    return int(text)
 
 
 def _status(build: BuildRow, builder: Builder, offset: int, limit: int) -> dict[str, Any]:
