@@ -15,7 +15,6 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import re
 import tarfile
 import tempfile
 import zlib
@@ -25,6 +24,7 @@ from typing import TYPE_CHECKING
 import anyio
 from anyio import to_thread
 
+from sandboxd.builds.recipe import FILES_HASH
 from sandboxd.errors import BadUpload, LengthRequired, UploadTooLarge
 from sandboxd.host.removal import remove_tree
 from sandboxd.images.tar_tree import DIR_FLAGS, Rules, decompressed, extract
@@ -44,7 +44,6 @@ MAX_UPLOAD_BYTES = 2 << 30
 # The tar after gunzip: a small gzip of zeros must not fill the disk.
 MAX_UNPACKED_BYTES = 8 << 30
 # The SDKs' files hash: sha256 hex digest, lower case (Python `hexdigest()`, JS `digest('hex')`).
-_FILES_HASH = re.compile(r"[0-9a-f]{64}")
 _UPLOAD = Rules("upload", BadUpload, owners=False, whiteouts=False)
 _NEW = ".new-"
 _WRITE_BYTES = 1 << 20  # spool writes batched: one thread hop per MiB, not per chunk
@@ -85,7 +84,7 @@ class Uploads:
         Raises:
             BadUpload: `files_hash` is not 64 lower-case hex digits.
         """
-        if not _FILES_HASH.fullmatch(files_hash):
+        if not FILES_HASH.match(files_hash):
             raise BadUpload(f"files hash '{files_hash}' is not 64 lower-case hex digits")
         return self.dir / files_hash
 
