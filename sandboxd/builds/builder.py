@@ -7,7 +7,6 @@ sandboxd fails the running builds, and a new sandboxd fails those a crash left b
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 from typing import TYPE_CHECKING
@@ -26,6 +25,7 @@ from sandboxd.images.layers import LayerStore
 from sandboxd.templates import PIDS_LIMIT
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
 
     from sandboxd.build_tables import BuildRow, LogLine
@@ -95,8 +95,7 @@ class Builder:
         if build.status != "waiting":
             raise NotAllowed(f"build {build.build_id} is not in waiting state ({build.status})")
         build.status, build.recipe, build.updated_at = "building", recipe.model_dump(), now_us()
-        await self.store.write(functools.partial(self.store.put_build, build))
-        await self._template_status(build)
+        await self._record(build)
         build_log = BuildLog(self.store, build.build_id)
         task = asyncio.create_task(self._run(build, recipe, build_log))
         self._running[build.build_id] = (task, build_log)
@@ -151,30 +150,31 @@ class Builder:
         build.updated_at = build.finished_at = now
         tags = [functools.partial(self.store.put_tag, build.template_id, t, build.build_id, now)
                 for t in build.tags]  # fmt: skip
-        if self.store.template(build.template_id) is None:
-            return  # deleted meanwhile
-        await self.store.write(functools.partial(self.store.put_build, build), *tags)
-        await self._template_status(build)
+        await self._record(build, *tags)
 
     async def _fail(
         self, build: BuildRow, message: str, step: str | None, build_log: BuildLog | None
     ) -> None:
         if build_log is not None:
             build_log.add(message, "error", step)
-            with contextlib.suppress(SandboxError):
-                await build_log.flush()
+            await build_log.flush()
         now = now_us()
         build.status, build.updated_at, build.finished_at = "error", now, now
         build.reason = {"message": message} | ({"step": step} if step else {})
-        if self.store.template(build.template_id) is None:
-            return
-        await self.store.write(functools.partial(self.store.put_build, build))
-        await self._template_status(build)
+        await self._record(build)
 
-    async def _template_status(self, build: BuildRow) -> None:
-        """The template shows its latest build's status."""
+    async def _record(self, build: BuildRow, *changes: Callable[[], None]) -> None:
+        """The build as it is now, `changes` with it, and the template's status when this is
+        its latest build (the template shows that one's), in one transaction; nothing when the
+        template was deleted meanwhile."""
         template = self.store.template(build.template_id)
-        if template is None or template.build_id != build.build_id:
+        if template is None:
             return
-        template.build_status, template.updated_at = build.status, now_us()
-        await self.store.write(functools.partial(self.store.put_template, template))
+        writes: list[Callable[[], None]] = [
+            functools.partial(self.store.put_build, build),
+            *changes,
+        ]
+        if template.build_id == build.build_id:
+            template.build_status, template.updated_at = build.status, now_us()
+            writes.append(functools.partial(self.store.put_template, template))
+        await self.store.write(*writes)
