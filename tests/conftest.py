@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 
+from tests import prebuild
 from tests.envd_process import TRACEBACK_MARKER, EnvdProcess, start_envd
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable, Generator, Iterator
 
 
 def _stop_and_check(daemon: EnvdProcess) -> None:
@@ -63,6 +64,7 @@ def anyio_backend() -> str:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     if os.geteuid() == 0:
+        prebuild.order(items)
         return
     skip = pytest.mark.skip(reason="needs root (euid 0)")
     for item in items:
@@ -78,3 +80,10 @@ def workdir() -> Iterator[Path]:
     d.chmod(0o777)
     yield d
     shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None]:
+    """Builds before the test's timeout starts (pytest-timeout's wrapper runs inside this one)."""
+    prebuild.build_for(item)
+    yield

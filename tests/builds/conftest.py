@@ -17,9 +17,8 @@ from sandboxd.host.spec import BootImage
 from tests.builds.artifact_cache import ensure_artifact
 from tests.builds.build_serve import build_net, build_server, images, uplink_registry
 from tests.builds.trees import glibc_tree
-from tests.prebuild import prebuild
 from tests.sandboxd.conftest import base_template, cgroup_parent, runtime
-from tests.sandboxd.template_cache import IMAGE_CACHE, ensure_base_template
+from tests.sandboxd.template_cache import IMAGE_CACHE
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -35,10 +34,6 @@ __all__ = [
     "uplink_registry",
 ]
 
-
-def pytest_collection_finish(session: pytest.Session) -> None:
-    prebuild(session, "base_template", "the base template", ensure_base_template)
-    prebuild(session, "envd_artifact", "the envd artifact", ensure_artifact)
 
 
 @pytest.fixture(scope="session")

@@ -12,16 +12,12 @@ import pytest
 
 from sandboxd.host.cgroups import CgroupHost
 from sandboxd.host.runtime import Runtime
-from tests.prebuild import prebuild
 from tests.sandboxd.template_cache import ensure_base_template
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
     from pathlib import Path
 
-
-def pytest_collection_finish(session: pytest.Session) -> None:
-    prebuild(session, "base_template", "the base template", ensure_base_template)
 
 
 @pytest.fixture(scope="session")
