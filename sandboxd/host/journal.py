@@ -9,21 +9,23 @@ crossing /proc/LEADER/root is not a chroot: an absolute link there resolves agai
 where sandboxd reads as root. So no path inside the sandbox is ever handed to anything that
 resolves it: `run/log/journal` is opened from the root's fd with openat2 refusing every link,
 each machine-id directory and journal file one name at a time without following a link, only
-directories and regular files are kept, and journalctl gets the open files (`--file
-/proc/self/fd/N`, its own inherited fds), never a name to look up. The read is bounded: a cap
-on the files, at most `limit` entries (journalctl is stopped once it has written them), a cap
-on each line and a deadline.
+directories and regular files are kept, and journalctl gets the open files (links of a
+directory of sandboxd's own to `/proc/self/fd/N`, its own inherited fds), never a name inside
+the sandbox to look up. The read is bounded: caps
+on the names looked at and on the files, at most `limit` entries (journalctl is stopped once
+it has written them), a cap on each line and a deadline.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import itertools
 import json
 import os
 import re
 import shutil
 import stat
+import tempfile
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -43,6 +45,8 @@ JOURNALS = "run/log/journal"
 # journald keeps a few files per machine id (the active one, rotated ones, a user's): more is
 # something the sandbox made, and only the most recently written are read.
 MAX_FILES = 32
+# Names looked at in each directory (read lazily): a sandbox's million of them costs no more.
+MAX_NAMES = 256
 # journalctl's json output shows a field over 4096 bytes as null (without --all) and we ask for
 # three fields, so a real entry's line is a few KiB; a longer one is refused, not buffered.
 MAX_LINE = 64 << 10
@@ -74,19 +78,30 @@ async def read(box: Box, since_us: int | None, until_us: int | None, limit: int,
     try:
         if not files or limit == 0:
             return []
-        argv = ["journalctl", "--output", "json", "--no-pager", "--quiet",
-                "--output-fields", "MESSAGE,PRIORITY,SYSLOG_IDENTIFIER"]  # fmt: skip
-        argv += [f"--file=/proc/self/fd/{fd}" for fd in files]
-        if since_us is not None:
-            argv += ["--since", f"@{since_us / 1e6:.6f}"]
-        if until_us is not None:
-            argv += ["--until", f"@{until_us / 1e6:.6f}"]
-        if newest_first:  # journalctl reads from the end itself
-            argv += ["--reverse", "--lines", str(limit)]
-        return await _run(box, argv, files, limit)
+        with tempfile.TemporaryDirectory(prefix="sandboxd-journal-") as listing:
+            # journalctl's --file fails the whole read on one file it cannot open; --directory
+            # skips that file. The directory is ours: each entry a link to an fd journalctl
+            # inherits, /proc/self being journalctl's own.
+            for fd in files:
+                os.symlink(f"/proc/self/fd/{fd}", os.path.join(listing, f"{fd}.journal"))
+            return await _run(box, _argv(listing, since_us, until_us, limit, newest_first),
+                              files, limit)  # fmt: skip
     finally:
         for fd in files:
             os.close(fd)
+
+
+def _argv(listing: str, since_us: int | None, until_us: int | None, limit: int,
+          newest_first: bool) -> list[str]:  # fmt: skip
+    argv = ["journalctl", "--directory", listing, "--output", "json", "--no-pager", "--quiet",
+            "--output-fields", "MESSAGE,PRIORITY,SYSLOG_IDENTIFIER"]  # fmt: skip
+    if since_us is not None:
+        argv += ["--since", f"@{since_us / 1e6:.6f}"]
+    if until_us is not None:
+        argv += ["--until", f"@{until_us / 1e6:.6f}"]
+    if newest_first:  # journalctl reads from the end itself
+        argv += ["--reverse", "--lines", str(limit)]
+    return argv
 
 
 def _journal_files(box: Box) -> list[int]:
@@ -104,12 +119,12 @@ def _journal_files(box: Box) -> list[int]:
         os.close(root)
     found: list[tuple[float, int]] = []
     try:
-        for name in os.listdir(journals):
+        for name in _names(journals):
             found += _files_in(journals, name)
-    except BaseException:
+    except OSError as exc:
         for _, fd in found:
             os.close(fd)
-        raise
+        raise SandboxError(f"sandbox {box.id}: its journal cannot be listed ({exc})") from exc
     finally:
         os.close(journals)
     found.sort(reverse=True)
@@ -127,19 +142,31 @@ def _files_in(journals: int, name: str) -> list[tuple[float, int]]:
         return []
     found: list[tuple[float, int]] = []
     try:
-        for entry in os.listdir(directory):
+        for entry in _names(directory):
             if not entry.endswith((".journal", ".journal~")):
                 continue
-            with contextlib.suppress(OSError):
+            try:
                 fd = libc.openat2(directory, entry, os.O_PATH | os.O_NOFOLLOW, _NO_LINKS)
-                st = os.fstat(fd)
-                if stat.S_ISREG(st.st_mode):
-                    found.append((st.st_mtime, fd))
-                else:
-                    os.close(fd)
+            except OSError:  # gone meanwhile
+                continue
+            st = os.fstat(fd)
+            if stat.S_ISREG(st.st_mode):  # not a link (O_PATH opened the link itself)
+                found.append((st.st_mtime, fd))
+            else:
+                os.close(fd)
+    except OSError:
+        for _, fd in found:
+            os.close(fd)
+        raise
     finally:
         os.close(directory)
     return found
+
+
+def _names(directory: int) -> list[str]:
+    """The first MAX_NAMES names in `directory`."""
+    with os.scandir(directory) as entries:
+        return [entry.name for entry in itertools.islice(entries, MAX_NAMES)]
 
 
 async def _run(box: Box, argv: list[str], files: list[int], limit: int) -> list[LogEntry]:

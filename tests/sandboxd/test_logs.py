@@ -128,8 +128,10 @@ def test_links_to_another_sandboxs_or_the_hosts_journal_are_not_read(
         "$(cat /etc/machine-id)/a.journal": str(a_journal / "system.journal"),
         "$(cat /etc/machine-id)/host.journal~": str(host_journal / "system.journal"),
     }
-    as_root(server, b, "cd /run/log/journal && " + " && ".join(
-        f"ln -s {shlex.quote(target)} {name}" for name, target in plant.items()))  # fmt: skip
+    links = [f"ln -s {shlex.quote(target)} {name}" for name, target in plant.items()]
+    # and a file journalctl cannot read, which must not cost B its own lines
+    junk = "head -c 4096 /dev/urandom > $(cat /etc/machine-id)/junk.journal~"
+    as_root(server, b, " && ".join(["cd /run/log/journal", *links, junk]))
     marker_b = log_marker(server, api, b)
     pages = {
         "v1": messages_v1(api, b, start=since_ms),
