@@ -5,7 +5,6 @@ from the sandbox's journal (sandboxd/host/journal.py), running or paused."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -43,8 +42,7 @@ def routes(manager: SandboxManager) -> list[Route]:
         since = None if since_ms is None else since_ms * 1000
         until = None if until_ms is None else until_ms * 1000 + 999
         try:
-            return await asyncio.to_thread(journal.read, sandbox.box, since, until, limit,
-                                           newest_first)  # fmt: skip
+            return await journal.read(sandbox.box, since, until, limit, newest_first)
         except SandboxError as exc:
             if manager.get(sandbox_id) is None:  # killed meanwhile
                 raise SandboxNotFound(sandbox_id) from exc

@@ -5,28 +5,51 @@ and a directory link on the way (Debian's `/bin` → `usr/bin`) is resolved insi
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from typing import TYPE_CHECKING
+
+from sandboxd.host import libc
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from pathlib import Path
 
 MAX_LINKS = 40  # as the kernel's path walk
+_NO_LINKS = libc.RESOLVE_IN_ROOT | libc.RESOLVE_NO_SYMLINKS
 
 
 def _entry(layers: Sequence[Path], rel: str) -> tuple[Path, os.stat_result] | None:
-    """The topmost layer's entry for `rel` (no link followed), or None (absent, whited out)."""
+    """The topmost layer holding `rel` (no link followed) and its lstat, or None (absent,
+    whited out).
+
+    A link on the way in a layer is not followed either: one above hides it (the caller
+    resolved the image's links), and a lower layer's absolute link would lead into the host."""
     for layer in reversed(layers):
         try:
-            st = os.lstat(layer / rel)
-        except (FileNotFoundError, NotADirectoryError):
-            continue
+            fd = _open_in(layer, rel, os.O_PATH | os.O_NOFOLLOW)
+        except OSError as exc:
+            if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):  # ELOOP: a link on the
+                continue  # way, hidden in the image by a directory above
+            raise
+        try:
+            st = os.fstat(fd)
+        finally:
+            os.close(fd)
         if stat.S_ISCHR(st.st_mode) and st.st_rdev == 0:
             return None
-        return layer / rel, st
+        return layer, st
     return None
+
+
+def _open_in(layer: Path, rel: str, flags: int) -> int:
+    """An fd of `rel` in `layer`, no link on the way followed."""
+    root = os.open(layer, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        return libc.openat2(root, rel, flags, _NO_LINKS)
+    finally:
+        os.close(root)
 
 
 def follow_links(path: str, readlink: Callable[[str], str | None]) -> list[str] | None:
@@ -60,21 +83,38 @@ def resolve(layers: Sequence[Path], path: str) -> tuple[Path, os.stat_result] | 
     """The host path and stat of `path` (absolute, in the image) through the stack, links on
     the way resolved inside the image; None when it does not exist there."""
 
+    found = _resolved(layers, path)
+    return None if found is None else (found[0] / found[1], found[2])
+
+
+def _resolved(layers: Sequence[Path], path: str) -> tuple[Path, str, os.stat_result] | None:
+    """(layer, path relative to it, lstat) of `path` through the stack, as `resolve`."""
+
     def readlink(rel: str) -> str | None:
         found = _entry(layers, rel)
         if found is None or not stat.S_ISLNK(found[1].st_mode):
             return None
-        return os.readlink(found[0])
+        parent, _, name = rel.rpartition("/")
+        fd = _open_in(found[0], parent or ".", os.O_PATH | os.O_DIRECTORY)
+        try:
+            return os.readlink(name, dir_fd=fd)
+        finally:
+            os.close(fd)
 
     parts = follow_links(path, readlink)
-    return _entry(layers, "/".join(parts)) if parts else None
+    if not parts:
+        return None
+    rel = "/".join(parts)
+    found = _entry(layers, rel)
+    return None if found is None else (found[0], rel, found[1])
 
 
 def read_text(layers: Sequence[Path], path: str) -> str | None:
-    found = resolve(layers, path)
-    if found is None or not stat.S_ISREG(found[1].st_mode):
+    found = _resolved(layers, path)
+    if found is None or not stat.S_ISREG(found[2].st_mode):
         return None
-    return found[0].read_text(errors="replace")
+    with open(_open_in(found[0], found[1], os.O_RDONLY | os.O_NOFOLLOW), errors="replace") as f:
+        return f.read()
 
 
 def ids_of(layers: Sequence[Path], user: str) -> tuple[int, int] | None:

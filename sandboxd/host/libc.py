@@ -1,5 +1,5 @@
-"""The few system calls Python 3.11's os module lacks (setns, unshare, mount, umount2, and the
-new mount API's open_tree, mount_setattr and move_mount), through ctypes."""
+"""The few system calls Python 3.11's os module lacks (setns, unshare, mount, umount2, the new
+mount API's open_tree, mount_setattr and move_mount, and openat2), through ctypes."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ MNT_DETACH = 2
 SYS_OPEN_TREE = 428
 SYS_MOVE_MOUNT = 429
 SYS_MOUNT_SETATTR = 442
+SYS_OPENAT2 = 437
 AT_FDCWD = -100
 AT_EMPTY_PATH = 0x1000
 AT_RECURSIVE = 0x8000
@@ -22,6 +23,10 @@ OPEN_TREE_CLOEXEC = os.O_CLOEXEC
 MOVE_MOUNT_F_EMPTY_PATH = 0x4
 MOUNT_ATTR_RDONLY = 0x1
 MOUNT_ATTR_IDMAP = 0x00100000
+# openat2's resolve flags (linux/openat2.h)
+RESOLVE_NO_MAGICLINKS = 0x02
+RESOLVE_NO_SYMLINKS = 0x04
+RESOLVE_IN_ROOT = 0x10
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
@@ -35,6 +40,16 @@ class _MountAttr(ctypes.Structure):
         ("attr_clr", ctypes.c_uint64),
         ("propagation", ctypes.c_uint64),
         ("userns_fd", ctypes.c_uint64),
+    )
+
+
+class _OpenHow(ctypes.Structure):
+    """struct open_how (linux/openat2.h)."""
+
+    _fields_ = (
+        ("flags", ctypes.c_uint64),
+        ("mode", ctypes.c_uint64),
+        ("resolve", ctypes.c_uint64),
     )
 
 
@@ -96,3 +111,14 @@ def idmapped_bind(source: str, target: str, userns_fd: int) -> None:
         )
     finally:
         os.close(tree)
+
+
+def openat2(dir_fd: int, path: str, flags: int, resolve: int) -> int:
+    """os.open(path, flags, dir_fd=dir_fd) with openat2's `resolve` restrictions on the walk
+    (RESOLVE_*), e.g. never through a symbolic link, never out of `dir_fd`."""
+    how = _OpenHow(flags | os.O_CLOEXEC, 0, resolve)
+    return _check(
+        _libc.syscall(SYS_OPENAT2, dir_fd, path.encode(), ctypes.byref(how),
+                      ctypes.c_size_t(ctypes.sizeof(how))),
+        f"openat2 {path}",
+    )  # fmt: skip

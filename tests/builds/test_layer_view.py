@@ -59,6 +59,22 @@ def test_links_resolve_inside_the_image(layers: list[Path]) -> None:
     )
 
 
+def test_a_lower_layers_link_under_a_directory_above_is_not_followed(tmp_path: Path) -> None:
+    """An image's lower layer made /etc a link to a host directory and a layer above made it a
+    directory again: the files under it were looked up through the lower layer's link, so the
+    user a build's USER or COPY step named was read from the host."""
+    host = tmp_path / "host"
+    write(host, "passwd", "hostonly:x:4242:4242::/:/bin/sh\n")
+    low, top = tmp_path / "low", tmp_path / "top"
+    low.mkdir()
+    os.symlink(host, low / "etc")
+    (top / "etc").mkdir(parents=True)
+    assert layer_view.resolve([low, top], "/etc/passwd") is None
+    assert layer_view.read_text([low, top], "/etc/passwd") is None
+    assert layer_view.ids_of([low, top], "hostonly") is None
+    assert layer_view.read_text([low], "/etc/passwd") is None  # the link itself: the image's /
+
+
 def test_users_and_groups_by_name_and_number(layers: list[Path]) -> None:
     assert layer_view.ids_of(layers, "user") == (1000, 1000)
     assert layer_view.ids_of(layers, "root:staff") == (0, 50)
