@@ -173,6 +173,49 @@ def test_a_sandbox_that_reaches_nothing_resolves_nothing(server: UplinkSandboxd)
         server.kill(sandbox_id)
 
 
+def serve_s_ports(net: FakeInternet) -> tuple[dict[str, int], int]:
+    """The DNS forwarder's own ports (where the redirects of port 53 go) and the domain proxy's
+    (the other port serve offers), from serve's table."""
+    table = nft_table(net)
+    dns = {proto: int(port) for proto, port in re.findall(r"(udp|tcp) dport 53 redirect to :(\d+)",
+                                                          table)}  # fmt: skip
+    offered = {(proto, int(port)) for proto, port in re.findall(r"(udp|tcp) \. (\d+)", table)}
+    (proxy,) = {port for proto, port in offered - set(dns.items())}
+    return dns, proxy
+
+
+def query(server: UplinkSandboxd, sandbox_id: str, address: str, port: int, proto: str) -> str:
+    """What a query for a name no one has (one that could carry data out) got (dns_query.py)."""
+    return out(server, sandbox_id, "python3", "-c", script("dns_query"), address, str(port), proto,
+               "data-to-smuggle.nosuch.test").strip()  # fmt: skip
+
+
+def test_a_sandbox_denied_everything_reaches_no_port_of_serve_s(
+    server: UplinkSandboxd, net: FakeInternet
+) -> None:
+    """Denied everything, a sandbox's queries reach no resolver whatever port it tries, the
+    forwarder's own ones included, on its gateway or serve's other address; nor does it reach
+    the domain proxy's port, which only sandboxes with domain rules (or a tunnel) are offered.
+    A sandbox with internet still resolves at its gateway, over UDP and TCP."""
+    dns, proxy = serve_s_ports(net)
+    closed, open_id = server.create(allow_internet_access=False), server.create()
+    refused = str(errno.EHOSTUNREACH)
+    try:
+        for address in (server.slot(closed).host_ip, UPLINK_ADDRESS):
+            for proto, port in ("udp", 53), ("tcp", 53), ("udp", dns["udp"]), ("tcp", dns["tcp"]):
+                assert query(server, closed, address, port, proto) == refused, (address, port)
+            connected = out(server, closed, "python3", "-c", script("connect"), address, str(proxy))
+            assert connected == f"{refused}\n"
+        gateway = server.slot(open_id).host_ip
+        assert query(server, open_id, gateway, 53, "udp") == "answered"
+        assert query(server, open_id, gateway, 53, "tcp") == "answered"
+        connected = out(server, open_id, "python3", "-c", script("connect"), gateway, str(proxy))
+        assert connected == f"{refused}\n"
+    finally:
+        server.kill(closed)
+        server.kill(open_id)
+
+
 def test_the_forwarder_answers_only_the_pool(server: UplinkSandboxd, net: FakeInternet) -> None:
     """Its ports are refused to the fake internet (reaching serve's address) and to serve's own
     namespace: a sandbox's resolver is no open resolver."""
