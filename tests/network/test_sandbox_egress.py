@@ -112,6 +112,33 @@ def test_a_sandbox_has_no_ipv6(server: UplinkSandboxd) -> None:
         server.kill(sandbox_id)
 
 
+def host_end(ifname: str) -> tuple[str, str]:
+    """In `uplink`: the host end's `disable_ipv6` and the link-local address the kernel gives an
+    interface with its MAC address (EUI-64), had it IPv6."""
+    with IPRoute() as ipr:
+        (link,) = ipr.link("get", index=ipr.link_lookup(ifname=ifname)[0])
+    mac = bytes.fromhex(link.get_attr("IFLA_ADDRESS").replace(":", ""))
+    eui64 = bytes([mac[0] ^ 0x02]) + mac[1:3] + b"\xff\xfe" + mac[3:]
+    link_local = ipaddress.IPv6Address(bytes.fromhex("fe80" + "00" * 6) + eui64)
+    with open(f"/proc/sys/net/ipv6/conf/{ifname}/disable_ipv6") as f:
+        return f.read(), str(link_local)
+
+
+def test_the_host_end_has_no_ipv6(server: UplinkSandboxd, net: FakeInternet) -> None:
+    """IPv6 is off on the host end of a sandbox's veth too: when the sandbox's root turns it back
+    on for its own end, neighbour discovery for the host end's link-local address goes
+    unanswered, and so does its ICMPv6."""
+    sandbox_id = server.create()
+    try:
+        disabled, link_local = net.uplink.call(host_end, server.slot(sandbox_id).ifname)
+        assert disabled == "1\n"
+        ping = script("ping6")
+        code, out, err = server.run(sandbox_id, "sudo", "python3", "-c", ping, link_local)
+        assert (code, out) == (0, f"{errno.EHOSTUNREACH}\n"), err
+    finally:
+        server.kill(sandbox_id)
+
+
 def test_always_denied_whatever_the_rules(server: UplinkSandboxd) -> None:
     """Even a sandbox allowing everything reaches neither sandboxd's API (on its gateway or
     any address of the host), nor the metadata address, nor another sandbox."""
