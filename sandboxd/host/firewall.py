@@ -13,10 +13,10 @@ The table (docs/sandboxd.md, "Sandbox networking"):
   address, every address of the host's interfaces), but for replies to what the host opened
   and each service sandboxd offers on the gateways to the sandboxes whose rules allow it: the
   DNS forwarder's ports to those not in `no_dns`, the domain proxy's port to those in `proxied`
-  (their egress has domains or a tunnel). What is offered (the set `offered`) is refused to
-  every other interface.
+  (their egress has domains or a tunnel). A sandbox's own flows are judged packet by packet.
+  What is offered (the set `offered`) is refused to every other interface.
 - `prerouting` (nat): a sandbox's DNS to its gateway (udp and tcp port 53) is redirected to the
-  forwarder's ports (sandboxd.host.dns_forwarder), which are offered. Then a sandbox's
+  forwarder's ports (sandboxd.host.dns_forwarder), unless it is in `no_dns`. Then a sandbox's
   interface jumps, through the map `redirect`, to its chain `IFNAME_nat`, which sends its TCP
   to ports 80 and 443 to the domain proxy (sandboxd.egress_proxy) when its `allowOut` names
   domains, and all its TCP with an `egressProxy` (the proxy tunnels it); never what
