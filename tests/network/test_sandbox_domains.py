@@ -247,13 +247,12 @@ print(len(held))
 """
 
 
-def test_a_sandbox_holds_a_bounded_number_of_proxied_connections(
-    server: UplinkSandboxd, sandbox: str
-) -> None:
+def test_a_sandbox_holds_a_bounded_number_of_proxied_connections(server: UplinkSandboxd) -> None:
     """With MAX_CONNECTIONS_PER_SANDBOX connections through the domain proxy held open, the
     sandbox's next one is closed at once while a neighbour's goes through; once they end, the
-    sandbox connects again."""
-    neighbour = server.create(network=DOMAINS_ONLY)
+    sandbox connects again. (Both live past the default 15 s, however slow the host.)"""
+    sandbox = server.create(network=DOMAINS_ONLY, timeout=600)
+    neighbour = server.create(network=DOMAINS_ONLY, timeout=600)
     limit = MAX_CONNECTIONS_PER_SANDBOX
     try:
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
@@ -270,6 +269,7 @@ def test_a_sandbox_holds_a_bounded_number_of_proxied_connections(
         wait_until(lambda: isinstance(get(server, sandbox, EXAMPLE, "example.test"), dict), 60,
                    "the held connections to end")  # fmt: skip
     finally:
+        server.kill(sandbox)
         server.kill(neighbour)
 
 
