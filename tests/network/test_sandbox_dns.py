@@ -8,7 +8,6 @@ from __future__ import annotations
 import errno
 import ipaddress
 import os
-import re
 import subprocess
 import sys
 from typing import TYPE_CHECKING
@@ -19,7 +18,7 @@ from sandboxd.host.network import DEFAULT_NETWORK_POOL
 from tests.network.fake_internet import DNS_ADDRESS, NAMES, UPLINK_ADDRESS
 from tests.network.in_sandbox import script
 from tests.network.probes import connect_error, udp_error
-from tests.network.served import UplinkSandboxd, nft_table
+from tests.network.served import UplinkSandboxd, serve_s_ports
 from tests.sandboxd.template_cache import ensure_base_template
 from tests.waiting import wait_until
 
@@ -173,17 +172,6 @@ def test_a_sandbox_that_reaches_nothing_resolves_nothing(server: UplinkSandboxd)
         server.kill(sandbox_id)
 
 
-def serve_s_ports(net: FakeInternet) -> tuple[dict[str, int], int]:
-    """The DNS forwarder's own ports (where the redirects of port 53 go) and the domain proxy's
-    (the other port serve offers), from serve's table."""
-    table = nft_table(net)
-    dns = {proto: int(port) for proto, port in re.findall(r"(udp|tcp) dport 53 redirect to :(\d+)",
-                                                          table)}  # fmt: skip
-    offered = {(proto, int(port)) for proto, port in re.findall(r"(udp|tcp) \. (\d+)", table)}
-    (proxy,) = {port for proto, port in offered - set(dns.items())}
-    return dns, proxy
-
-
 def query(server: UplinkSandboxd, sandbox_id: str, address: str, port: int, proto: str) -> str:
     """What a query for a name no one has (one that could carry data out) got (dns_query.py)."""
     return out(server, sandbox_id, "python3", "-c", script("dns_query"), address, str(port), proto,
@@ -221,7 +209,7 @@ def test_a_sandbox_denied_everything_reaches_no_port_of_serve_s(
 def test_the_forwarder_answers_only_the_pool(server: UplinkSandboxd, net: FakeInternet) -> None:
     """Its ports are refused to the fake internet (reaching serve's address) and to serve's own
     namespace: a sandbox's resolver is no open resolver."""
-    ports = dict(re.findall(r"(udp|tcp) \. (\d+)", nft_table(net)))
+    ports, _ = serve_s_ports(net)
     assert set(ports) == {"udp", "tcp"}
     for ns, address in ((net.internet, UPLINK_ADDRESS), (net.uplink, "127.0.0.1")):
         refused = ns.call(connect_error, address, int(ports["tcp"]))

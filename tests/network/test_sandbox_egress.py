@@ -27,6 +27,7 @@ from tests.network.served import (
     POOL,
     UplinkSandboxd,
     nft_table,
+    serve_s_ports,
     serving_in_uplink,
     uplink_network,
 )
@@ -233,7 +234,8 @@ def test_a_restarted_serve_adopts_sandboxes_with_their_rules(
     """serve restarted (sandboxes keep running): the table is updated, not replaced, so each
     adopted sandbox keeps its way out and its rules, across a pause too; killing it afterwards
     leaves nothing."""
-    open_id, closed_id = server.create(), server.create(allow_internet_access=False)
+    open_id = server.create(timeout=600)
+    closed_id = server.create(allow_internet_access=False, timeout=600)
     try:
         server.stop()
         server.start()
@@ -243,6 +245,14 @@ def test_a_restarted_serve_adopts_sandboxes_with_their_rules(
         code, out, err = server.run(open_id, "getent", "hosts", "example.test")
         assert (code, out.split()[:1]) == (0, [EXAMPLE]), err
         assert server.run(closed_id, "getent", "hosts", "example.test")[0] == 2  # not found
+        # ...nor at the new forwarder's own ports, nor the new domain proxy's.
+        dns, proxy = serve_s_ports(net)
+        gateway = server.slot(closed_id).host_ip
+        for proto, port in dns.items():
+            code, out, err = server.run(closed_id, "python3", "-c", script("dns_query"), gateway,
+                                        str(port), proto, "nosuch.test")  # fmt: skip
+            assert (code, out) == (0, REFUSED + "\n"), err
+        assert connect(server, closed_id, gateway, proxy) == REFUSED
         # A pause freezes the processes, not the network: resumed, it goes out as before.
         assert server.api("POST", f"/sandboxes/{open_id}/pause").status_code == 204
         resumed = server.api("POST", f"/sandboxes/{open_id}/connect", json={"timeout": 60})
