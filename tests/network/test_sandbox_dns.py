@@ -5,6 +5,7 @@ forwarder's ports answer nothing outside the pool."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import errno
 import ipaddress
 import os
@@ -204,6 +205,60 @@ def test_a_sandbox_denied_everything_reaches_no_port_of_serve_s(
     finally:
         server.kill(closed)
         server.kill(open_id)
+
+
+# One UDP socket to GATEWAY:53 asks for NAME, then again once the test has written to the FIFO
+# /tmp/updated (/tmp/asked tells it is there): prints what each query got, as dns_query.py does.
+ASK_TWICE = """import os, socket, struct, sys
+labels = b"".join(bytes([len(p)]) + p for p in sys.argv[2].encode().split(b".")) + b"\\0"
+query = struct.pack(">HHHHHH", 0x5A5A, 0x0100, 1, 0, 0, 0) + labels + struct.pack(">HH", 1, 1)
+sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+sock.setsockopt(socket.IPPROTO_IP, 11, 1)  # IP_RECVERR
+sock.connect((sys.argv[1], 53))
+sock.settimeout(1)
+def ask():
+    for _ in range(60):
+        try:
+            sock.send(query)
+            sock.recv(65535)
+        except TimeoutError:
+            continue
+        except OSError as e:
+            return str(e.errno)
+        return "answered"
+    return "no answer"
+first = ask()
+os.mkfifo("/tmp/updated")
+open("/tmp/asked", "w").close()
+with open("/tmp/updated") as fifo:
+    fifo.read()
+print(first, ask())
+"""
+
+
+def test_denied_everything_a_sandbox_s_open_dns_flow_ends_too(server: UplinkSandboxd) -> None:
+    """A query on a UDP socket that resolved before the sandbox was denied everything is refused
+    like a new one: the firewall lets through as established only replies to what the host
+    opened, not the sandbox's own flows to it."""
+    sandbox_id = server.create(timeout=600)
+    try:
+        gateway = server.slot(sandbox_id).host_ip
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            asking = pool.submit(server.run, sandbox_id, "python3", "-c", ASK_TWICE, gateway,
+                                 "example.test")  # fmt: skip
+            wait_until(lambda: asking.done() or server.run(sandbox_id, "test", "-e",
+                                                           "/tmp/asked")[0] == 0, 120, "a query")  # fmt: skip
+            assert not asking.done(), asking.result()
+            update = {"allow_internet_access": False}
+            try:
+                assert server.api("PUT", f"/sandboxes/{sandbox_id}/network",
+                                  json=update).status_code == 204  # fmt: skip
+            finally:
+                server.run(sandbox_id, "sh", "-c", "echo > /tmp/updated")
+            code, out, err = asking.result()
+        assert (code, out) == (0, f"answered {errno.EHOSTUNREACH}\n"), err
+    finally:
+        server.kill(sandbox_id)
 
 
 def test_the_forwarder_answers_only_the_pool(server: UplinkSandboxd, net: FakeInternet) -> None:
