@@ -202,8 +202,9 @@ def install(
         {"add": {"set": {**services, "type": ["inet_proto", "inet_service"]}}},
         {"flush": {"set": services}},
         *([{"add": {"element": {**services, "elem": elements}}}] if elements else []),
+        # Not flushed (nor `redirect`): their elements are the sandboxes', kept for adoption as
+        # their chains are.
         {"add": {"map": {**TABLE, "name": "egress", "type": "ifname", "map": "verdict"}}},
-        # Not flushed: its elements are the sandboxes', kept for adoption as their chains are.
         {"add": {"set": {**TABLE, "name": "no_dns", "type": "ifname"}}},
         {"add": {"set": {**TABLE, "name": "proxied", "type": "ifname"}}},
         *_base_chain("forward", "filter", "forward", 0),
