@@ -179,7 +179,7 @@ def serve(options: ServeOptions) -> None:
             upstream = options.network.dns
             dns = DnsForwarder(options.network.cidr,
                                [upstream] if upstream else host_nameservers())  # fmt: skip
-            firewall.install(options.network.cidr, offered=[("tcp", proxy.port)], dns=dns.offered)
+            firewall.install(options.network.cidr, dns=dns.offered, proxy_port=proxy.port)
         runtime = Runtime(state_dir / "sandboxes", cgroup_parent=options.cgroup_parent,
                           network=options.network, egress_proxy=proxy)  # fmt: skip
         manager = SandboxManager(store, runtime, server_secret(state_dir),

@@ -4,7 +4,9 @@ address, its original destination read back from the redirect (SO_ORIGINAL_DST),
 and then relayed to what the verdict names or closed at once: a refused connection is accepted and
 closed, as E2B's is. The proxy's direct connections carry `firewall.PROXY_MARK`, so the kernel
 also refuses them the host's own addresses (firewall.py's `output` chain); a sandbox with an
-`egressProxy` has its connections opened through that SOCKS5 server instead (tunnel.py)."""
+`egressProxy` has its connections opened through that SOCKS5 server instead (tunnel.py). A
+sandbox holds at most MAX_CONNECTIONS_PER_SANDBOX connections here at once; more are closed as
+they arrive, so that one sandbox's idle connections cannot spend serve's open files."""
 
 from __future__ import annotations
 
@@ -36,6 +38,9 @@ Upstream = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 DIAL_TIMEOUT_S = 30
 RESOLVE_TIMEOUT_S = 10
 RELAY_CHUNK = 64 * 1024
+# Each costs serve two open files (the sandbox's side and upstream) and its buffers. A browser
+# keeps at most 256 sockets open in all (Chromium's pool), far more than a sandbox's tools need.
+MAX_CONNECTIONS_PER_SANDBOX = 256
 
 
 def _resolver(dns_address: str | None) -> dns.asyncresolver.Resolver:
@@ -64,6 +69,7 @@ class EgressProxy:
         self._resolver: dns.asyncresolver.Resolver | None = None
         self._server: asyncio.Server | None = None
         self._open: set[asyncio.StreamWriter] = set()
+        self._held: dict[str, int] = {}  # open connections by source address
 
     def set_rules(self, slot: NetSlot, egress: firewall.Egress) -> None:
         """The sandbox's rules from now on (none: its connections are closed)."""
@@ -98,6 +104,15 @@ class EgressProxy:
             await self._server.wait_closed()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        source = writer.get_extra_info("peername")[0]
+        held = self._held.get(source, 0)
+        if held >= MAX_CONNECTIONS_PER_SANDBOX:
+            writer.transport.abort()
+            return
+        if held + 1 == MAX_CONNECTIONS_PER_SANDBOX:
+            log.warning("egress: %s holds %d connections: more are closed until some end",
+                        source, MAX_CONNECTIONS_PER_SANDBOX)  # fmt: skip
+        self._held[source] = held + 1
         self._open.add(writer)
         try:
             upstream = await self._upstream(reader, writer)
@@ -108,6 +123,12 @@ class EgressProxy:
         finally:
             self._open.discard(writer)
             writer.transport.abort()
+            self._release(source)
+
+    def _release(self, source: str) -> None:
+        held = self._held.pop(source) - 1
+        if held:
+            self._held[source] = held
 
     async def _upstream(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter

@@ -5,7 +5,8 @@ share with its query): the resolver a sandbox reaches is serve's own, whatever i
 
 It listens on the wildcard address at ports of its own (UDP and TCP), so that it is reached on
 every sandbox's gateway address without one socket per sandbox, and it answers only sources in
-the pool (the firewall also refuses the ports from any interface that is not a sandbox's).
+the pool (the firewall also refuses the ports from any interface that is not a sandbox's, and
+to a sandbox denied everything).
 A query that no upstream answers gets no answer: the sandbox's resolver retries, as it would
 with an unreachable server.
 """

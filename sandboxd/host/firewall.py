@@ -10,11 +10,13 @@ The table (docs/sandboxd.md, "Sandbox networking"):
   never `always_deny` (network.md §2's ranges and the pool: the host's networks, the metadata
   service, the other sandboxes); then its allow set, its deny set, and accept.
 - `input`: a sandbox reaches nothing on the host itself (sandboxd's API port, the host end's
-  address, every address of the host's interfaces), replies and what sandboxd offers the
-  sandboxes on their gateways (the set `offered`: protocol and port, e.g. its DNS forwarder)
-  excepted; what is offered is refused to every other interface.
+  address, every address of the host's interfaces), but for replies to what the host opened
+  and each service sandboxd offers on the gateways to the sandboxes whose rules allow it: the
+  DNS forwarder's ports to those not in `no_dns`, the domain proxy's port to those in `proxied`
+  (their egress has domains or a tunnel). A sandbox's own flows are judged packet by packet.
+  What is offered (the set `offered`) is refused to every other interface.
 - `prerouting` (nat): a sandbox's DNS to its gateway (udp and tcp port 53) is redirected to the
-  forwarder's ports (sandboxd.host.dns_forwarder), which are offered. Then a sandbox's
+  forwarder's ports (sandboxd.host.dns_forwarder), unless it is in `no_dns`. Then a sandbox's
   interface jumps, through the map `redirect`, to its chain `IFNAME_nat`, which sends its TCP
   to ports 80 and 443 to the domain proxy (sandboxd.egress_proxy) when its `allowOut` names
   domains, and all its TCP with an `egressProxy` (the proxy tunnels it); never what
@@ -54,6 +56,10 @@ OFFERED = {"match": {"op": "==", "right": "@offered", "left": {"concat": [
     {"meta": {"key": "l4proto"}}, {"payload": {"protocol": "th", "field": "dport"}}]}}}  # fmt: skip
 ESTABLISHED = {"match": {"op": "in", "left": {"ct": {"key": "state"}},
                          "right": ["established", "related"]}}  # fmt: skip
+# What comes back in a connection the host opened (envd's port, through serve's proxy). A
+# sandbox's own flows to the host are judged packet by packet: one opened before its rules
+# changed gets no more than a new one would.
+REPLY = {"match": {"op": "==", "left": {"ct": {"key": "direction"}}, "right": "reply"}}
 PROXIED = {"match": {"op": "==", "left": {"meta": {"key": "mark"}}, "right": PROXY_MARK}}
 HOST_LOCAL = {"match": {"op": "==", "left": {"fib": {"result": "type", "flags": ["daddr"]}},
                         "right": "local"}}  # fmt: skip
@@ -151,16 +157,34 @@ def _port(proto: str, port: int) -> dict[str, Any]:
                       "right": port}}  # fmt: skip
 
 
+def _services(ports: Iterable[tuple[str, int]]) -> list[Any]:
+    return [{"concat": [proto, port]} for proto, port in ports]
+
+
+def _offered_to(
+    pool: ipaddress.IPv4Network, sandboxes: dict[str, Any], ports: list[tuple[str, int]]
+) -> list[dict[str, Any]]:
+    """The input rule letting the `sandboxes` (a match on the interface) reach `ports` at an
+    address of the pool; none without ports."""
+    if not ports:
+        return []
+    services = {"match": {"op": "==", "right": {"set": _services(ports)}, "left": {"concat": [
+        {"meta": {"key": "l4proto"}}, {"payload": {"protocol": "th", "field": "dport"}}]}}}  # fmt: skip
+    return [_rule("input", _meta("iifname", "==", ANY_SANDBOX), sandboxes,
+                  _ip("daddr", "==", _addr(pool)), services, {"accept": None})]  # fmt: skip
+
+
 def install(
     pool: ipaddress.IPv4Network,
-    offered: Iterable[tuple[str, int]] = (),
     dns: Iterable[tuple[str, int]] = (),
+    proxy_port: int | None = None,
 ) -> None:
-    """Create or update the table's shared part. The map `egress` and the sandboxes' chains
-    are kept, so sandboxes adopted after a restart keep their rules. `offered`: the services
-    ("tcp"/"udp", port) of sandboxd's that sandboxes may reach at an address of the pool (their
-    gateway). `dns`: where ("tcp"/"udp", port) a sandbox's DNS to its gateway's port 53 goes
-    instead (offered too).
+    """Create or update the table's shared part. The maps `egress` and `redirect`, the sets
+    `no_dns` and `proxied` and the sandboxes' chains are kept, so sandboxes adopted after a
+    restart keep their rules. `dns`: where ("tcp"/"udp", port) a sandbox's DNS to its gateway's
+    port 53 goes instead, offered to the sandboxes not in `no_dns`; `proxy_port`: the domain
+    proxy's, offered to the sandboxes in `proxied` (their redirects go there). Both are reached
+    at an address of the pool (the redirects give a sandbox's own gateway).
 
     Raises:
         HostError: nft failed.
@@ -168,7 +192,8 @@ def install(
     deny = {**TABLE, "name": "always_deny"}
     services = {**TABLE, "name": "offered"}
     dns = list(dns)
-    elements = [{"concat": [proto, port]} for proto, port in {*offered, *dns}]
+    proxy = [] if proxy_port is None else [("tcp", proxy_port)]
+    elements = _services({*dns, *proxy})
     commands: list[dict[str, Any]] = [
         {"add": {"table": {"family": "inet", "name": "sandboxd"}}},
         {"add": {"set": {**deny, "type": "ipv4_addr", "flags": ["interval"]}}},
@@ -177,23 +202,20 @@ def install(
         {"add": {"set": {**services, "type": ["inet_proto", "inet_service"]}}},
         {"flush": {"set": services}},
         *([{"add": {"element": {**services, "elem": elements}}}] if elements else []),
+        # Not flushed (nor `redirect`): their elements are the sandboxes', kept for adoption as
+        # their chains are.
         {"add": {"map": {**TABLE, "name": "egress", "type": "ifname", "map": "verdict"}}},
-        # Not flushed: its elements are the sandboxes', kept for adoption as their chains are.
         {"add": {"set": {**TABLE, "name": "no_dns", "type": "ifname"}}},
+        {"add": {"set": {**TABLE, "name": "proxied", "type": "ifname"}}},
         *_base_chain("forward", "filter", "forward", 0),
         _rule("forward", ESTABLISHED, {"accept": None}),
         _rule("forward", _meta("oifname", "==", ANY_SANDBOX), REFUSE),
         _rule("forward", {"vmap": {"key": {"meta": {"key": "iifname"}}, "data": "@egress"}}),
         _rule("forward", _meta("iifname", "==", ANY_SANDBOX), REFUSE),
         *_base_chain("input", "filter", "input", 0),
-        _rule("input", _meta("iifname", "==", ANY_SANDBOX), ESTABLISHED, {"accept": None}),
-        _rule(
-            "input",
-            _meta("iifname", "==", ANY_SANDBOX),
-            _ip("daddr", "==", _addr(pool)),
-            OFFERED,
-            {"accept": None},
-        ),
+        _rule("input", _meta("iifname", "==", ANY_SANDBOX), ESTABLISHED, REPLY, {"accept": None}),
+        *_offered_to(pool, _meta("iifname", "!=", "@no_dns"), dns),
+        *_offered_to(pool, _meta("iifname", "==", "@proxied"), proxy),
         _rule("input", _meta("iifname", "==", ANY_SANDBOX), REFUSE),
         _rule("input", OFFERED, REFUSE),  # sandboxes' services are theirs only
         {"add": {"map": {**TABLE, "name": "redirect", "type": "ifname", "map": "verdict"}}},
@@ -258,19 +280,27 @@ def _sandbox_rules(
     # A verdict of its own: returning to `forward` would meet the refusal of sandboxes'
     # interfaces that have no chain.
     rules.append(_rule(ifname, {"accept": None}))
-    no_dns = {"element": {**TABLE, "name": "no_dns", "elem": [ifname]}}
-    rules += [{"add": no_dns}] if egress.reaches_nothing else [{"add": no_dns}, {"delete": no_dns}]
+    rules += _member("no_dns", ifname, egress.reaches_nothing)
+    proxied = proxy_port is not None and bool(egress.domains or egress.tunnel)
+    rules += _member("proxied", ifname, proxied)
     element = {**TABLE, "name": "redirect", "elem": [[ifname, {"jump": {"target": nat}}]]}
     rules += [{"add": {"chain": {**TABLE, "name": nat}}},
               {"flush": {"chain": {**TABLE, "name": nat}}},
               {"add": {"element": element}}]  # fmt: skip
-    if proxy_port is not None and (egress.domains or egress.tunnel):
+    if proxied:
         port = {"payload": {"protocol": "tcp", "field": "dport"}}
         tcp = {"match": {"op": "==", "left": {"meta": {"key": "l4proto"}}, "right": "tcp"}}
-        proxied = {"match": {"op": "==", "left": port, "right": {"set": PROXIED_PORTS}}}
-        rules.append(_rule(nat, _ip("saddr", "==", address), tcp if egress.tunnel else proxied,
+        web = {"match": {"op": "==", "left": port, "right": {"set": PROXIED_PORTS}}}
+        rules.append(_rule(nat, _ip("saddr", "==", address), tcp if egress.tunnel else web,
                            {"redirect": {"port": proxy_port}}))  # fmt: skip
     return rules
+
+
+def _member(name: str, ifname: str, member: bool) -> list[dict[str, Any]]:
+    """The interface in the set `name`, or out of it (added first, so the delete never fails on
+    an element that is not there)."""
+    element = {"element": {**TABLE, "name": name, "elem": [ifname]}}
+    return [{"add": element}] if member else [{"add": element}, {"delete": element}]
 
 
 def add_sandbox(ifname: str, address: str, egress: Egress = OPEN) -> None:
@@ -306,8 +336,7 @@ def remove_sandbox(ifname: str) -> None:
     """
     if not table_exists():
         return
-    no_dns = {"element": {**TABLE, "name": "no_dns", "elem": [ifname]}}
-    commands: list[dict[str, Any]] = [{"add": no_dns}, {"delete": no_dns}]
+    commands = [*_member("no_dns", ifname, False), *_member("proxied", ifname, False)]
     for chain, verdicts in ((ifname, "egress"), (_nat_chain(ifname), "redirect")):
         entry = [ifname, {"jump": {"target": chain}}]
         commands += [{"add": {"chain": {**TABLE, "name": chain}}},
@@ -329,7 +358,7 @@ def table_exists() -> bool:
 
 def sandbox_entries() -> set[str]:
     """The sandbox interfaces the table has a chain (filter or nat) or an element of `egress`,
-    `redirect` or `no_dns` for (none without the table).
+    `redirect`, `no_dns` or `proxied` for (none without the table).
 
     Raises:
         HostError: nft failed or answered what is not its JSON.
@@ -348,6 +377,6 @@ def sandbox_entries() -> set[str]:
             found.add(obj["chain"]["name"].removesuffix(NAT_SUFFIX))
         elif obj.get("map", {}).get("name") in ("egress", "redirect"):
             found.update(key for key, _ in obj["map"].get("elem", []))
-        elif obj.get("set", {}).get("name") == "no_dns":
+        elif obj.get("set", {}).get("name") in ("no_dns", "proxied"):
             found.update(obj["set"].get("elem", []))
     return {name for name in found if name.startswith(IFNAME_PREFIX)}

@@ -43,6 +43,9 @@ IP_FORWARD = "/proc/sys/net/ipv4/ip_forward"
 # made later in it.
 DISABLE_IPV6 = ("/proc/sys/net/ipv6/conf/all/disable_ipv6",
                 "/proc/sys/net/ipv6/conf/default/disable_ipv6")  # fmt: skip
+# The host end's, set before it is up: it never gets an IPv6 address, so a sandbox whose root turns
+# IPv6 back on has nothing to talk to over it (not even neighbour discovery).
+HOST_END_IPV6 = "/proc/sys/net/ipv6/conf/{ifname}/disable_ipv6"
 
 
 def own_netns_inode() -> int:
@@ -137,9 +140,9 @@ def _netlink() -> IPRoute:
 
 
 def make_link(slot: NetSlot, leader_pid: int) -> None:
-    """The veth pair: its host end addressed and up here, `eth0` in the network namespace of
-    process `leader_pid` (the container's PID 1), addressed, up, and the default route; `lo` up;
-    IPv6 off in that namespace.
+    """The veth pair: its host end addressed, without IPv6 and up here, `eth0` in the network
+    namespace of process `leader_pid` (the container's PID 1), addressed, up, and the default
+    route; `lo` up; IPv6 off in that namespace.
 
     Raises:
         OSError: the container is gone.
@@ -153,6 +156,7 @@ def make_link(slot: NetSlot, leader_pid: int) -> None:
             ipr.link("add", ifname=slot.ifname, kind="veth",
                      peer={"ifname": SANDBOX_IFNAME, "net_ns_fd": container})  # fmt: skip
             (index,) = ipr.link_lookup(ifname=slot.ifname)
+            _disable_ipv6(HOST_END_IPV6.format(ifname=slot.ifname))  # this thread's namespace's
             ipr.addr("add", index=index, address=slot.host_ip, prefixlen=SLOT_PREFIX)
             ipr.link("set", index=index, state="up")
         in_netns(container, lambda: _configure_inside(slot))
@@ -162,12 +166,17 @@ def make_link(slot: NetSlot, leader_pid: int) -> None:
         os.close(container)
 
 
+def _disable_ipv6(path: str) -> None:
+    """`path`, a `disable_ipv6` file, set (nothing without IPv6 in the kernel)."""
+    with contextlib.suppress(FileNotFoundError), open(path, "w") as f:
+        f.write("1")
+
+
 def _configure_inside(slot: NetSlot) -> None:
     """IPv6 off (the firewall forwards IPv4 only: a sandbox with IPv6 addresses would try them
     first and wait for nothing), then the links, address and route."""
     for path in DISABLE_IPV6:  # the files are the opening thread's namespace's
-        with contextlib.suppress(FileNotFoundError), open(path, "w") as f:  # no IPv6: none
-            f.write("1")
+        _disable_ipv6(path)
     with _netlink() as ipr:
         (lo,) = ipr.link_lookup(ifname="lo")
         ipr.link("set", index=lo, state="up")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import re
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -136,3 +137,14 @@ def nft_table(net: FakeInternet) -> str:
     """`nft list table inet sandboxd` in `uplink`."""
     listed = net.uplink.run(["nft", "list", "table", "inet", "sandboxd"], capture_output=True)
     return listed.stdout.decode()
+
+
+def serve_s_ports(net: FakeInternet) -> tuple[dict[str, int], int]:
+    """The DNS forwarder's own ports by protocol (where the redirects of port 53 go) and the
+    domain proxy's (the other port serve offers), from serve's table in `uplink`."""
+    table = nft_table(net)
+    redirects = re.findall(r"(udp|tcp) dport 53 redirect to :(\d+)", table)
+    dns = {proto: int(port) for proto, port in redirects}
+    offered = {(proto, int(port)) for proto, port in re.findall(r"(udp|tcp) \. (\d+)", table)}
+    (proxy,) = {port for _, port in offered - set(dns.items())}
+    return dns, proxy

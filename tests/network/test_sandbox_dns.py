@@ -5,10 +5,10 @@ forwarder's ports answer nothing outside the pool."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import errno
 import ipaddress
 import os
-import re
 import subprocess
 import sys
 from typing import TYPE_CHECKING
@@ -19,7 +19,7 @@ from sandboxd.host.network import DEFAULT_NETWORK_POOL
 from tests.network.fake_internet import DNS_ADDRESS, NAMES, UPLINK_ADDRESS
 from tests.network.in_sandbox import script
 from tests.network.probes import connect_error, udp_error
-from tests.network.served import UplinkSandboxd, nft_table
+from tests.network.served import UplinkSandboxd, serve_s_ports
 from tests.sandboxd.template_cache import ensure_base_template
 from tests.waiting import wait_until
 
@@ -173,10 +173,98 @@ def test_a_sandbox_that_reaches_nothing_resolves_nothing(server: UplinkSandboxd)
         server.kill(sandbox_id)
 
 
+def query(server: UplinkSandboxd, sandbox_id: str, address: str, port: int, proto: str) -> str:
+    """What a query for a name no one has (one that could carry data out) got (dns_query.py)."""
+    return out(server, sandbox_id, "python3", "-c", script("dns_query"), address, str(port), proto,
+               "data-to-smuggle.nosuch.test").strip()  # fmt: skip
+
+
+def test_a_sandbox_denied_everything_reaches_no_port_of_serve_s(
+    server: UplinkSandboxd, net: FakeInternet
+) -> None:
+    """Denied everything, a sandbox's queries reach no resolver whatever port it tries, the
+    forwarder's own ones included, on its gateway or serve's other address; nor does it reach
+    the domain proxy's port, which only sandboxes with domain rules (or a tunnel) are offered.
+    A sandbox with internet still resolves at its gateway, over UDP and TCP. (Both live past the
+    default 15 s, however slow the host.)"""
+    dns, proxy = serve_s_ports(net)
+    closed = server.create(allow_internet_access=False, timeout=600)
+    open_id = server.create(timeout=600)
+    refused = str(errno.EHOSTUNREACH)
+    try:
+        for address in (server.slot(closed).host_ip, UPLINK_ADDRESS):
+            for proto, port in ("udp", 53), ("tcp", 53), ("udp", dns["udp"]), ("tcp", dns["tcp"]):
+                assert query(server, closed, address, port, proto) == refused, (address, port)
+            connected = out(server, closed, "python3", "-c", script("connect"), address, str(proxy))
+            assert connected == f"{refused}\n"
+        gateway = server.slot(open_id).host_ip
+        assert query(server, open_id, gateway, 53, "udp") == "answered"
+        assert query(server, open_id, gateway, 53, "tcp") == "answered"
+        connected = out(server, open_id, "python3", "-c", script("connect"), gateway, str(proxy))
+        assert connected == f"{refused}\n"
+    finally:
+        server.kill(closed)
+        server.kill(open_id)
+
+
+# One UDP socket to GATEWAY:53 asks for NAME, then again once the test has written to the FIFO
+# /tmp/updated (/tmp/asked tells it is there): prints what each query got, as dns_query.py does.
+ASK_TWICE = """import os, socket, struct, sys
+labels = b"".join(bytes([len(p)]) + p for p in sys.argv[2].encode().split(b".")) + b"\\0"
+query = struct.pack(">HHHHHH", 0x5A5A, 0x0100, 1, 0, 0, 0) + labels + struct.pack(">HH", 1, 1)
+sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+sock.setsockopt(socket.IPPROTO_IP, 11, 1)  # IP_RECVERR
+sock.connect((sys.argv[1], 53))
+sock.settimeout(1)
+def ask():
+    for _ in range(60):
+        try:
+            sock.send(query)
+            sock.recv(65535)
+        except TimeoutError:
+            continue
+        except OSError as e:
+            return str(e.errno)
+        return "answered"
+    return "no answer"
+first = ask()
+os.mkfifo("/tmp/updated")
+open("/tmp/asked", "w").close()
+with open("/tmp/updated") as fifo:
+    fifo.read()
+print(first, ask())
+"""
+
+
+def test_denied_everything_a_sandbox_s_open_dns_flow_ends_too(server: UplinkSandboxd) -> None:
+    """A query on a UDP socket that resolved before the sandbox was denied everything is refused
+    like a new one: the firewall lets through as established only replies to what the host
+    opened, not the sandbox's own flows to it."""
+    sandbox_id = server.create(timeout=600)
+    try:
+        gateway = server.slot(sandbox_id).host_ip
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            asking = pool.submit(server.run, sandbox_id, "python3", "-c", ASK_TWICE, gateway,
+                                 "example.test")  # fmt: skip
+            wait_until(lambda: asking.done() or server.run(sandbox_id, "test", "-e",
+                                                           "/tmp/asked")[0] == 0, 120, "a query")  # fmt: skip
+            assert not asking.done(), asking.result()
+            update = {"allow_internet_access": False}
+            try:
+                assert server.api("PUT", f"/sandboxes/{sandbox_id}/network",
+                                  json=update).status_code == 204  # fmt: skip
+            finally:
+                server.run(sandbox_id, "sh", "-c", "echo > /tmp/updated")
+            code, out, err = asking.result()
+        assert (code, out) == (0, f"answered {errno.EHOSTUNREACH}\n"), err
+    finally:
+        server.kill(sandbox_id)
+
+
 def test_the_forwarder_answers_only_the_pool(server: UplinkSandboxd, net: FakeInternet) -> None:
     """Its ports are refused to the fake internet (reaching serve's address) and to serve's own
     namespace: a sandbox's resolver is no open resolver."""
-    ports = dict(re.findall(r"(udp|tcp) \. (\d+)", nft_table(net)))
+    ports, _ = serve_s_ports(net)
     assert set(ports) == {"udp", "tcp"}
     for ns, address in ((net.internet, UPLINK_ADDRESS), (net.uplink, "127.0.0.1")):
         refused = ns.call(connect_error, address, int(ports["tcp"]))

@@ -9,6 +9,7 @@ allowed names as names."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import sys
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from sandboxd.egress_proxy.server import MAX_CONNECTIONS_PER_SANDBOX
 from tests.network import probes
 from tests.network.fake_internet import (
     DNS_ADDRESS,
@@ -220,6 +222,55 @@ def test_a_restarted_serve_gives_the_names_back(server: UplinkSandboxd, sandbox:
 def tunnelled(net: FakeInternet) -> list[dict[str, object]]:
     """The CONNECTs the SOCKS5 server was asked for so far."""
     return [json.loads(line) for line in net.socks_log.read_text().splitlines()]
+
+
+# Opens COUNT connections to ADDRESS:80 asking for example.test, each answered and then kept open
+# idle, and holds them until the test writes to the FIFO /tmp/release (/tmp/held tells it is
+# there); prints how many it held.
+HOLD = """import os, socket, sys
+held = []
+for _ in range(int(sys.argv[2])):
+    sock = socket.create_connection((sys.argv[1], 80), timeout=30)
+    sock.sendall(b"GET / HTTP/1.1\\r\\nHost: example.test\\r\\n\\r\\n")
+    head = b""
+    while b"\\r\\n\\r\\n" not in head:
+        chunk = sock.recv(65536)
+        assert chunk, f"closed after {len(held)}"
+        head += chunk
+    assert head.startswith(b"HTTP/1.1 200"), head
+    held.append(sock)
+os.mkfifo("/tmp/release")
+open("/tmp/held", "w").close()
+with open("/tmp/release") as fifo:
+    fifo.read()
+print(len(held))
+"""
+
+
+def test_a_sandbox_holds_a_bounded_number_of_proxied_connections(server: UplinkSandboxd) -> None:
+    """With MAX_CONNECTIONS_PER_SANDBOX connections through the domain proxy held open, the
+    sandbox's next one is closed at once while a neighbour's goes through; once they end, the
+    sandbox connects again. (Both live past the default 15 s, however slow the host.)"""
+    sandbox = server.create(network=DOMAINS_ONLY, timeout=600)
+    neighbour = server.create(network=DOMAINS_ONLY, timeout=600)
+    limit = MAX_CONNECTIONS_PER_SANDBOX
+    try:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            holding = pool.submit(server.run, sandbox, "python3", "-c", HOLD, EXAMPLE, str(limit))
+            wait_until(lambda: holding.done() or server.run(sandbox, "test", "-e", "/tmp/held")[0]
+                       == 0, 120, f"{limit} connections held")  # fmt: skip
+            assert not holding.done(), holding.result()
+            try:
+                assert get(server, sandbox, EXAMPLE, "example.test") == "closed"
+                assert get(server, neighbour, EXAMPLE, "example.test")["server"] == EXAMPLE
+            finally:
+                server.run(sandbox, "sh", "-c", "echo > /tmp/release")
+            assert holding.result() == (0, f"{limit}\n", "")
+        wait_until(lambda: isinstance(get(server, sandbox, EXAMPLE, "example.test"), dict), 60,
+                   "the held connections to end")  # fmt: skip
+    finally:
+        server.kill(sandbox)
+        server.kill(neighbour)
 
 
 def test_an_egress_proxy_carries_every_tcp_connection(

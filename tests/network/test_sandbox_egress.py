@@ -27,6 +27,7 @@ from tests.network.served import (
     POOL,
     UplinkSandboxd,
     nft_table,
+    serve_s_ports,
     serving_in_uplink,
     uplink_network,
 )
@@ -108,6 +109,33 @@ def test_a_sandbox_has_no_ipv6(server: UplinkSandboxd) -> None:
         assert out.splitlines() == ["[]", "[]", str(errno.EADDRNOTAVAIL), "dual-stack"]
         code, out, err = server.run(sandbox_id, "cat", "/proc/sys/net/ipv6/conf/all/disable_ipv6")
         assert (code, out) == (0, "1\n"), err
+    finally:
+        server.kill(sandbox_id)
+
+
+def host_end(ifname: str) -> tuple[str, str]:
+    """In `uplink`: the host end's `disable_ipv6` and the link-local address the kernel gives an
+    interface with its MAC address (EUI-64), had it IPv6."""
+    with IPRoute() as ipr:
+        (link,) = ipr.link("get", index=ipr.link_lookup(ifname=ifname)[0])
+    mac = bytes.fromhex(link.get_attr("IFLA_ADDRESS").replace(":", ""))
+    eui64 = bytes([mac[0] ^ 0x02]) + mac[1:3] + b"\xff\xfe" + mac[3:]
+    link_local = ipaddress.IPv6Address(bytes.fromhex("fe80" + "00" * 6) + eui64)
+    with open(f"/proc/sys/net/ipv6/conf/{ifname}/disable_ipv6") as f:
+        return f.read(), str(link_local)
+
+
+def test_the_host_end_has_no_ipv6(server: UplinkSandboxd, net: FakeInternet) -> None:
+    """IPv6 is off on the host end of a sandbox's veth too: when the sandbox's root turns it back
+    on for its own end, neighbour discovery for the host end's link-local address goes
+    unanswered, and so does its ICMPv6."""
+    sandbox_id = server.create()
+    try:
+        disabled, link_local = net.uplink.call(host_end, server.slot(sandbox_id).ifname)
+        assert disabled == "1\n"
+        ping = script("ping6")
+        code, out, err = server.run(sandbox_id, "sudo", "python3", "-c", ping, link_local)
+        assert (code, out) == (0, f"{errno.EHOSTUNREACH}\n"), err
     finally:
         server.kill(sandbox_id)
 
@@ -206,7 +234,8 @@ def test_a_restarted_serve_adopts_sandboxes_with_their_rules(
     """serve restarted (sandboxes keep running): the table is updated, not replaced, so each
     adopted sandbox keeps its way out and its rules, across a pause too; killing it afterwards
     leaves nothing."""
-    open_id, closed_id = server.create(), server.create(allow_internet_access=False)
+    open_id = server.create(timeout=600)
+    closed_id = server.create(allow_internet_access=False, timeout=600)
     try:
         server.stop()
         server.start()
@@ -216,6 +245,14 @@ def test_a_restarted_serve_adopts_sandboxes_with_their_rules(
         code, out, err = server.run(open_id, "getent", "hosts", "example.test")
         assert (code, out.split()[:1]) == (0, [EXAMPLE]), err
         assert server.run(closed_id, "getent", "hosts", "example.test")[0] == 2  # not found
+        # ...nor at the new forwarder's own ports, nor the new domain proxy's.
+        dns, proxy = serve_s_ports(net)
+        gateway = server.slot(closed_id).host_ip
+        for proto, port in dns.items():
+            code, out, err = server.run(closed_id, "python3", "-c", script("dns_query"), gateway,
+                                        str(port), proto, "nosuch.test")  # fmt: skip
+            assert (code, out) == (0, REFUSED + "\n"), err
+        assert connect(server, closed_id, gateway, proxy) == REFUSED
         # A pause freezes the processes, not the network: resumed, it goes out as before.
         assert server.api("POST", f"/sandboxes/{open_id}/pause").status_code == 204
         resumed = server.api("POST", f"/sandboxes/{open_id}/connect", json={"timeout": 60})

@@ -287,3 +287,18 @@ async def test_the_system_call_filter_stays(runtime: Runtime, base_template: Pat
     _, out = as_root(box, "python3 -c 'import ctypes; l = ctypes.CDLL(None, use_errno=True); "
                           "print(l.syscall(250, 0, 0), ctypes.get_errno())'")  # fmt: skip
     assert out.split()[:2] == ["-1", "1"] or out.split()[1] in ("1", "38"), out
+
+
+# io_uring_setup(1, params) (system call 425 on x86-64 and arm64): the ring's fd, or -1 and errno.
+IO_URING_SETUP = """import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+params = ctypes.create_string_buffer(120)  # struct io_uring_params, zeroed
+print(libc.syscall(425, 1, params), ctypes.get_errno())
+"""
+
+
+async def test_io_uring_is_refused(runtime: Runtime, base_template: Path) -> None:
+    """nspawn's filter allows io_uring; sandboxd's command line takes it out (EPERM)."""
+    box = await runtime.boot(new_id(), BootImage((base_template,)))
+    code, out = as_root(box, f"python3 -c '{IO_URING_SETUP}'")
+    assert (code, out.split()) == (0, ["-1", "1"]), out
