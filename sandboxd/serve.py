@@ -65,6 +65,8 @@ class ServeOptions:
     # `envd_artifact(options.envd_artifact)` says what is missing when it is None).
     envd_artifact: Path | None = None
     registry_mirror: str | None = None  # host[:port] to pull Docker Hub's images from
+    tls_cert: Path | None = None  # with tls_key: HTTPS on the one port instead of HTTP
+    tls_key: Path | None = None
 
 
 class _Server(uvicorn.Server):
@@ -198,6 +200,8 @@ def serve(options: ServeOptions) -> None:
             access_log=False,
             timeout_graceful_shutdown=5,
             server_header=False,
+            ssl_certfile=options.tls_cert,
+            ssl_keyfile=options.tls_key,
         )
         _Server(config, notify_socket, dns).run()
     except OSError as exc:
