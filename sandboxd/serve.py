@@ -189,7 +189,7 @@ def serve(options: ServeOptions) -> None:
         builder = Builder(store, manager.templates, runtime, state_dir,
                           envd_artifact=options.envd_artifact,
                           mirror=options.registry_mirror)  # fmt: skip
-        app = create_app(manager, store, builder)
+        app = create_app(manager, store, builder, options.domain)
         config = uvicorn.Config(
             app,
             host=options.bind,

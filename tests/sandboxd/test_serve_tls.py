@@ -1,7 +1,8 @@
 """E2B's domain mode on loopback: `sandboxd tls init` makes a CA and a certificate for
 `api.DOMAIN` and `*.DOMAIN`, and serve given them answers HTTPS on its one port, the control API
 at `api.DOMAIN` and the proxy at `{port}-{sandboxID}.DOMAIN` (each asked for by SNI and Host, as
-a client that resolved the name to 127.0.0.1 does). A sandbox host under another domain is
+a client that resolved the name to 127.0.0.1 does), and tells the SDKs that domain with each
+sandbox. A sandbox host under another domain is
 answered 400 naming serve's, not the control API's 401. The SDKs over resolved names:
 tests/network/test_sdk_domain.py."""
 
@@ -98,6 +99,10 @@ def test_control_api_and_sandboxes_by_name_over_https(server: TlsSandboxd) -> No
     assert created.status_code == 201, created.text
     sandbox_id = created.json()["sandboxID"]
     try:
+        # The SDKs' get_host() is `{port}-{id}.{domain}` with this domain, not their own default.
+        assert created.json()["domain"] == DOMAIN
+        detail = server.request("GET", f"api.{DOMAIN}", f"/sandboxes/{sandbox_id}")
+        assert detail.json()["domain"] == DOMAIN
         health = server.request("GET", f"49983-{sandbox_id}.{DOMAIN}", "/health")
         assert health.status_code == 204, health.text
     finally:
