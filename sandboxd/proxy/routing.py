@@ -4,8 +4,8 @@ Three ways in, as the SDKs and browsers use them:
 - the `E2b-Sandbox-Id` and `E2b-Sandbox-Port` headers, honoured only when Host is `localhost`,
   an IP literal or `sandbox.<domain>` (the SDKs with `E2B_SANDBOX_URL` set);
 - a Host `{port}-{sandboxID}.{domain}` (`get_host()` and download URLs over host routing);
-  one of that form under another domain is answered 400 naming serve's (the SDK's default
-  domain, `e2b.app`, when E2B_DOMAIN is unset), not left to the control API's 401;
+  one of that form under another domain (E2B's `e2b.app`, say) is answered 400 naming
+  serve's, not left to the control API's 401;
 - a header-less `GET`/`POST /files` whose `signature` reproduces one sandbox's token (the local
   fallback for `download_url()` under `E2B_SANDBOX_URL`; not reference behaviour).
 """
@@ -257,8 +257,7 @@ def resolve(head: RequestHead, domain: str, lookup: SandboxLookup) -> Target:
         raise RouteError("missing header E2b-Sandbox-Id")
     if is_foreign_sandbox_host(host, domain):
         raise RouteError(f"Host {host!r} is not under this sandboxd's domain {domain!r}: "
-                         f"sandbox hosts are {{port}}-{{sandboxID}}.{domain} (set E2B_DOMAIN="
-                         f"{domain} for the SDKs)")  # fmt: skip
+                         f"sandbox hosts are {{port}}-{{sandboxID}}.{domain}")  # fmt: skip
     return target_from_host(host)
 
 

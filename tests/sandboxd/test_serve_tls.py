@@ -115,10 +115,10 @@ def test_control_api_and_sandboxes_by_name_over_https(server: TlsSandboxd) -> No
 def test_a_sandbox_host_under_another_domain_is_400_naming_serve_s(
     server: TlsSandboxd, domain: str
 ) -> None:
-    # The SDK's default domain (E2B_DOMAIN unset): get_host() gives `{port}-{id}.e2b.app`, which
-    # a browser or curl sends without the API key (the control API answered 401 for want of it).
+    # E2B's domain, as get_host() gave it before serve told the SDKs its own, sent without the
+    # API key as a browser or curl does (the control API answered 401 for want of it).
     answer = server.request("GET", f"api.{DOMAIN}", "/", key=False,
                             headers={"Host": f"8000-i0123456789abcdefghij.{domain}"})  # fmt: skip
     assert answer.status_code == 400, answer.text
     assert f"'{DOMAIN}'" in answer.text
-    assert f"E2B_DOMAIN={DOMAIN}" in answer.text
+    assert f"{{port}}-{{sandboxID}}.{DOMAIN}" in answer.text
