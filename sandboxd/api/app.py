@@ -109,10 +109,10 @@ async def _health(_: Request) -> Response:
 
 
 def create_app(manager: SandboxManager, store: Store, builder: Builder, domain: str) -> Starlette:
-    """The control API over `manager`, `store` and `builder`, telling clients sandboxes are
-    reached under `domain`. The app's lifespan starts the
-    manager (adoption, evictor, sampler, warm pool) and the builder (failing the builds a
-    previous sandboxd left running), and stops them (sandboxes keep running; builds fail).
+    """The control API over `manager`, `store` and `builder`, telling clients that sandboxes
+    are reached under `domain`. The app's lifespan starts the manager (adoption, evictor,
+    sampler, warm pool) and the builder (failing the builds a previous sandboxd left running),
+    and stops them (sandboxes keep running; builds fail).
 
     The sandbox proxy is not part of it: mount or dispatch to it beside this app.
     """

@@ -122,3 +122,21 @@ def test_a_sandbox_host_under_another_domain_is_400_naming_serve_s(
     assert answer.status_code == 400, answer.text
     assert f"'{DOMAIN}'" in answer.text
     assert f"{{port}}-{{sandboxID}}.{DOMAIN}" in answer.text
+
+
+def test_a_key_that_is_not_the_certificate_s_is_refused_before_anything(
+    tmp_path: Path, base_template: Path
+) -> None:
+    assert tls_init(tmp_path, DOMAIN).returncode == 0
+    tls, state_dir = tmp_path / "tls", tmp_path / "state"
+    serve = [sys.executable, "-m", "sandboxd", "serve", NO_NETWORK, "--state-dir", str(state_dir),
+             "--base-rootfs", str(base_template)]  # fmt: skip
+    for flags, message in [
+        (["--tls-cert", str(tls / "ca.pem"), "--tls-key", str(tls / "key.pem")], "KEY_VALUES"),
+        (["--tls-cert", str(tls / "cert.pem")], "--tls-cert and --tls-key go together"),
+    ]:
+        refused = subprocess.run([*serve, *flags], capture_output=True, text=True, check=False)
+        assert refused.returncode == 2, refused.stderr
+        assert message in refused.stderr
+        assert refused.stderr.count("\n") == 1  # one line, no traceback
+    assert not state_dir.exists()
