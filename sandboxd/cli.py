@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from envd.logs import setup_logging
-from sandboxd import template_cli
+from sandboxd import template_cli, tls
 from sandboxd.builds.envd_layer import OPTION as ENVD_ARTIFACT_OPTION
 from sandboxd.errors import SandboxError
 from sandboxd.host.base_image import build_base
@@ -143,8 +143,17 @@ def _serve_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser])
     p.add_argument(
         "--domain",
         default="localhost",
-        help="sandbox hosts are {port}-{sandboxID}.DOMAIN (default localhost)",
+        help="sandbox hosts are {port}-{sandboxID}.DOMAIN and the control API's api.DOMAIN "
+        "(default localhost)",
     )
+    p.add_argument(
+        "--tls-cert",
+        type=_file,
+        metavar="PEM",
+        help="serve HTTPS with this certificate chain (with --tls-key; `sandboxd tls init` "
+        "makes one): E2B's domain mode, https://api.DOMAIN and https://{port}-{id}.DOMAIN",
+    )
+    p.add_argument("--tls-key", type=_file, metavar="PEM", help="the certificate's private key")
     p.add_argument(
         ENVD_ARTIFACT_OPTION,
         type=_file,
@@ -194,7 +203,21 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("--commit", help="the build commit envd reports (default: git HEAD)")
     template_cli.add_parsers(template_commands, _state_dir_option)
     _install_service_parser(commands)
+    _tls_parser(commands)
     return p
+
+
+def _tls_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    tls = commands.add_parser("tls", help="certificates for serving HTTPS")
+    tls_commands = tls.add_subparsers(dest="tls_command", required=True)
+    init = tls_commands.add_parser(
+        "init",
+        help="make a CA of sandboxd's own and a certificate for api.DOMAIN and *.DOMAIN",
+        description="Make STATE_DIR/tls/ca.pem (kept when present: clients keep trusting it) and "
+        "cert.pem and key.pem for api.DOMAIN and *.DOMAIN, signed by it; print serve's flags.",
+    )
+    _state_dir_option(init)
+    init.add_argument("--domain", required=True, help="serve's --domain (e.g. e2b.localhost)")
 
 
 def _install_service_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -220,6 +243,14 @@ def _create_key(state_dir: Path) -> None:
     sys.stdout.write(key + "\n")
 
 
+def _tls_init(state_dir: Path, domain: str) -> None:
+    files = tls.init(state_dir, domain)
+    sys.stdout.write(
+        f"CA (for clients to trust): {files.ca_cert}\n"
+        f"serve flags: --domain {domain} --port 443 --tls-cert {files.cert} --tls-key {files.key}\n"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
@@ -235,14 +266,18 @@ def main(argv: list[str] | None = None) -> int:
                 raise SandboxError("--pool must be 0 or more and --max-timeout 1 or more")
             if args.no_network and (args.dns is not None or args.network_pool is not None):
                 raise SandboxError("--no-network cannot be combined with --network-pool or --dns")
+            if (args.tls_cert is None) != (args.tls_key is None):
+                raise SandboxError("--tls-cert and --tls-key go together")
             network = None if args.no_network else NetworkPool(
                 args.network_pool or DEFAULT_NETWORK_POOL, args.dns)  # fmt: skip
             serve(ServeOptions(state_dir, args.bind, args.port, args.pool, args.max_timeout,
                                args.base_rootfs, args.cgroup_parent, args.domain,
                                args.disk_size_mb, network, args.envd_artifact,
-                               args.registry_mirror))  # fmt: skip
+                               args.registry_mirror, args.tls_cert, args.tls_key))  # fmt: skip
         elif args.command == "api-key":
             _create_key(state_dir)
+        elif args.command == "tls":
+            _tls_init(state_dir, args.domain)
         elif args.template_command in ("ls", "rm"):
             template_cli.run(args, state_dir)
         else:

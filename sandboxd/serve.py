@@ -9,6 +9,7 @@ import logging
 import os
 import re
 import secrets
+import ssl
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -65,6 +66,8 @@ class ServeOptions:
     # `envd_artifact(options.envd_artifact)` says what is missing when it is None).
     envd_artifact: Path | None = None
     registry_mirror: str | None = None  # host[:port] to pull Docker Hub's images from
+    tls_cert: Path | None = None  # with tls_key: HTTPS on the one port instead of HTTP
+    tls_key: Path | None = None
 
 
 class _Server(uvicorn.Server):
@@ -150,11 +153,25 @@ def register_env_key(store: Store) -> None:
     store.add_key(key, now_us())
 
 
+def check_tls(options: ServeOptions) -> None:
+    """Raises HostError when the certificate and key do not load together (before the base
+    template's build, not after it)."""
+    if options.tls_cert is None or options.tls_key is None:
+        return
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(
+            options.tls_cert, options.tls_key
+        )
+    except ssl.SSLError as exc:
+        raise HostError(f"--tls-cert/--tls-key: {exc}") from exc
+
+
 def serve(options: ServeOptions) -> None:
     """Run until SIGTERM or SIGINT.
 
     Raises:
-        SandboxError: not root, no usable base template, or a bad SANDBOXD_API_KEY.
+        SandboxError: not root, no usable base template, a bad SANDBOXD_API_KEY, or a TLS
+            certificate and key that do not load.
     """
     if os.geteuid() != 0:
         raise HostError("sandboxd serve needs root (it boots containers)")
@@ -162,6 +179,7 @@ def serve(options: ServeOptions) -> None:
     # Only sandboxd notifies its service manager: nspawn, given the variable, would report each
     # container's start ("READY=1", "STATUS=Container running.") there too.
     notify_socket = os.environ.pop("NOTIFY_SOCKET", None)
+    check_tls(options)
     store = Store(state_dir)
     try:
         register_env_key(store)
@@ -187,7 +205,7 @@ def serve(options: ServeOptions) -> None:
         builder = Builder(store, manager.templates, runtime, state_dir,
                           envd_artifact=options.envd_artifact,
                           mirror=options.registry_mirror)  # fmt: skip
-        app = create_app(manager, store, builder)
+        app = create_app(manager, store, builder, options.domain)
         config = uvicorn.Config(
             app,
             host=options.bind,
@@ -198,6 +216,8 @@ def serve(options: ServeOptions) -> None:
             access_log=False,
             timeout_graceful_shutdown=5,
             server_header=False,
+            ssl_certfile=options.tls_cert,
+            ssl_keyfile=options.tls_key,
         )
         _Server(config, notify_socket, dns).run()
     except OSError as exc:

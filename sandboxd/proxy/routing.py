@@ -4,6 +4,8 @@ Three ways in, as the SDKs and browsers use them:
 - the `E2b-Sandbox-Id` and `E2b-Sandbox-Port` headers, honoured only when Host is `localhost`,
   an IP literal or `sandbox.<domain>` (the SDKs with `E2B_SANDBOX_URL` set);
 - a Host `{port}-{sandboxID}.{domain}` (`get_host()` and download URLs over host routing);
+  one of that form under another domain (E2B's `e2b.app`, say) is answered 400 naming
+  serve's, not left to the control API's 401;
 - a header-less `GET`/`POST /files` whose `signature` reproduces one sandbox's token (the local
   fallback for `download_url()` under `E2B_SANDBOX_URL`; not reference behaviour).
 """
@@ -147,6 +149,16 @@ def is_sandbox_host(host: str, domain: str) -> bool:
     return name.endswith(f".{base}") and name != f"api.{base}"
 
 
+@functools.lru_cache(maxsize=256)
+def is_foreign_sandbox_host(host: str, domain: str) -> bool:
+    """`{port}-{sandboxID}.{other}`: a sandbox host under a domain that is not serve's."""
+    name = hostname(host)
+    if "." not in name or is_sandbox_host(host, domain) or honours_headers(host, domain):
+        return False
+    port, dash, sandbox_id = name.split(".", 1)[0].partition("-")
+    return bool(dash) and port.isascii() and port.isdigit() and is_sandbox_id(sandbox_id)
+
+
 def _port(text: str) -> int:
     # isdigit alone admits digits int() refuses ("²"): the error would escape as a dropped
     # connection instead of this 400.
@@ -216,10 +228,10 @@ def target_by_signature(head: RequestHead, lookup: SandboxLookup) -> Target | No
 
 def is_sandbox_request(head: RequestHead, domain: str, lookup: SandboxLookup) -> bool:
     """Whether the request is for the proxy rather than the control API: routing headers on a
-    host that honours them, a `{port}-{id}.{domain}` host, or a header-less signed `/files`
-    URL that one sandbox's token signed."""
+    host that honours them, a `{port}-{id}.{domain}` host (or one under another domain, to be
+    refused), or a header-less signed `/files` URL that one sandbox's token signed."""
     host = head.host
-    if is_sandbox_host(host, domain):
+    if is_sandbox_host(host, domain) or is_foreign_sandbox_host(host, domain):
         return True
     if not honours_headers(host, domain):
         return False
@@ -243,6 +255,9 @@ def resolve(head: RequestHead, domain: str, lookup: SandboxLookup) -> Target:
         if by_signature is not None:
             return by_signature
         raise RouteError("missing header E2b-Sandbox-Id")
+    if is_foreign_sandbox_host(host, domain):
+        raise RouteError(f"Host {host!r} is not under this sandboxd's domain {domain!r}: "
+                         f"sandbox hosts are {{port}}-{{sandboxID}}.{domain}")  # fmt: skip
     return target_from_host(host)
 
 

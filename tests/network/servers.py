@@ -90,7 +90,7 @@ def serve(config: dict[str, Any]) -> None:
     zone = "".join(f"{name}. 60 IN A {address}\n" for name, address in config["names"].items())
     dns = [
         DNSServer(
-            ZoneResolver(zone),
+            ZoneResolver(zone, glob=True),  # `*.name` in a test's names: its subdomains
             address=config["dns"],
             port=53,
             logger=DNSLogger("-request,-reply", prefix=False, logf=log.info),

@@ -7,4 +7,4 @@ from __future__ import annotations
 import importlib.util
 
 if importlib.util.find_spec("e2b") is None:
-    collect_ignore = ["python", "network", "builds"]
+    collect_ignore = ["python", "network", "builds", "domain"]
