@@ -19,6 +19,7 @@ from sandboxd.host.disk import MIN_DISK_MB
 from sandboxd.host.network import DEFAULT_NETWORK_POOL, NetworkPool, parse_pool
 from sandboxd.serve import ServeOptions, base_rootfs, new_api_key, serve
 from sandboxd.service import install_service
+from sandboxd.state_dir import open_private
 from sandboxd.store import Store
 from sandboxd.templates import BASE_DISK_MB
 
@@ -230,6 +231,10 @@ def main(argv: list[str] | None = None) -> int:
             install_service(args.root.absolute(), args.serve_flags, args.enable)
             return 0
         state_dir: Path = args.state_dir.absolute()
+        if args.command in ("serve", "api-key") or (
+            args.command == "template" and args.template_command in ("ls", "rm")
+        ):
+            open_private(state_dir)  # before anything of the state is read or written
         if args.command == "serve":
             if args.pool < 0 or args.max_timeout < 1:
                 raise SandboxError("--pool must be 0 or more and --max-timeout 1 or more")

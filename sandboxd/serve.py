@@ -23,12 +23,14 @@ from sandboxd.host import firewall
 from sandboxd.host.base_image import BUILD_FILE, build_base
 from sandboxd.host.dns_forwarder import DnsForwarder, host_nameservers
 from sandboxd.host.network import NetworkPool, enable_forwarding
+from sandboxd.host.nspawn import SANDBOX_UMASK
 from sandboxd.host.overlay import require_rootfs
 from sandboxd.host.runtime import Runtime
 from sandboxd.host.spec import BootImage
 from sandboxd.ids import now_us
 from sandboxd.lifecycle.manager import SandboxManager
 from sandboxd.server import create_listener
+from sandboxd.state_dir import SECRET_FILE, umask
 from sandboxd.store import Store
 from sandboxd.templates import BASE_DISK_MB, register_base
 
@@ -38,7 +40,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("sandboxd.serve")
 
-SECRET_FILE = "secret"  # noqa: S105  # the file's name, not a secret
 API_KEY_ENV = "SANDBOXD_API_KEY"
 API_KEY_FORM = re.compile(r"^e2b_[0-9a-f]{40}$")
 # The priority sandboxd serves at. On a busy host most of a slow `/health` or proxied request
@@ -136,7 +137,8 @@ def ensure_base(
         if not (rootfs / BUILD_FILE).is_file():
             log.info("the base template is missing: building it (a few minutes the first time)")
             sd_notify("STATUS=building the base template", notify_socket)
-            build_base(rootfs, state_dir / "cache")
+            with umask(SANDBOX_UMASK):  # a tree for sandboxes; still single-threaded here
+                build_base(rootfs, state_dir / "cache")
     register_base(store, rootfs, disk_mb)
 
 

@@ -153,7 +153,8 @@ class Uploads:
             raise BadUpload(f"the upload ended after {count} of its {expected} bytes")
 
     def _unpack(self, archive: Path, tree: Path, final: Path) -> None:
-        tree.mkdir(mode=0o755)
+        tree.mkdir()
+        tree.chmod(0o755)  # the build context's root, as COPY may take it; serve's umask is 077
         root = os.open(tree, DIR_FLAGS)
         try:
             with decompressed(archive, BadUpload) as stream:
