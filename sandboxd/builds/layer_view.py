@@ -9,15 +9,19 @@ import os
 import stat
 from typing import TYPE_CHECKING
 
+from sandboxd.builds.image_files import NotRegularFile, read_capped
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from pathlib import Path
 
 MAX_LINKS = 40  # as the kernel's path walk
+MAX_TABLE_BYTES = 64 << 20  # the most read of /etc/passwd or /etc/group (a million accounts)
 
 
 def _entry(layers: Sequence[Path], rel: str) -> tuple[Path, os.stat_result] | None:
-    """The topmost layer's entry for `rel` (no link followed), or None (absent, whited out)."""
+    """The topmost layer that has an entry for `rel` and the entry's stat (no link followed),
+    or None (absent, whited out)."""
     for layer in reversed(layers):
         try:
             st = os.lstat(layer / rel)
@@ -25,7 +29,7 @@ def _entry(layers: Sequence[Path], rel: str) -> tuple[Path, os.stat_result] | No
             continue
         if stat.S_ISCHR(st.st_mode) and st.st_rdev == 0:
             return None
-        return layer / rel, st
+        return layer, st
     return None
 
 
@@ -59,22 +63,41 @@ def follow_links(path: str, readlink: Callable[[str], str | None]) -> list[str] 
 def resolve(layers: Sequence[Path], path: str) -> tuple[Path, os.stat_result] | None:
     """The host path and stat of `path` (absolute, in the image) through the stack, links on
     the way resolved inside the image; None when it does not exist there."""
+    found = _resolved(layers, path)
+    return None if found is None else (found[0] / found[1], found[2])
+
+
+def _resolved(layers: Sequence[Path], path: str) -> tuple[Path, str, os.stat_result] | None:
+    """As `resolve`: the layer, the link-free path in it and the entry's stat."""
 
     def readlink(rel: str) -> str | None:
         found = _entry(layers, rel)
         if found is None or not stat.S_ISLNK(found[1].st_mode):
             return None
-        return os.readlink(found[0])
+        return os.readlink(found[0] / rel)
 
     parts = follow_links(path, readlink)
-    return _entry(layers, "/".join(parts)) if parts else None
+    if not parts:  # the root, or a loop of links
+        return None
+    relative = "/".join(parts)
+    found = _entry(layers, relative)
+    return None if found is None else (found[0], relative, found[1])
 
 
 def read_text(layers: Sequence[Path], path: str) -> str | None:
-    found = resolve(layers, path)
-    if found is None or not stat.S_ISREG(found[1].st_mode):
+    """The image's file `path`, or None where it has none that is a regular file.
+
+    Raises:
+        TemplateError: the file holds more than MAX_TABLE_BYTES.
+    """
+    found = _resolved(layers, path)
+    if found is None or not stat.S_ISREG(found[2].st_mode):
         return None
-    return found[0].read_text(errors="replace")
+    try:
+        data = read_capped(found[0], found[1], path, MAX_TABLE_BYTES)
+    except (FileNotFoundError, NotRegularFile):
+        return None
+    return data.decode(errors="replace")
 
 
 def ids_of(layers: Sequence[Path], user: str) -> tuple[int, int] | None:

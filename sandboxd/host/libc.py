@@ -1,5 +1,5 @@
-"""The few system calls Python 3.11's os module lacks (setns, unshare, mount, umount2, and the
-new mount API's open_tree, mount_setattr and move_mount), through ctypes."""
+"""The few system calls Python 3.11's os module lacks (setns, unshare, mount, umount2, the
+new mount API's open_tree, mount_setattr and move_mount, and openat2), through ctypes."""
 
 from __future__ import annotations
 
@@ -14,6 +14,9 @@ MNT_DETACH = 2
 SYS_OPEN_TREE = 428
 SYS_MOVE_MOUNT = 429
 SYS_MOUNT_SETATTR = 442
+SYS_OPENAT2 = 437
+RESOLVE_NO_MAGICLINKS = 0x02
+RESOLVE_IN_ROOT = 0x10
 AT_FDCWD = -100
 AT_EMPTY_PATH = 0x1000
 AT_RECURSIVE = 0x8000
@@ -35,6 +38,16 @@ class _MountAttr(ctypes.Structure):
         ("attr_clr", ctypes.c_uint64),
         ("propagation", ctypes.c_uint64),
         ("userns_fd", ctypes.c_uint64),
+    )
+
+
+class _OpenHow(ctypes.Structure):
+    """struct open_how (linux/openat2.h)."""
+
+    _fields_ = (
+        ("flags", ctypes.c_uint64),
+        ("mode", ctypes.c_uint64),
+        ("resolve", ctypes.c_uint64),
     )
 
 
@@ -96,3 +109,19 @@ def idmapped_bind(source: str, target: str, userns_fd: int) -> None:
         )
     finally:
         os.close(tree)
+
+
+def open_in_root(root_fd: int, path: str, flags: int) -> int:
+    """Open `path` as if the directory `root_fd` were `/`: absolute links and `..` resolve
+    inside it, never above (openat2 RESOLVE_IN_ROOT; no /proc magic links either).
+
+    Raises:
+        OSError: as open(2) (ELOOP for a last component that is a link with O_NOFOLLOW).
+    """
+    how = _OpenHow(flags, 0, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)
+    result = _libc.syscall(SYS_OPENAT2, root_fd, path.encode(), ctypes.byref(how),
+                           ctypes.c_size_t(ctypes.sizeof(how)))  # fmt: skip
+    if result < 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, os.strerror(errno), path)
+    return int(result)
