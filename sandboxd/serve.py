@@ -16,7 +16,7 @@ import uvicorn
 
 from envd.systemd import sd_notify
 from sandboxd.api.app import create_app
-from sandboxd.builds.builder import Builder
+from sandboxd.builds.builder import DEFAULT_DEADLINE_S, Builder, BuildLimits
 from sandboxd.egress_proxy.server import EgressProxy
 from sandboxd.errors import HostError, SandboxError
 from sandboxd.host import firewall
@@ -66,6 +66,8 @@ class ServeOptions:
     # `envd_artifact(options.envd_artifact)` says what is missing when it is None).
     envd_artifact: Path | None = None
     registry_mirror: str | None = None  # host[:port] to pull Docker Hub's images from
+    build_deadline_s: int = DEFAULT_DEADLINE_S
+    build_storage_mb: int | None = None  # None: half the state directory's filesystem
 
 
 class _Server(uvicorn.Server):
@@ -142,6 +144,17 @@ def ensure_base(
     register_base(store, rootfs, disk_mb)
 
 
+def build_limits(options: ServeOptions, state_dir: Path) -> BuildLimits:
+    """The builds' deadline, and their storage quota: by default half the state directory's
+    filesystem, so that uploads and layers never take the room sandboxes and the store need."""
+    if options.build_storage_mb is not None:
+        storage = options.build_storage_mb << 20
+    else:
+        fs = os.statvfs(state_dir)
+        storage = fs.f_blocks * fs.f_frsize // 2
+    return BuildLimits(options.build_deadline_s, storage)
+
+
 def register_env_key(store: Store) -> None:
     """Raises HostError when SANDBOXD_API_KEY is set but not of the SDK's form."""
     key = os.environ.get(API_KEY_ENV)
@@ -187,8 +200,8 @@ def serve(options: ServeOptions) -> None:
         manager = SandboxManager(store, runtime, server_secret(state_dir),
                                  options.max_timeout_s, options.pool)  # fmt: skip
         builder = Builder(store, manager.templates, runtime, state_dir,
-                          envd_artifact=options.envd_artifact,
-                          mirror=options.registry_mirror)  # fmt: skip
+                          envd_artifact=options.envd_artifact, mirror=options.registry_mirror,
+                          limits=build_limits(options, state_dir))  # fmt: skip
         app = create_app(manager, store, builder)
         config = uvicorn.Config(
             app,
