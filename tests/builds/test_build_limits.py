@@ -145,6 +145,8 @@ def test_a_stuck_build_ends_at_the_deadline(limited_server: Sandboxd) -> None:
     assert final["reason"]["message"] == (
         f"the build ran past its deadline of {DEADLINE_S} s (serve --build-timeout)"
     )
+    sandboxes = limited_server.state_dir / "sandboxes"
+    assert not sandboxes.exists() or list(sandboxes.iterdir()) == []  # its sandbox killed
 
 
 def test_a_build_whose_layer_passes_the_quota_fails(limited_server: Sandboxd) -> None:
