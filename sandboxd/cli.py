@@ -247,10 +247,6 @@ def main(argv: list[str] | None = None) -> int:
             install_service(args.root.absolute(), args.serve_flags, args.enable)
             return 0
         state_dir: Path = args.state_dir.absolute()
-        if args.command in ("serve", "api-key") or (
-            args.command == "template" and args.template_command in ("ls", "rm")
-        ):
-            open_private(state_dir)  # before anything of the state is read or written
         if args.command == "serve":
             if args.pool < 0 or args.max_timeout < 1 or args.build_timeout < 1:
                 raise SandboxError(
@@ -262,14 +258,17 @@ def main(argv: list[str] | None = None) -> int:
                 raise SandboxError("--no-network cannot be combined with --network-pool or --dns")
             network = None if args.no_network else NetworkPool(
                 args.network_pool or DEFAULT_NETWORK_POOL, args.dns)  # fmt: skip
+            open_private(state_dir)  # checked the options first: a typo touches nothing
             serve(ServeOptions(state_dir, args.bind, args.port, args.pool, args.max_timeout,
                                args.base_rootfs, args.cgroup_parent, args.domain,
                                args.disk_size_mb, network, args.envd_artifact,
                                args.registry_mirror, args.build_timeout,
                                args.build_storage_mb))  # fmt: skip
         elif args.command == "api-key":
+            open_private(state_dir)
             _create_key(state_dir)
         elif args.template_command in ("ls", "rm"):
+            open_private(state_dir)
             template_cli.run(args, state_dir)
         else:
             build_base(
