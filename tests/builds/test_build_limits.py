@@ -135,6 +135,20 @@ def test_an_image_with_hostile_files_fails_its_build_clearly(
     assert message in final["reason"]["message"], final["reason"]
 
 
+def test_the_same_image_unchanged_builds(
+    image_server: Sandboxd, registry: Registry, tmp_path: Path
+) -> None:
+    """What the refusals above are measured against; and a build from an image under serve's
+    umask 077 still gives the sandbox's `user` a tree it can read."""
+    image = pushed(registry, tmp_path / "plain", lambda _root: None)
+    check = "ls / /etc /lib64 >/dev/null && cat /etc/passwd >/dev/null && test $(id -un) = user"
+    recipe = {"fromImage": image, "force": False,
+              "steps": [{"type": "RUN", "args": [check], "force": False}]}  # fmt: skip
+    with image_server.client() as api:
+        final = ended(api, recipe)
+    assert final["status"] == "ready", final
+
+
 def test_a_stuck_build_ends_at_the_deadline(limited_server: Sandboxd) -> None:
     recipe = {"fromTemplate": "base", "force": True,
               "steps": [{"type": "RUN", "args": ["sleep infinity"], "force": True}]}  # fmt: skip
