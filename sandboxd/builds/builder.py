@@ -156,9 +156,9 @@ class Builder:
         try:
             build_log.add(f"building from {recipe.fromTemplate or recipe.fromImage}", step="base")
             try:
-                if self.storage is not None:
-                    await asyncio.to_thread(self.storage.check, "the build's image")
+                await self._within_quota("the build's image")
                 base = await base_of(recipe, self.templates, self.source)
+                await self._within_quota("the build's image")  # a pull is not bounded on the way
             except SandboxError as exc:
                 raise StepFailed("base", f"base: {exc}") from exc
             image = await run_steps(recipe, base, ctx, build_log)
@@ -178,6 +178,11 @@ class Builder:
         tags = [functools.partial(self.store.put_tag, build.template_id, t, build.build_id, now)
                 for t in build.tags]  # fmt: skip
         await self._record(build, *tags)
+
+    async def _within_quota(self, what: str) -> None:
+        """Raises StorageFull when uploads and layers fill the storage quota."""
+        if self.storage is not None:
+            await asyncio.to_thread(self.storage.check, what)
 
     async def _fail(
         self, build: BuildRow, message: str, step: str | None, build_log: BuildLog | None
