@@ -71,12 +71,12 @@ class Builder:
         self.templates = templates
         layers = state_dir / "layers"
         self.layers = LayerDirs(layers)
-        self.image_store = LayerStore(layers)
-        self.source = ImageSource(self.image_store, self.layers, envd_artifact, mirror)
         self.uploads_dir = state_dir / "uploads"
         self.deadline_s = limits.deadline_s
         self.storage = None if limits.storage_bytes is None else BuildStorage(
             (layers, self.uploads_dir), limits.storage_bytes)  # fmt: skip
+        self.image_store = LayerStore(layers, self.storage)
+        self.source = ImageSource(self.image_store, self.layers, envd_artifact, mirror)
         self.sandboxes = BuildSandboxes(runtime)
         self._slots = asyncio.Semaphore(CONCURRENT_BUILDS)
         self._running: dict[str, tuple[asyncio.Task[None], BuildLog]] = {}

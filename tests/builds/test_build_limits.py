@@ -149,6 +149,24 @@ def test_the_same_image_unchanged_builds(
     assert final["status"] == "ready", final
 
 
+def test_a_pull_past_the_quota_is_refused_as_it_unpacks(
+    tmp_path_factory: pytest.TempPathFactory, base_template: Path, envd_artifact: Path,
+    registry: Registry, tmp_path: Path,
+) -> None:  # fmt: skip
+    image = pushed(registry, tmp_path / "big-layer", huge_libc)  # a 33 MiB layer
+    state = tmp_path_factory.mktemp("limits-pull") / "state"
+    with running_sandboxd(state, base_template, NO_NETWORK, "--envd-artifact", str(envd_artifact),
+                          "--build-storage-mb", "16") as server, server.client() as api:  # fmt: skip
+        final = ended(api, {"fromImage": image, "force": False, "steps": []})
+        assert final["status"] == "error", final
+        assert final["reason"]["step"] == "base", final["reason"]
+        message = final["reason"]["message"]
+        assert message.startswith("base: layer "), message  # refused in the unpack, not after
+        assert message.endswith(" would pass the build storage quota of 16 MiB (uploads and "
+                                "layers; serve --build-storage-mb)"), message  # fmt: skip
+        assert not [p for p in (state / "layers").iterdir() if p.name.startswith("sha256-")]
+
+
 def test_a_stuck_build_ends_at_the_deadline(limited_server: Sandboxd) -> None:
     recipe = {"fromTemplate": "base", "force": True,
               "steps": [{"type": "RUN", "args": ["sleep infinity"], "force": True}]}  # fmt: skip
