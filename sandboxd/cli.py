@@ -12,13 +12,16 @@ from pathlib import Path
 
 from envd.logs import setup_logging
 from sandboxd import template_cli, tls
+from sandboxd.builds.builder import DEADLINE_OPTION, DEFAULT_DEADLINE_S
 from sandboxd.builds.envd_layer import OPTION as ENVD_ARTIFACT_OPTION
+from sandboxd.builds.storage import OPTION as STORAGE_OPTION
 from sandboxd.errors import SandboxError
 from sandboxd.host.base_image import build_base
 from sandboxd.host.disk import MIN_DISK_MB
 from sandboxd.host.network import DEFAULT_NETWORK_POOL, NetworkPool, parse_pool
 from sandboxd.serve import ServeOptions, base_rootfs, new_api_key, serve
 from sandboxd.service import install_service
+from sandboxd.state_dir import open_private
 from sandboxd.store import Store
 from sandboxd.templates import BASE_DISK_MB
 
@@ -162,6 +165,20 @@ def _serve_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser])
         "that are not sandboxd's run; without it such builds fail",
     )
     p.add_argument(
+        DEADLINE_OPTION,
+        type=int,
+        default=DEFAULT_DEADLINE_S,
+        metavar="SECONDS",
+        help=f"a template build still running after this fails (default {DEFAULT_DEADLINE_S})",
+    )
+    p.add_argument(
+        STORAGE_OPTION,
+        type=int,
+        metavar="MIB",
+        help="the most build uploads and layers may take of the state disk together (default: "
+        "half of its filesystem); an upload past it is refused, a build fails",
+    )
+    p.add_argument(
         "--registry-mirror",
         metavar="HOST[:PORT]",
         help="pull Docker Hub's images from this registry instead",
@@ -262,23 +279,32 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         state_dir: Path = args.state_dir.absolute()
         if args.command == "serve":
-            if args.pool < 0 or args.max_timeout < 1:
-                raise SandboxError("--pool must be 0 or more and --max-timeout 1 or more")
+            if args.pool < 0 or args.max_timeout < 1 or args.build_timeout < 1:
+                raise SandboxError(
+                    "--pool must be 0 or more, --max-timeout and --build-timeout 1 or more"
+                )
+            if args.build_storage_mb is not None and args.build_storage_mb < 1:
+                raise SandboxError(f"{STORAGE_OPTION} must be 1 or more")
             if args.no_network and (args.dns is not None or args.network_pool is not None):
                 raise SandboxError("--no-network cannot be combined with --network-pool or --dns")
             if (args.tls_cert is None) != (args.tls_key is None):
                 raise SandboxError("--tls-cert and --tls-key go together")
             network = None if args.no_network else NetworkPool(
                 args.network_pool or DEFAULT_NETWORK_POOL, args.dns)  # fmt: skip
+            open_private(state_dir)  # checked the options first: a typo touches nothing
             serve(ServeOptions(state_dir, args.bind, args.port, args.pool, args.max_timeout,
                                args.base_rootfs, args.cgroup_parent, args.domain,
                                args.disk_size_mb, network, args.envd_artifact,
-                               args.registry_mirror, args.tls_cert, args.tls_key))  # fmt: skip
+                               args.registry_mirror, tls_cert=args.tls_cert,
+                               tls_key=args.tls_key, build_deadline_s=args.build_timeout,
+                               build_storage_mb=args.build_storage_mb))  # fmt: skip
         elif args.command == "api-key":
+            open_private(state_dir)
             _create_key(state_dir)
         elif args.command == "tls":
             _tls_init(state_dir, args.domain)
         elif args.template_command in ("ls", "rm"):
+            open_private(state_dir)
             template_cli.run(args, state_dir)
         else:
             build_base(

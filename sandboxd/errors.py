@@ -78,6 +78,11 @@ class UploadTooLarge(BadUpload):
     """An upload over the limit: its Content-Length, what it sent, or its unpacked tar."""
 
 
+class StorageFull(UploadTooLarge):
+    """What uploads and build layers hold would pass serve's build storage quota: an upload
+    is refused with it (413), a build step fails with it."""
+
+
 class BootError(SandboxError):
     """A sandbox did not come up (nspawn exited, no leader, envd never answered or never took
     its /init); everything the boot made has been removed again."""

@@ -17,19 +17,21 @@ import uvicorn
 
 from envd.systemd import sd_notify
 from sandboxd.api.app import create_app
-from sandboxd.builds.builder import Builder
+from sandboxd.builds.builder import DEFAULT_DEADLINE_S, Builder, BuildLimits
 from sandboxd.egress_proxy.server import EgressProxy
 from sandboxd.errors import HostError, SandboxError
 from sandboxd.host import firewall
 from sandboxd.host.base_image import BUILD_FILE, build_base
 from sandboxd.host.dns_forwarder import DnsForwarder, host_nameservers
 from sandboxd.host.network import NetworkPool, enable_forwarding
+from sandboxd.host.nspawn import SANDBOX_UMASK
 from sandboxd.host.overlay import require_rootfs
 from sandboxd.host.runtime import Runtime
 from sandboxd.host.spec import BootImage
 from sandboxd.ids import now_us
 from sandboxd.lifecycle.manager import SandboxManager
 from sandboxd.server import create_listener
+from sandboxd.state_dir import SECRET_FILE, umask
 from sandboxd.store import Store
 from sandboxd.templates import BASE_DISK_MB, register_base
 
@@ -39,7 +41,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("sandboxd.serve")
 
-SECRET_FILE = "secret"  # noqa: S105  # the file's name, not a secret
 API_KEY_ENV = "SANDBOXD_API_KEY"
 API_KEY_FORM = re.compile(r"^e2b_[0-9a-f]{40}$")
 # The priority sandboxd serves at. On a busy host most of a slow `/health` or proxied request
@@ -68,6 +69,8 @@ class ServeOptions:
     registry_mirror: str | None = None  # host[:port] to pull Docker Hub's images from
     tls_cert: Path | None = None  # with tls_key: HTTPS on the one port instead of HTTP
     tls_key: Path | None = None
+    build_deadline_s: int = DEFAULT_DEADLINE_S
+    build_storage_mb: int | None = None  # None: half the state directory's filesystem
 
 
 class _Server(uvicorn.Server):
@@ -139,8 +142,20 @@ def ensure_base(
         if not (rootfs / BUILD_FILE).is_file():
             log.info("the base template is missing: building it (a few minutes the first time)")
             sd_notify("STATUS=building the base template", notify_socket)
-            build_base(rootfs, state_dir / "cache")
+            with umask(SANDBOX_UMASK):  # a tree for sandboxes; still single-threaded here
+                build_base(rootfs, state_dir / "cache")
     register_base(store, rootfs, disk_mb)
+
+
+def build_limits(options: ServeOptions, state_dir: Path) -> BuildLimits:
+    """The builds' deadline, and their storage quota: by default half the state directory's
+    filesystem, so that uploads and layers never take the room sandboxes and the store need."""
+    if options.build_storage_mb is not None:
+        storage = options.build_storage_mb << 20
+    else:
+        fs = os.statvfs(state_dir)
+        storage = fs.f_blocks * fs.f_frsize // 2
+    return BuildLimits(options.build_deadline_s, storage)
 
 
 def register_env_key(store: Store) -> None:
@@ -203,8 +218,8 @@ def serve(options: ServeOptions) -> None:
         manager = SandboxManager(store, runtime, server_secret(state_dir),
                                  options.max_timeout_s, options.pool)  # fmt: skip
         builder = Builder(store, manager.templates, runtime, state_dir,
-                          envd_artifact=options.envd_artifact,
-                          mirror=options.registry_mirror)  # fmt: skip
+                          envd_artifact=options.envd_artifact, mirror=options.registry_mirror,
+                          limits=build_limits(options, state_dir))  # fmt: skip
         app = create_app(manager, store, builder, options.domain)
         config = uvicorn.Config(
             app,

@@ -49,6 +49,11 @@ class BuildLog:
         for stream in list(self._partial):
             self.add(self._partial.pop(stream), "info", step)
 
+    @property
+    def last_step(self) -> str | None:
+        """The step of the latest line that names one (where a build stopped)."""
+        return next((line.step for line in reversed(self.lines) if line.step), None)
+
     def page(self, offset: int, limit: int) -> list[LogLine]:
         return self.lines[offset : offset + limit]
 

@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING
 from sandboxd.builds import layer_view
 from sandboxd.builds.copy_layer import copy_to_layer, parse_mode
 from sandboxd.builds.start_cmd import start_and_wait
-from sandboxd.errors import SandboxError, TemplateError
+from sandboxd.errors import SandboxError, StorageFull, TemplateError
 from sandboxd.host import overlay
+from sandboxd.host.removal import remove_tree
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from sandboxd.builds.build_sandbox import BuildSandboxes
     from sandboxd.builds.layer_dirs import LayerDirs
     from sandboxd.builds.recipe import Recipe, Step
+    from sandboxd.builds.storage import BuildStorage
     from sandboxd.builds.template_image import TemplateImage
     from sandboxd.builds.uploads import Uploads
     from sandboxd.envd_process import Command
@@ -58,6 +60,7 @@ class Context:
     sandboxes: BuildSandboxes
     limits: Limits
     disk_mb: int
+    storage: BuildStorage | None = None  # the quota of uploads and layers; None: none
 
 
 async def run_steps(recipe: Recipe, base: Base, ctx: Context, log: BuildLog) -> TemplateImage:
@@ -85,7 +88,9 @@ async def run_steps(recipe: Recipe, base: Base, ctx: Context, log: BuildLog) -> 
             log.add(described, step=label)
             name = ctx.layers.fresh_name(key)
             try:
+                await _within_quota(ctx, "a new layer", None)
                 await _make_layer(step, image, ctx, log, label, name)
+                await _within_quota(ctx, "its layer", ctx.layers.path(name))
             except StepFailed:
                 raise
             except (SandboxError, OSError) as exc:
@@ -95,6 +100,19 @@ async def run_steps(recipe: Recipe, base: Base, ctx: Context, log: BuildLog) -> 
         image = dataclasses.replace(image, layers=(*image.layers, str(ctx.layers.path(name))))
         image = _after(step, image)
     return dataclasses.replace(image, start_cmd=recipe.startCmd, ready_cmd=recipe.readyCmd)
+
+
+async def _within_quota(ctx: Context, what: str, made: Path | None) -> None:
+    """Raises StorageFull when uploads and layers fill the build storage quota, after removing
+    `made` (the layer that passed it: a failed step keeps none)."""
+    if ctx.storage is None:
+        return
+    try:
+        await asyncio.to_thread(ctx.storage.check, what)
+    except StorageFull:
+        if made is not None:
+            await asyncio.to_thread(remove_tree, made)
+        raise
 
 
 def _nothing_to_make(step: Step, image: TemplateImage) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sandboxd.builds.base_phase import ImageSource, base_of
@@ -17,6 +18,7 @@ from sandboxd.builds.build_run import Context, StepFailed, finalize, run_steps
 from sandboxd.builds.build_sandbox import BuildSandboxes
 from sandboxd.builds.collect import collect, layers_in_use
 from sandboxd.builds.layer_dirs import LayerDirs
+from sandboxd.builds.storage import BuildStorage
 from sandboxd.builds.uploads import Uploads
 from sandboxd.errors import NotAllowed, SandboxError
 from sandboxd.host.cgroups import Limits
@@ -39,6 +41,19 @@ log = logging.getLogger("sandboxd.builds.builder")
 CONCURRENT_BUILDS = 2
 STOPPED = "sandboxd stopped during the build"
 RESTARTED = "sandboxd restarted during the build"
+DEADLINE_OPTION = "--build-timeout"
+# A build's longest life by default: E2B's builds of large images with many steps take minutes;
+# one that runs an hour is stuck (a step waiting for ever) and holds one of the build slots.
+DEFAULT_DEADLINE_S = 3600
+
+
+@dataclass(frozen=True)
+class BuildLimits:
+    """How long a build may run (once it has a slot), and how much of the state disk uploads
+    and layers may fill together (bytes)."""
+
+    deadline_s: float = DEFAULT_DEADLINE_S
+    storage_bytes: int | None = None  # None: no quota
 
 
 class Builder:
@@ -50,20 +65,24 @@ class Builder:
         state_dir: Path,
         envd_artifact: Path | None = None,
         mirror: str | None = None,
+        limits: BuildLimits = BuildLimits(),  # frozen: one shared default is fine
     ) -> None:
         self.store = store
         self.templates = templates
         layers = state_dir / "layers"
         self.layers = LayerDirs(layers)
-        self.image_store = LayerStore(layers)
-        self.source = ImageSource(self.image_store, self.layers, envd_artifact, mirror)
         self.uploads_dir = state_dir / "uploads"
+        self.deadline_s = limits.deadline_s
+        self.storage = None if limits.storage_bytes is None else BuildStorage(
+            (layers, self.uploads_dir), limits.storage_bytes)  # fmt: skip
+        self.image_store = LayerStore(layers, self.storage)
+        self.source = ImageSource(self.image_store, self.layers, envd_artifact, mirror)
         self.sandboxes = BuildSandboxes(runtime)
         self._slots = asyncio.Semaphore(CONCURRENT_BUILDS)
         self._running: dict[str, tuple[asyncio.Task[None], BuildLog]] = {}
 
     def uploads(self, template_id: str) -> Uploads:
-        return Uploads(self.uploads_dir / template_id)
+        return Uploads(self.uploads_dir / template_id, self.storage)
 
     async def recover(self) -> None:
         """At start: builds a previous sandboxd left `building` failed; half-made layers and
@@ -116,8 +135,14 @@ class Builder:
 
     async def _run(self, build: BuildRow, recipe: Recipe, build_log: BuildLog) -> None:
         try:
-            async with self._slots:
+            # A step stuck where cancelling cannot reach (a thread) is left behind, its slot
+            # freed: the build fails now rather than hold it for ever.
+            async with self._slots, asyncio.timeout(self.deadline_s):
                 await self._build(build, recipe, build_log)
+        except TimeoutError:
+            message = (f"the build ran past its deadline of {self.deadline_s:g} s "
+                       f"(serve {DEADLINE_OPTION})")  # fmt: skip
+            await self._fail(build, message, build_log.last_step, build_log)
         except asyncio.CancelledError:
             await self._fail(build, STOPPED, None, build_log)
             raise
@@ -127,11 +152,13 @@ class Builder:
     async def _build(self, build: BuildRow, recipe: Recipe, build_log: BuildLog) -> None:
         limits = Limits(build.memory_mb << 20, build.cpu_count, PIDS_LIMIT)
         ctx = Context(self.layers, self.uploads(build.template_id), self.sandboxes, limits,
-                      build.disk_size_mb)  # fmt: skip
+                      build.disk_size_mb, self.storage)  # fmt: skip
         try:
             build_log.add(f"building from {recipe.fromTemplate or recipe.fromImage}", step="base")
             try:
+                await self._within_quota("the build's image")
                 base = await base_of(recipe, self.templates, self.source)
+                await self._within_quota("the build's image")  # a pull is not bounded on the way
             except SandboxError as exc:
                 raise StepFailed("base", f"base: {exc}") from exc
             image = await run_steps(recipe, base, ctx, build_log)
@@ -151,6 +178,11 @@ class Builder:
         tags = [functools.partial(self.store.put_tag, build.template_id, t, build.build_id, now)
                 for t in build.tags]  # fmt: skip
         await self._record(build, *tags)
+
+    async def _within_quota(self, what: str) -> None:
+        """Raises StorageFull when uploads and layers fill the storage quota."""
+        if self.storage is not None:
+            await asyncio.to_thread(self.storage.check, what)
 
     async def _fail(
         self, build: BuildRow, message: str, step: str | None, build_log: BuildLog | None

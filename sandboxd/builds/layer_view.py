@@ -10,6 +10,7 @@ import os
 import stat
 from typing import TYPE_CHECKING
 
+from sandboxd.builds.image_files import NotRegularFile, read_capped
 from sandboxd.host import libc
 
 if TYPE_CHECKING:
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 MAX_LINKS = 40  # as the kernel's path walk
+MAX_TABLE_BYTES = 64 << 20  # the most read of /etc/passwd or /etc/group (a million accounts)
 _NO_LINKS = libc.RESOLVE_IN_ROOT | libc.RESOLVE_NO_SYMLINKS
 
 
@@ -82,7 +84,6 @@ def follow_links(path: str, readlink: Callable[[str], str | None]) -> list[str] 
 def resolve(layers: Sequence[Path], path: str) -> tuple[Path, os.stat_result] | None:
     """The host path and stat of `path` (absolute, in the image) through the stack, links on
     the way resolved inside the image; None when it does not exist there."""
-
     found = _resolved(layers, path)
     return None if found is None else (found[0] / found[1], found[2])
 
@@ -110,11 +111,19 @@ def _resolved(layers: Sequence[Path], path: str) -> tuple[Path, str, os.stat_res
 
 
 def read_text(layers: Sequence[Path], path: str) -> str | None:
+    """The image's file `path`, or None where it has none that is a regular file.
+
+    Raises:
+        TemplateError: the file holds more than MAX_TABLE_BYTES.
+    """
     found = _resolved(layers, path)
     if found is None or not stat.S_ISREG(found[2].st_mode):
         return None
-    with open(_open_in(found[0], found[1], os.O_RDONLY | os.O_NOFOLLOW), errors="replace") as f:
-        return f.read()
+    try:
+        data = read_capped(found[0], found[1], path, MAX_TABLE_BYTES)
+    except (FileNotFoundError, NotRegularFile):
+        return None
+    return data.decode(errors="replace")
 
 
 def ids_of(layers: Sequence[Path], user: str) -> tuple[int, int] | None:

@@ -27,7 +27,8 @@ import stat
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
-from sandboxd.builds.layer_view import follow_links
+from sandboxd.builds.image_files import read_capped
+from sandboxd.builds.layer_view import MAX_TABLE_BYTES, follow_links
 from sandboxd.errors import TemplateError
 from sandboxd.host import overlay
 
@@ -48,6 +49,8 @@ LOADER = "/lib64/ld-linux-x86-64.so.2"
 LIBC_DIRS = ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64",
              "/lib", "/usr/lib")  # fmt: skip
 GCC_RUNTIME = "libgcc_s.so.1"
+# The most read of libc.so.6: glibc's is about 2 MiB (2.36, x86-64); past it a build fails.
+MAX_LIBC_BYTES = 32 << 20
 _GLIBC_VERSION = re.compile(rb"GNU C Library [^\n\0]*release version (\d+)\.(\d+)")
 
 
@@ -104,10 +107,13 @@ class _Image:
     def exists(self, path: str) -> bool:
         return self.host(path).exists()
 
+    def read(self, path: str, cap: int) -> bytes:
+        """Raises FileNotFoundError, or TemplateError (not a regular file, over `cap`)."""
+        return read_capped(self.root, str(self.real(path)), path, cap)
 
-def _library(image: _Image, name: str) -> Path | None:
-    return next((image.host(f"{d}/{name}") for d in LIBC_DIRS if image.exists(f"{d}/{name}")),
-                None)  # fmt: skip
+
+def _library(image: _Image, name: str) -> str | None:
+    return next((f"{d}/{name}" for d in LIBC_DIRS if image.exists(f"{d}/{name}")), None)
 
 
 def _require_libraries(image: _Image) -> None:
@@ -118,7 +124,7 @@ def _require_libraries(image: _Image) -> None:
             f"({'.'.join(map(str, MIN_GLIBC))} or newer): musl-based images such as Alpine are "
             "not supported"
         )
-    found = _GLIBC_VERSION.search(libc.read_bytes())
+    found = _GLIBC_VERSION.search(image.read(libc, MAX_LIBC_BYTES))
     version = (int(found[1]), int(found[2])) if found else None
     if version is None or version < MIN_GLIBC:
         said = "of an unknown version" if version is None else ".".join(map(str, version))
@@ -159,7 +165,7 @@ def _add_user(image: _Image, dest: Path) -> None:
 def _lines(image: _Image, path: str) -> list[str]:
     """The file's lines without empty ones; none when the image lacks it."""
     try:
-        text = image.host(path).read_text(errors="surrogateescape")
+        text = image.read(path, MAX_TABLE_BYTES).decode(errors="surrogateescape")
     except FileNotFoundError:
         return []
     return [line for line in text.splitlines() if line.strip()]

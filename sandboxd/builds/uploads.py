@@ -32,6 +32,7 @@ from sandboxd.images.tar_tree import DIR_FLAGS, Rules, decompressed, extract
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
+    from sandboxd.builds.storage import BuildStorage
     from sandboxd.images.tar_tree import Reader
 
 log = logging.getLogger("sandboxd.builds.uploads")
@@ -52,29 +53,32 @@ _HOST_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.ENOMEM, e
 
 
 class _Limited:
-    """A reader that refuses to pass on more than `limit` bytes."""
+    """A reader that refuses to pass on more than `limit` bytes, with `refusal`."""
 
-    def __init__(self, stream: Reader, limit: int) -> None:
-        self.stream, self.limit, self.count = stream, limit, 0
+    def __init__(self, stream: Reader, limit: int, refusal: UploadTooLarge) -> None:
+        self.stream, self.limit, self.count, self.refusal = stream, limit, 0, refusal
 
     def read(self, size: int = -1) -> bytes:
         data = self.stream.read(size)
         self.count += len(data)
         if self.count > self.limit:
-            raise UploadTooLarge(f"the upload unpacks to more than {self.limit} bytes")
+            raise self.refusal
         return data
 
 
 class Uploads:
-    """The unpacked uploads under `dir` (made 0700: only sandboxd reads them)."""
+    """The unpacked uploads under `dir` (made 0700: only sandboxd reads them), within the
+    build storage quota `storage` (none: only the caps per upload)."""
 
     def __init__(
         self,
         dir: Path,
+        storage: BuildStorage | None = None,
         max_bytes: int = MAX_UPLOAD_BYTES,
         max_unpacked_bytes: int = MAX_UNPACKED_BYTES,
     ) -> None:
         self.dir = dir
+        self.storage = storage
         self.max_bytes = max_bytes
         self.max_unpacked_bytes = max_unpacked_bytes
 
@@ -114,6 +118,8 @@ class Uploads:
             LengthRequired: no `content_length` (nothing of the body is read).
             UploadTooLarge: `content_length` over `max_bytes` (nothing is read), or the tar
                 unpacks to more than `max_unpacked_bytes`.
+            StorageFull: `content_length` over what the quota has left (nothing is read), or
+                the tar unpacks to more (as soon as it does).
             OSError: the host failed (a full disk).
         """
         final = self.path(files_hash)
@@ -123,11 +129,20 @@ class Uploads:
             raise UploadTooLarge(
                 f"the upload's {content_length} bytes are over the limit of {self.max_bytes}"
             )
+        cap = self.max_unpacked_bytes
+        refusal = UploadTooLarge(f"the upload unpacks to more than {cap} bytes")
+        if self.storage is not None:
+            # Others' uploads running meanwhile are counted on disk as far as they got.
+            room = await to_thread.run_sync(self.storage.room)
+            if content_length >= room:
+                raise self.storage.full(f"the upload's {content_length} bytes")
+            if room - content_length < cap:  # the spooled archive stays while unpacking
+                cap, refusal = room - content_length, self.storage.full("the unpacked upload")
         work = await to_thread.run_sync(self._new_dir)
         try:
             archive = work / "archive"
             await self._spool(body, archive, content_length)
-            await to_thread.run_sync(self._unpack, archive, work / "tree", final)
+            await to_thread.run_sync(self._unpack, archive, work / "tree", final, cap, refusal)
         finally:
             with anyio.CancelScope(shield=True):  # a client gone mid-body: still clean up
                 await to_thread.run_sync(remove_tree, work)
@@ -152,12 +167,15 @@ class Uploads:
         if count < expected:
             raise BadUpload(f"the upload ended after {count} of its {expected} bytes")
 
-    def _unpack(self, archive: Path, tree: Path, final: Path) -> None:
-        tree.mkdir(mode=0o755)
+    def _unpack(
+        self, archive: Path, tree: Path, final: Path, cap: int, refusal: UploadTooLarge
+    ) -> None:
+        tree.mkdir()
+        tree.chmod(0o755)  # the build context's root, as COPY may take it; serve's umask is 077
         root = os.open(tree, DIR_FLAGS)
         try:
             with decompressed(archive, BadUpload) as stream:
-                limited = _Limited(stream, self.max_unpacked_bytes)
+                limited = _Limited(stream, cap, refusal)
                 extract(limited, root, _UPLOAD)
                 while limited.read(1 << 16):  # gzip's trailer is checked only at its end
                     pass

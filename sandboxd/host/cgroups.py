@@ -97,6 +97,16 @@ def _write(path: Path, value: str) -> None:
         f.write(value)
 
 
+def _make_dir(d: Path) -> None:
+    """`d` and its missing parents, 0755 as under the usual umask: serve's is 077, and the
+    sandboxes' systemd looks up its own cgroup below them."""
+    if d.is_dir():
+        return
+    _make_dir(d.parent)
+    d.mkdir(exist_ok=True)
+    d.chmod(0o755)
+
+
 def _keyed(path: Path) -> dict[str, str]:
     """A flat keyed cgroup file ("key value" lines) as a dict."""
     with open(path) as f:
@@ -129,7 +139,7 @@ class SandboxCgroups:
         if self.host.pure_v2:
             self._enable_controllers()
         for d in self.dirs:
-            d.mkdir(parents=True, exist_ok=True)
+            _make_dir(d)
         self.set_limits(limits)
 
     def delegate(self, uid: int) -> None:
@@ -146,7 +156,7 @@ class SandboxCgroups:
     def _enable_controllers(self) -> None:
         """On a pure cgroup2 host the limits' files exist only once the parents pass the
         controllers down (root → PARENT → ID)."""
-        self._parent.mkdir(exist_ok=True)
+        _make_dir(self._parent)
         for d in (self.host.unified, self._parent):
             available = (d / "cgroup.controllers").read_text().split()
             wanted = [f"+{c}" for c in V2_CONTROLLERS if c in available]

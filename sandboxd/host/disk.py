@@ -100,8 +100,9 @@ def make(image: Path, mount_point: Path, disk_mb: int, owner: int, cache: Path) 
             os.close(fd)  # autoclear: the device goes with the unmount (or now, if unmounted)
     for name in ("upper", "work"):
         d = mount_point / name
-        d.mkdir(mode=0o755, exist_ok=True)
+        d.mkdir(exist_ok=True)
         os.chown(d, owner, owner)
+        d.chmod(0o755)  # the upper directory is the sandbox's `/`; serve's umask is 077
 
 
 def undo(image: Path, mount_point: Path) -> None:

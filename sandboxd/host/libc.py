@@ -122,3 +122,13 @@ def openat2(dir_fd: int, path: str, flags: int, resolve: int) -> int:
                       ctypes.c_size_t(ctypes.sizeof(how))),
         f"openat2 {path}",
     )  # fmt: skip
+
+
+def open_in_root(root_fd: int, path: str, flags: int) -> int:
+    """Open `path` as if the directory `root_fd` were `/`: absolute links and `..` resolve
+    inside it, never above (RESOLVE_IN_ROOT; no /proc magic links either).
+
+    Raises:
+        OSError: as open(2) (ELOOP for a last component that is a link with O_NOFOLLOW).
+    """
+    return openat2(root_fd, path, flags, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)

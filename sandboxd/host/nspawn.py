@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 PROPAGATE_DIR = Path("/run/systemd/nspawn/propagate")
 
 
+# The umask the container's processes start with (as in E2B's sandboxes and Debian's default),
+# and the programs that make trees sandboxes read: not serve's own 077 (sandboxd.state_dir).
+SANDBOX_UMASK = 0o022
 # Where the envd layer (sandboxd.builds.envd_layer) has the self-contained artifact's launcher:
 # install.sh --artifact's prefix /usr/lib/envd. The `envd` init runs it by this path rather than
 # /usr/bin/envd, which an image could have a program of its own at.
@@ -110,6 +113,7 @@ def start(
                 stdout=log,
                 stderr=log,
                 preexec_fn=in_sandbox,
+                umask=SANDBOX_UMASK,  # what the container's processes start with, not serve's
                 close_fds=True,
                 check=False,
                 timeout=10,

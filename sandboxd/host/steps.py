@@ -190,11 +190,13 @@ def _owned_file(root: Path, name: str, text: str, uid: int) -> None:
     path = root
     for part in Path(name).parts[:-1]:
         path /= part
-        path.mkdir(mode=0o755, exist_ok=True)
+        path.mkdir(exist_ok=True)
         os.chown(path, uid, uid)
+        path.chmod(0o755)  # serve's umask is 077: the sandbox's users read these
     path /= Path(name).name
     path.write_text(text)
     os.chown(path, uid, uid)
+    path.chmod(0o644)
 
 
 class Resolver:

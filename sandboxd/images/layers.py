@@ -19,6 +19,8 @@ from sandboxd.images.unpack import unpack
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from sandboxd.images.unpack import Quota
+
 log = logging.getLogger("sandboxd.images.layers")
 
 _NEW, _PULL = ".new-", ".pull-"
@@ -28,8 +30,9 @@ class LayerStore:
     """The unpacked layers under `dir` (made 0700: the layers keep their images' owners and
     modes, set-id binaries included, and only root needs to reach them)."""
 
-    def __init__(self, dir: Path) -> None:
+    def __init__(self, dir: Path, quota: Quota | None = None) -> None:
         self.dir = dir
+        self.quota = quota  # what the layers it unpacks may take
         self._locks = dir / ".locks"
 
     def path(self, digest: str) -> Path:
@@ -65,7 +68,9 @@ class LayerStore:
         Raises:
             ImageError: the layer cannot be unpacked (nothing of it is left).
         """
-        final, made = self.made(self.path(digest).name, lambda new: unpack(blob, new, diff_id))
+        final, made = self.made(
+            self.path(digest).name, lambda new: unpack(blob, new, diff_id, self.quota)
+        )
         if made:
             log.info("layer %s unpacked", digest)
         return final, made

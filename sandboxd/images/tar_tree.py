@@ -205,7 +205,8 @@ def open_dir(root: int, parts: Parts, *, create: bool, rules: Rules) -> int:
     for i, part in enumerate(parts):
         try:
             if create and not exists(fd, part):
-                os.mkdir(part, 0o755, dir_fd=fd)
+                os.mkdir(part, dir_fd=fd)
+                os.chmod(part, 0o755, dir_fd=fd)  # noqa: S103  # a layer's directory, read by all
             child = os.open(part, DIR_FLAGS, dir_fd=fd)
         except (NotADirectoryError, OSError) as e:
             os.close(fd)

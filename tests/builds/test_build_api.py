@@ -21,7 +21,7 @@ import pytest
 
 from sandboxd.builds import upload_urls
 from sandboxd.lifecycle.tokens import Tokens
-from sandboxd.serve import SECRET_FILE
+from sandboxd.state_dir import SECRET_FILE
 from tests.builds import build_flow
 from tests.builds.build_flow import run, tar_of
 from tests.sandboxd.serving import NO_NETWORK, Sandboxd, running_sandboxd

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from sandboxd.builds.provision import provision
+from sandboxd.builds.provision import MAX_LIBC_BYTES, provision
 from sandboxd.errors import TemplateError
 from sandboxd.host.removal import mounts_under
 from tests.builds.trees import MULTIARCH, alpine_like_tree, glibc_tree
@@ -131,5 +131,22 @@ def test_an_image_without_gcc_s_runtime_is_refused(tmp_path: Path, busybox_root:
 def test_an_unreadable_account_file_is_a_template_error(tmp_path: Path, busybox_root: Path) -> None:
     (busybox_root / "etc/passwd").unlink()
     (busybox_root / "etc/passwd").mkdir()
-    with pytest.raises(TemplateError, match="provisioning the image: Is a directory"):
+    with pytest.raises(TemplateError, match="the image's /etc/passwd is not a regular file"):
+        provisioned(tmp_path, busybox_root)
+
+
+def test_a_fifo_for_an_account_file_is_refused_without_blocking(
+    tmp_path: Path, busybox_root: Path
+) -> None:
+    (busybox_root / "etc/passwd").unlink()
+    os.mkfifo(busybox_root / "etc/passwd")  # nobody writes it: a plain open waits for ever
+    with pytest.raises(TemplateError, match="the image's /etc/passwd is not a regular file"):
+        provisioned(tmp_path, busybox_root)
+
+
+def test_a_huge_libc_is_refused_unread(tmp_path: Path, busybox_root: Path) -> None:
+    libc = busybox_root / MULTIARCH / "libc.so.6"
+    with open(libc, "r+b") as f:
+        f.truncate(MAX_LIBC_BYTES + 1)  # sparse: a sandboxd reading it whole would hold it all
+    with pytest.raises(TemplateError, match=r"libc\.so\.6 is larger than 32 MiB"):
         provisioned(tmp_path, busybox_root)
