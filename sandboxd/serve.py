@@ -71,11 +71,16 @@ class _Server(uvicorn.Server):
     """uvicorn telling the service manager when sandboxd serves and when it stops."""
 
     def __init__(
-        self, config: uvicorn.Config, notify_socket: str | None, dns: DnsForwarder | None
+        self,
+        config: uvicorn.Config,
+        notify_socket: str | None,
+        dns: DnsForwarder | None,
+        serving: str,
     ) -> None:
         super().__init__(config)
         self.notify_socket = notify_socket
         self.dns = dns
+        self.serving = serving  # what the one line logged once it listens says
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         # Its sockets are bound already: queries sent before it relays wait in them.
@@ -85,6 +90,7 @@ class _Server(uvicorn.Server):
         if self.started:  # the listener is bound: only now does the API answer
             status = f"serving on {self.config.host} port {self.config.port}"
             sd_notify(f"READY=1\nSTATUS={status}", self.notify_socket)
+            log.info("%s", self.serving)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         sd_notify("STOPPING=1", self.notify_socket)
@@ -140,6 +146,18 @@ def ensure_base(
     register_base(store, rootfs, disk_mb)
 
 
+def serving_line(options: ServeOptions) -> str:
+    """What serve logs once it listens: where, the sandboxes' domain, and whether they are
+    networked (serve networks them unless told --no-network, which an operator should see)."""
+    host = f"[{options.bind}]" if ":" in options.bind else options.bind
+    if options.network is None:
+        networking = "off (--no-network: sandboxes reach only their own loopback)"
+    else:
+        networking = f"on (each sandbox a /30 of {options.network.cidr}, masqueraded)"
+    return (f"listening on http://{host}:{options.port}, sandbox domain {options.domain}, "
+            f"sandbox networking {networking}")  # fmt: skip
+
+
 def register_env_key(store: Store) -> None:
     """Raises HostError when SANDBOXD_API_KEY is set but not of the SDK's form."""
     key = os.environ.get(API_KEY_ENV)
@@ -187,7 +205,7 @@ def serve(options: ServeOptions) -> None:
         builder = Builder(store, manager.templates, runtime, state_dir,
                           envd_artifact=options.envd_artifact,
                           mirror=options.registry_mirror)  # fmt: skip
-        app = create_app(manager, store, builder)
+        app = create_app(manager, store, builder, options.domain)
         config = uvicorn.Config(
             app,
             host=options.bind,
@@ -199,7 +217,7 @@ def serve(options: ServeOptions) -> None:
             timeout_graceful_shutdown=5,
             server_header=False,
         )
-        _Server(config, notify_socket, dns).run()
+        _Server(config, notify_socket, dns, serving_line(options)).run()
     except OSError as exc:
         raise SandboxError(f"cannot serve: {exc}") from exc
     finally:

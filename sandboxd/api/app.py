@@ -108,10 +108,11 @@ async def _health(_: Request) -> Response:
     return Response(status_code=204)
 
 
-def create_app(manager: SandboxManager, store: Store, builder: Builder) -> Starlette:
-    """The control API over `manager`, `store` and `builder`. The app's lifespan starts the
-    manager (adoption, evictor, sampler, warm pool) and the builder (failing the builds a
-    previous sandboxd left running), and stops them (sandboxes keep running; builds fail).
+def create_app(manager: SandboxManager, store: Store, builder: Builder, domain: str) -> Starlette:
+    """The control API over `manager`, `store` and `builder`; sandboxes' records name `domain`,
+    serve's sandbox domain. The app's lifespan starts the manager (adoption, evictor, sampler,
+    warm pool) and the builder (failing the builds a previous sandboxd left running), and stops
+    them (sandboxes keep running; builds fail).
 
     The sandbox proxy is not part of it: mount or dispatch to it beside this app.
     """
@@ -129,7 +130,7 @@ def create_app(manager: SandboxManager, store: Store, builder: Builder) -> Starl
     app = Starlette(
         routes=[
             Route(HEALTH_PATH, _health, methods=["GET"]),
-            *sandbox_routes.routes(manager, store),
+            *sandbox_routes.routes(manager, store, domain),
             *logs.routes(manager),
             *template_routes.routes(manager.templates, builder, manager.tokens.uploads_key()),
         ],

@@ -19,8 +19,8 @@ CLIENT_ID = "6532622b"
 TEAM_ID = "00000000-0000-4000-8000-000000000001"
 
 
-def sandbox(manager: SandboxManager, s: Sandbox) -> dict[str, Any]:
-    """`Sandbox` (create, connect, resume)."""
+def sandbox(manager: SandboxManager, s: Sandbox, domain: str) -> dict[str, Any]:
+    """`Sandbox` (create, connect, resume). `domain`: serve's (docs/sandboxd.md says why)."""
     row = s.row
     out: dict[str, Any] = {
         "templateID": row.template_id,
@@ -35,7 +35,7 @@ def sandbox(manager: SandboxManager, s: Sandbox) -> dict[str, Any]:
     network = row.options.get("network") or {}
     if network.get("allowPublicTraffic") is False:
         out["trafficAccessToken"] = manager.tokens.traffic(row.sandbox_id)
-    out["domain"] = None
+    out["domain"] = domain
     return out
 
 
@@ -62,14 +62,14 @@ def listed(s: Sandbox) -> dict[str, Any]:
     return out
 
 
-def detail(s: Sandbox) -> dict[str, Any]:
+def detail(s: Sandbox, domain: str) -> dict[str, Any]:
     """`SandboxDetail` (GET /sandboxes/{id})."""
     options = s.row.options
     out = listed(s)
     if s.token is not None:
         out["envdAccessToken"] = s.token
     out["allowInternetAccess"] = options.get("allow_internet_access")
-    out["domain"] = None
+    out["domain"] = domain
     if "network" in options:
         network = dict(options["network"])
         if isinstance(network.get("egressProxy"), dict):

@@ -44,14 +44,14 @@ def _request(body: NewSandbox) -> CreateRequest:
                          body.metadata or {}, body.envVars or {}, options)  # fmt: skip
 
 
-def routes(manager: SandboxManager, store: Store) -> list[Route]:
+def routes(manager: SandboxManager, store: Store, domain: str) -> list[Route]:
     idempotent = IdempotentCreates()
 
     async def _create(request: Request, model: type[NewSandbox]) -> Response:
         spec = _request(await read_json(request, model, limit=CREATE_LIMIT))
         key = request.headers.get("idempotency-key")
         if key is None:
-            return JSONResponse(responses.sandbox(manager, await manager.create(spec)), 201)
+            return JSONResponse(responses.sandbox(manager, await manager.create(spec), domain), 201)
 
         async def create() -> str:
             return (await manager.create(spec)).id
@@ -61,7 +61,7 @@ def routes(manager: SandboxManager, store: Store) -> list[Route]:
         if sandbox is None:
             raise RequestError(409, f"the sandbox created with this Idempotency-Key "
                                     f"({sandbox_id}) is gone")  # fmt: skip
-        return JSONResponse(responses.sandbox(manager, sandbox), 201)
+        return JSONResponse(responses.sandbox(manager, sandbox, domain), 201)
 
     async def create(request: Request) -> Response:
         return await _create(request, NewSandbox)
@@ -74,7 +74,7 @@ def routes(manager: SandboxManager, store: Store) -> list[Route]:
         sandbox = manager.get(sandbox_id)  # one whose kill stopped halfway is still shown
         if sandbox is None:
             raise SandboxNotFound(sandbox_id)
-        return JSONResponse(responses.detail(sandbox))
+        return JSONResponse(responses.detail(sandbox, domain))
 
     async def kill(request: Request) -> Response:
         await manager.kill(params.sandbox_id(request))
@@ -82,7 +82,7 @@ def routes(manager: SandboxManager, store: Store) -> list[Route]:
 
     async def _connect(sandbox_id: str, timeout_s: int) -> Response:
         sandbox, resumed = await manager.connect(sandbox_id, timeout_s)
-        return JSONResponse(responses.sandbox(manager, sandbox), 201 if resumed else 200)
+        return JSONResponse(responses.sandbox(manager, sandbox, domain), 201 if resumed else 200)
 
     async def connect(request: Request) -> Response:
         sandbox_id = params.sandbox_id(request)
@@ -100,7 +100,7 @@ def routes(manager: SandboxManager, store: Store) -> list[Route]:
         sandbox_id = params.sandbox_id(request)
         body = await read_json(request, Resume, optional=True)
         sandbox = await manager.resume(sandbox_id, body.timeout)
-        return JSONResponse(responses.sandbox(manager, sandbox), 201)
+        return JSONResponse(responses.sandbox(manager, sandbox, domain), 201)
 
     async def pause(request: Request) -> Response:
         sandbox_id = params.sandbox_id(request)
