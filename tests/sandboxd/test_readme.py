@@ -29,17 +29,19 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
-pytestmark = [
-    pytest.mark.root,
-    pytest.mark.skipif(os.geteuid() != 0, reason="needs root: scripts/start serves sandboxes"),
-]
-
 README = sdk_suites.REPO / "README.md"
 SDK_BIN = sdk_suites.SDK / ".venv" / "bin"
 SITE_INDEX = "<h1>a site of my own</h1>\n"
 # What serve needs to come up: scripts/install, then (the base template given) seconds.
 START_TIMEOUT_S = 600
 BLOCK_TIMEOUT_S = 600  # the template example builds a template
+
+pytestmark = [
+    pytest.mark.root,
+    # scripts/install and serve's start in the first test's setup; a template build in one test
+    pytest.mark.timeout(START_TIMEOUT_S + BLOCK_TIMEOUT_S),
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root: scripts/start serves sandboxes"),
+]
 
 
 @dataclass
