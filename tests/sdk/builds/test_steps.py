@@ -139,10 +139,11 @@ def test_docker_hub_name_through_a_plain_http_mirror(
     a plain-HTTP registry on loopback: plain HTTP is decided on the mirror, not on Docker Hub."""
     name = unique("hub")
     built.append(name)
-    Template.build(Template().from_image(facts.images["hub"]).run_cmd("echo pulled > /tmp/p"), name)
+    template = Template().from_image(facts.images["hub"]).run_cmd("echo pulled > ~/pulled")
+    Template.build(template, name)
     sandbox = Sandbox.create(name)
     made.append(sandbox)
-    assert run(sandbox, "cat /tmp/p") == "pulled"
+    assert run(sandbox, "cat ~/pulled") == "pulled"
 
 
 def test_from_template(facts: Facts, made: list[Sandbox], built: list[str]) -> None:
