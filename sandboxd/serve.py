@@ -77,11 +77,16 @@ class _Server(uvicorn.Server):
     """uvicorn telling the service manager when sandboxd serves and when it stops."""
 
     def __init__(
-        self, config: uvicorn.Config, notify_socket: str | None, dns: DnsForwarder | None
+        self,
+        config: uvicorn.Config,
+        notify_socket: str | None,
+        dns: DnsForwarder | None,
+        serving: str,
     ) -> None:
         super().__init__(config)
         self.notify_socket = notify_socket
         self.dns = dns
+        self.serving = serving  # what the one line logged once it listens says
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         # Its sockets are bound already: queries sent before it relays wait in them.
@@ -91,6 +96,7 @@ class _Server(uvicorn.Server):
         if self.started:  # the listener is bound: only now does the API answer
             status = f"serving on {self.config.host} port {self.config.port}"
             sd_notify(f"READY=1\nSTATUS={status}", self.notify_socket)
+            log.info("%s", self.serving)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         sd_notify("STOPPING=1", self.notify_socket)
@@ -156,6 +162,19 @@ def build_limits(options: ServeOptions, state_dir: Path) -> BuildLimits:
         fs = os.statvfs(state_dir)
         storage = fs.f_blocks * fs.f_frsize // 2
     return BuildLimits(options.build_deadline_s, storage)
+
+
+def serving_line(options: ServeOptions) -> str:
+    """What serve logs once it listens: where, the sandboxes' domain, and whether they are
+    networked (serve networks them unless told --no-network, which an operator should see)."""
+    host = f"[{options.bind}]" if ":" in options.bind else options.bind
+    if options.network is None:
+        networking = "off (--no-network: sandboxes reach only their own loopback)"
+    else:
+        networking = f"on (each sandbox a /30 of {options.network.cidr}, masqueraded)"
+    scheme = "http" if options.tls_cert is None else "https"
+    return (f"listening on {scheme}://{host}:{options.port}, sandbox domain {options.domain}, "
+            f"sandbox networking {networking}")  # fmt: skip
 
 
 def register_env_key(store: Store) -> None:
@@ -234,7 +253,7 @@ def serve(options: ServeOptions) -> None:
             ssl_certfile=options.tls_cert,
             ssl_keyfile=options.tls_key,
         )
-        _Server(config, notify_socket, dns).run()
+        _Server(config, notify_socket, dns, serving_line(options)).run()
     except OSError as exc:
         raise SandboxError(f"cannot serve: {exc}") from exc
     finally:

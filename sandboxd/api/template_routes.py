@@ -64,6 +64,15 @@ def routes(templates: Templates, builder: Builder, uploads_key: bytes) -> list[R
             await templates.set_public(template, body.public)
         return JSONResponse(None)
 
+    async def update_v2(request: Request) -> Response:
+        """The E2B CLI's `template publish` and `unpublish`: one tenant here, so public is a
+        stored flag, shown in listings, that changes no access; E2B answers the names."""
+        template = templates.get(request.path_params["template_id"])
+        body = await read_json(request, TemplateUpdate, optional=True)
+        if body.public is not None:
+            await templates.set_public(template, body.public)
+        return JSONResponse({"names": responses.template(template)["names"]})
+
     async def delete(request: Request) -> Response:
         template = templates.get(request.path_params["template_id"])
         await templates.delete(template.template_id)
@@ -79,6 +88,7 @@ def routes(templates: Templates, builder: Builder, uploads_key: bytes) -> list[R
         Route("/templates", list_templates, methods=["GET"]),
         Route("/v2/templates", list_v2, methods=["GET"]),
         Route("/v2/templates", create_v2, methods=["POST"]),
+        Route("/v2/templates/{template_id:path}", update_v2, methods=["PATCH"]),
         Route("/templates/aliases/{alias:path}", by_alias, methods=["GET"]),
         *build_routes.routes(templates, builder, uploads_key),
         *unserved.routes(),

@@ -62,7 +62,8 @@ def _from_image(recipe: Recipe, source: ImageSource) -> Base:
     ref = recipe.fromImage or ""
     creds = recipe.fromImageRegistry
     credentials = Credentials(creds.username or "", creds.password or "") if creds else None
-    insecure = reference.parse(ref).on_loopback()
+    # Plain HTTP is decided on where the pull goes: a mirror on loopback serves Docker Hub's names.
+    insecure = reference.parse(ref).via_mirror(source.mirror).on_loopback()
     known = KnownImages(source.store.dir)
     account = credentials.username if credentials else None
     pulled = None if recipe.force else known.get(ref, account)

@@ -94,7 +94,7 @@ async def run_steps(recipe: Recipe, base: Base, ctx: Context, log: BuildLog) -> 
             except StepFailed:
                 raise
             except (SandboxError, OSError) as exc:
-                raise StepFailed(label, f"step {number} ({step.type}) failed: {exc}") from exc
+                raise StepFailed(label, f"{_what_failed(step, number)}: {exc}") from exc
             await asyncio.to_thread(ctx.layers.point, key, name)
         parent = name  # the next step's key names the layer below it, a forced one's included
         image = dataclasses.replace(image, layers=(*image.layers, str(ctx.layers.path(name))))
@@ -157,7 +157,8 @@ async def _make_layer(
         cwd = image.workdir if step.type == "RUN" else "/"
         code = await _run_logged(ctx, box, image.command(command, user, cwd), log, label)
         if code != 0:
-            raise StepFailed(label, f"step {label} ({step.type}) exited with code {code}")
+            failed = _what_failed(step, int(label))
+            raise StepFailed(label, f"{failed}: command failed: exit status {code}")
         await ctx.sandboxes.snapshot(box, ctx.layers, name)
 
 
@@ -169,6 +170,14 @@ async def _run_logged(ctx: Context, box: Box, command: Command, log: BuildLog, l
         return await ctx.sandboxes.run(box, command, output)
     finally:
         log.end_output(label)
+
+
+def _what_failed(step: Step, number: int) -> str:
+    """The start of a failed step's message: a RUN's as E2B's builder words it (SDK users match
+    on it), the others' by their number and type."""
+    if step.type == "RUN":
+        return f"failed to run command '{step.args[0]}'"
+    return f"step {number} ({step.type}) failed"
 
 
 def _command(step: Step, image: TemplateImage) -> str:

@@ -167,7 +167,7 @@ def _recipe(suite: str, packages: tuple[str, ...]) -> str:
 
 def _build_stage(stage: Path, log_file: Path, suite: str, packages: tuple[str, ...]) -> None:
     mirror = debian_mirror()
-    log.info("debootstrap %s from %s into %s (a minute or two)", suite, mirror, stage)
+    log.info("debootstrap %s from %s into %s (a few minutes)", suite, mirror, stage)
     remove_tree(stage)
     log_file.write_bytes(b"")
     _run(

@@ -50,16 +50,22 @@ def uplink_registry(build_net: FakeInternet) -> Iterator[Registry]:
 
 @pytest.fixture(scope="session")
 def images(uplink_registry: Registry, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """{"debian": ref, "busybox": ref}: 127.0.0.1:PORT/builds/…:latest in `uplink`."""
+    """{"debian": ref, "busybox": ref}: 127.0.0.1:PORT/builds/…:latest in `uplink`; "hub": the
+    busybox image by a Docker Hub name, which build_server pulls through its mirror."""
     return push_test_images(uplink_registry, tmp_path_factory.mktemp("images"), IMAGE_CACHE)
 
 
 @pytest.fixture(scope="session")
 def build_server(
-    build_net: FakeInternet, envd_artifact: Path, tmp_path_factory: pytest.TempPathFactory
+    build_net: FakeInternet,
+    envd_artifact: Path,
+    uplink_registry: Registry,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[UplinkSandboxd]:
     """serve in `uplink`, networked (RUN steps reach the fake internet's package index), with
-    the envd artifact for images that do not have envd."""
+    the envd artifact for images that do not have envd, and the test's registry (plain HTTP on
+    loopback) as its Docker Hub mirror, as a user's local pull-through cache would be."""
     state = tmp_path_factory.mktemp("build-serve") / "state"
-    with serving_in_uplink(build_net, state, "--envd-artifact", str(envd_artifact)) as server:
+    with serving_in_uplink(build_net, state, "--envd-artifact", str(envd_artifact),
+                           "--registry-mirror", uplink_registry.host) as server:  # fmt: skip
         yield server

@@ -32,6 +32,7 @@ LAYER = "application/vnd.oci.image.layer.v1.tar"
 MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 CONFIG = "application/vnd.oci.image.config.v1+json"
 DEBIAN_REPO, BUSYBOX_REPO = "builds/debian", "builds/busybox"
+HUB_NAME = "busybox-test:1"  # the busybox image as Docker Hub would name it, through the mirror
 # The image config's environment, as Docker's images have it.
 PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -101,25 +102,31 @@ def busybox_layer(out: Path) -> None:
 
 
 def push_image(
-    registry: Registry, work: Path, repo: str, make_layer: Callable[[Path], None]
+    registry: Registry, work: Path, repo: str, make_layer: Callable[[Path], None], *also: str
 ) -> str:
-    """Make a one-layer image with `make_layer(tar_path)`, push it as `repo:latest`; its
-    reference in the registry (127.0.0.1:PORT/REPO:latest)."""
+    """Make a one-layer image with `make_layer(tar_path)`, push it as `repo:latest` (and as each
+    `repo:tag` of `also`); its reference in the registry (127.0.0.1:PORT/REPO:latest)."""
     work.mkdir(parents=True, exist_ok=True)
     layer = work / "layer.tar"
     make_layer(layer)
     layout = work / "layout"
     write_layout(layout, layer, {"Env": [PATH_ENV], "Cmd": ["/bin/sh"]})
-    registry.push(layout, f"{repo}:latest")
+    for name in (f"{repo}:latest", *also):
+        registry.push(layout, name)
     shutil.rmtree(layout)
     return f"{registry.host}/{repo}:latest"
 
 
 def push_test_images(registry: Registry, work: Path, stage_cache: Path) -> dict[str, str]:
-    """Both images pushed: {"debian": ref, "busybox": ref}."""
+    """Both images pushed: {"debian": ref, "busybox": ref, "hub": name}. The busybox image is
+    also under a Docker Hub name (`library/…`), which a serve whose --registry-mirror is the
+    registry pulls by the name as written on Docker Hub: "hub"."""
     return {
         "debian": push_image(
             registry, work / "debian", DEBIAN_REPO, lambda out: debian_layer(stage_cache, out)
         ),
-        "busybox": push_image(registry, work / "busybox", BUSYBOX_REPO, busybox_layer),
+        "busybox": push_image(
+            registry, work / "busybox", BUSYBOX_REPO, busybox_layer, f"library/{HUB_NAME}"
+        ),
+        "hub": HUB_NAME,
     }

@@ -64,7 +64,11 @@ def test_create_get_list_kill(server: Sandboxd, api: httpx.Client) -> None:
     assert created["templateID"] == "base"
     assert created["clientID"] == "6532622b"
     assert len(str(created["envdAccessToken"])) == 64
+    # serve's sandbox domain (--domain, default localhost): the SDKs' get_host() builds the
+    # sandbox's host name from it, without E2B_DOMAIN.
+    assert created["domain"] == "localhost"
     detail = api.get(f"/sandboxes/{sandbox_id}").json()
+    assert detail["domain"] == "localhost"
     assert detail["state"] == "running"
     assert detail["metadata"] == {"who": "test"}
     assert detail["envdAccessToken"] == created["envdAccessToken"]
@@ -607,6 +611,16 @@ def test_templates(api: httpx.Client) -> None:
     patched = api.patch(f"/templates/{template_id}", json={"public": True})
     assert patched.status_code == 200
     assert patched.json() is None
+    # The E2B CLI's `template unpublish` and `publish`: a stored flag, shown in listings.
+    for public in (False, True):
+        published = api.patch(f"/v2/templates/{template_id}", json={"public": public})
+        assert published.status_code == 200, published.text
+        assert published.json() == {"names": ["small"]}
+        listed = {t["templateID"]: t["public"] for t in api.get("/templates").json()}
+        assert listed[template_id] is public
+    missing = api.patch("/v2/templates/nosuchtemplate", json={"public": True})
+    assert missing.status_code == 404, missing.text
+    assert api.patch(f"/v2/templates/{template_id}", json={"public": 3}).status_code == 400
     sandbox = create(api, templateID="small")
     assert sandbox["templateID"] == template_id
     detail = api.get(f"/sandboxes/{sandbox['sandboxID']}").json()

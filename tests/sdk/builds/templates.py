@@ -19,7 +19,9 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Facts:
-    images: dict[str, str]  # "debian", "busybox": references in the test's registry
+    # "debian", "busybox": references in the test's registry; "hub": a Docker Hub name of the
+    # busybox image, pulled through serve's --registry-mirror (the test's registry)
+    images: dict[str, str]
     index: str  # the package index's address (HTTP on :80)
     indexRoot: str  # the index's directory: files put there are served
     package: dict[str, str]  # the index's one package: project, module, greeting

@@ -64,7 +64,9 @@ def test_failing_step(facts: Facts, made: list[Sandbox], built: list[str]) -> No
     logs = Logs()
     with pytest.raises(BuildException) as raised:
         Template.build(template, name, on_build_logs=logs)
-    assert str(raised.value)
+    # E2B's builder's words, which SDK users match on.
+    assert "failed to run command '" in str(raised.value), str(raised.value)
+    assert "command failed: exit status 7" in str(raised.value), str(raised.value)
     # The step's output, both streams, reached the logs.
     assert logs.lines(out), logs.text
     assert logs.lines(err), logs.text

@@ -132,6 +132,20 @@ def test_busybox_image(facts: Facts, made: list[Sandbox], built: list[str], tmp_
     assert run(sandbox, 'echo "$MODE"') == "busy"
 
 
+def test_docker_hub_name_through_a_plain_http_mirror(
+    facts: Facts, made: list[Sandbox], built: list[str]
+) -> None:
+    """A Docker Hub name (`busybox-test:1`, no registry) pulled through serve's --registry-mirror,
+    a plain-HTTP registry on loopback: plain HTTP is decided on the mirror, not on Docker Hub."""
+    name = unique("hub")
+    built.append(name)
+    template = Template().from_image(facts.images["hub"]).run_cmd("echo pulled > ~/pulled")
+    Template.build(template, name)
+    sandbox = Sandbox.create(name)
+    made.append(sandbox)
+    assert run(sandbox, "cat ~/pulled") == "pulled"
+
+
 def test_from_template(facts: Facts, made: list[Sandbox], built: list[str]) -> None:
     parent, child = unique("parent"), unique("child")
     built += [child, parent]  # the child first: it stands on the parent

@@ -114,6 +114,7 @@ test('a failing step: BuildError, its number and its output', async (t) => {
   const status = await buildStatus(logs.ids.templateID, logs.ids.buildID)
   assert.equal(status.status, 'error')
   assert.equal(status.reason.step, '2')
+  assert.match(status.reason.message, /^failed to run command '.*': command failed: exit status 7$/s)
   await assert.rejects(Sandbox.create(name))
   assert.ok([400, 404].includes((await api('POST', '/sandboxes', { templateID: name })).status))
 })
