@@ -6,7 +6,9 @@ outlives a sandboxd restart and is found again from its cgroups. (docs/sandboxd.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -14,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sandboxd.errors import BootError, HostError
+from sandboxd.host import budget
 from sandboxd.host.removal import remove_tree
 from sandboxd.host.uid_ranges import RANGE_SIZE
 
@@ -35,19 +38,22 @@ ENVD_LAUNCHER = "/usr/lib/envd/bin/envd"
 # (nothing restarts envd), and CPUWeight=, IOWeight=, MemoryMin=/Low= (no cgroup of envd's own
 # inside the sandbox's); nice -20 and the OOM score adjustment come from the host in both modes
 # (SandboxCgroups.prioritise), the realtime I/O class in neither.
-ENVD_INIT_OPTIONS = ("--rlimit=NOFILE=1048576", "--rlimit=CORE=infinity")
+ENVD_NOFILE = 1048576
+ENVD_INIT_OPTIONS = (f"--rlimit=NOFILE={ENVD_NOFILE}", "--rlimit=CORE=infinity")
 
 
-def command(root: Path, machine: str, uid_base: int, init: Init = "systemd") -> list[str]:
+def command(root: Path, machine: str, init: Init = "systemd") -> list[str]:
     """The nspawn command line. --register=no and --keep-unit: no systemd or D-Bus needed on
     the host (nspawn then uses the cgroup it starts in); --private-network: a network namespace
     with only a loopback; a unique --machine, or containers would share a propagate directory;
-    --private-users: a user namespace mapping the container's ids 0..65535 to the sandbox's
-    range, with ownership left alone (the root is already seen owned by the range through its
-    idmapped layers and its upper directory). No --bind of any kind: nothing of the host is
-    visible inside. nspawn's system-call filter stays on. --timezone=off: the image's time zone
-    (UTC in base, as E2B's), and no /etc/localtime written by nspawn (as host root) into the
-    writable layer, which a build would otherwise find in its step's layer.
+    --private-users=0:65536: a user namespace mapping the container's ids 0..65535 to the
+    sandbox's range (nspawn runs in the sandbox's budget namespace, sandboxd.host.budget, whose
+    ids 0..65535 are the range's), with ownership left alone (the root is already seen owned by
+    the range through its idmapped layers and its upper directory). No --bind of any kind:
+    nothing of the host is visible inside. nspawn's system-call filter stays on.
+    --timezone=off: the image's time zone (UTC in base, as E2B's), and no /etc/localtime
+    written by nspawn into the writable layer, which a build would otherwise find in its step's
+    layer.
 
     `init` "systemd" boots the image's systemd (--boot); "envd" runs envd as root under
     nspawn's stub init (--as-pid2), which reaps every orphaned process as a PID 1 must, with
@@ -65,11 +71,26 @@ def command(root: Path, machine: str, uid_base: int, init: Init = "systemd") -> 
         "--register=no",
         "--keep-unit",
         "--private-network",
-        f"--private-users={uid_base}:{RANGE_SIZE}",
+        f"--private-users=0:{RANGE_SIZE}",
+        *_host_init_limits(),
         "--private-users-ownership=off",
         "--timezone=off",
         *program,
     ]
+
+
+def _host_init_limits() -> list[str]:
+    """The host's PID 1's process and pending-signal limits, which nspawn gives the container
+    and reads itself unless told; in the budget namespace it may not (another uid's process)."""
+    limits = []
+    for name in ("NPROC", "SIGPENDING"):
+        soft, hard = resource.prlimit(1, getattr(resource, f"RLIMIT_{name}"))
+        limits.append(f"--rlimit={name}={_limit(soft)}:{_limit(hard)}")
+    return limits
+
+
+def _limit(value: int) -> str:
+    return "infinity" if value == resource.RLIM_INFINITY else str(value)
 
 
 def start(
@@ -91,15 +112,26 @@ def start(
             raise HostError(f"{tool} is missing (scripts/install installs it)")
 
     def in_sandbox() -> None:
-        """Between fork and exec (only system calls): into the sandbox's cgroups, and back to
-        the default priority, whatever sandboxd runs at (`sandboxd.serve.SERVE_NICE`)."""
+        """Between fork and exec (only system calls): into the sandbox's cgroups, back to the
+        default priority, whatever sandboxd runs at (`sandboxd.serve.SERVE_NICE`), and into its
+        budget namespace. First the open-file limit nspawn gives envd: only a capability in the
+        host's namespace may raise a hard limit (without it nspawn sets the closest it may)."""
         cgroups.enter()
         os.setpriority(os.PRIO_PROCESS, 0, 0)
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        with contextlib.suppress(ValueError, OSError):  # where sandboxd has CAP_SYS_RESOURCE
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, ENVD_NOFILE))
+        budget.enter(ns, root)
 
-    with open(console_log, "ab") as log, open(os.devnull, "rb") as null:
+    budget.NSPAWN_STATE.mkdir(parents=True, exist_ok=True)
+    try:
+        ns = budget.budget_namespace(uid_base)
+    except OSError as exc:
+        raise BootError(f"cannot make {machine}'s budget namespace: {exc}") from exc
+    with open(console_log, "ab") as log, open(os.devnull, "rb") as null, os.fdopen(ns):
         try:
             launcher = subprocess.run(
-                ["setsid", "--fork", *command(root, machine, uid_base, init)],
+                ["setsid", "--fork", *command(budget.LAUNCH_ROOT, machine, init)],
                 stdin=null,
                 stdout=log,
                 stderr=log,
