@@ -42,8 +42,7 @@ from sandboxd.host.uid_ranges import RANGE_SIZE
 USER_SYSCTLS = Path("/proc/sys/user")
 NSPAWN_STATE = Path("/run/systemd/nspawn")
 LAUNCH_ROOT = NSPAWN_STATE / "root"  # where nspawn finds the sandbox's root
-# What one sandbox may hold, whichever of its uids holds it. A booted sandbox uses 5 inotify
-# instances at idle; these are the kernel's per-user defaults of a small machine or more.
+# What one sandbox may hold, whichever of its uids holds it (docs/sandboxd.md says why each).
 NAMESPACES_EACH = 512
 LIMITS = {
     "max_inotify_instances": 256,
@@ -62,7 +61,8 @@ def budget_namespace(uid_base: int) -> int:
     it; nspawn's processes hold the namespace once they are in it).
 
     Raises:
-        OSError: the namespace could not be made, mapped or limited.
+        OSError: the namespace could not be mapped or opened.
+        subprocess.SubprocessError: it could not be made or limited.
     """
 
     def create() -> None:

@@ -126,7 +126,7 @@ def start(
     budget.NSPAWN_STATE.mkdir(parents=True, exist_ok=True)
     try:
         ns = budget.budget_namespace(uid_base)
-    except OSError as exc:
+    except (OSError, subprocess.SubprocessError) as exc:
         raise BootError(f"cannot make {machine}'s budget namespace: {exc}") from exc
     with open(console_log, "ab") as log, open(os.devnull, "rb") as null, os.fdopen(ns):
         try:
