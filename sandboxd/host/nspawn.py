@@ -128,7 +128,7 @@ def start(
         ns = budget.budget_namespace(uid_base)
     except (OSError, subprocess.SubprocessError) as exc:
         raise BootError(f"cannot make {machine}'s budget namespace: {exc}") from exc
-    with open(console_log, "ab") as log, open(os.devnull, "rb") as null, os.fdopen(ns):
+    with open(console_log, "ab") as log, open(os.devnull, "rb") as null:
         try:
             launcher = subprocess.run(
                 ["setsid", "--fork", *command(budget.LAUNCH_ROOT, machine, init)],
