@@ -1,6 +1,6 @@
 """A sandbox's share of the kernel's per-user counters (sandboxd/host/budget.py): root in one
-sandbox takes all it can of a counter and holds it, and host root, a neighbour and a new
-sandbox still get theirs. Before budget namespaces every sandbox's count was host uid 0's:
+sandbox raises every limit it can reach, takes all it can of a counter and holds it, and host
+root, a neighbour and a new sandbox still get theirs. Before budget namespaces every sandbox's count was host uid 0's:
 one sandbox held 170 of the host's 176 inotify instances and host root's inotify_init failed.
 The hog runs in its own session inside the sandbox and holds what it took until the sandbox
 is killed."""
@@ -30,10 +30,23 @@ pytestmark = [pytest.mark.root, pytest.mark.anyio]
 
 HELD = "/run/held"  # what the hog took: "COUNT ERRNO"
 
-# Python in the sandbox: take inotify instances until refused, then hold them.
-INOTIFY_HOG = """
-    import ctypes, resource, signal
+# Python in the sandbox, first in each hog: every limit its root can reach raised as far as it
+# goes (its own namespace's are writable once /proc/sys is; the budget namespace's are not).
+RAISE_LIMITS = """
+    import glob, os, resource, subprocess
     resource.setrlimit(resource.RLIMIT_NOFILE, (resource.getrlimit(resource.RLIMIT_NOFILE)[1],) * 2)
+    subprocess.run(["mount", "-o", "remount,rw", "/proc/sys"], stderr=subprocess.DEVNULL)
+    for path in glob.glob("/proc/sys/user/*") + glob.glob("/proc/sys/fs/inotify/*"):
+        try:
+            open(path, "w").write("2147483647")
+        except OSError:
+            pass
+"""
+# Python in the sandbox: take inotify instances until refused, then hold them.
+INOTIFY_HOG = (
+    RAISE_LIMITS
+    + """
+    import ctypes, signal
     libc = ctypes.CDLL(None, use_errno=True)
     held = []
     while (fd := libc.inotify_init1(0)) >= 0:
@@ -42,14 +55,16 @@ INOTIFY_HOG = """
     open("{held}", "w").write(f"{{len(held)}} {{error}}")
     signal.pause()
 """
+)
 # Python in the sandbox: make user namespaces until refused and hold them. Each child makes a
 # chain of nested ones until refused (32 levels at most; too deep is ENOSPC too), each mapping
 # root to the one before (a namespace's creator must be mapped in it to make the next), and an
 # fd of the innermost holds the chain: seconds, not minutes, to reach the host's default
 # per-uid limit (96365 here) where nothing else caps the sandbox.
-USERNS_HOG = """
-    import ctypes, os, resource, signal
-    resource.setrlimit(resource.RLIMIT_NOFILE, (resource.getrlimit(resource.RLIMIT_NOFILE)[1],) * 2)
+USERNS_HOG = (
+    RAISE_LIMITS
+    + """
+    import ctypes, signal
     libc = ctypes.CDLL(None, use_errno=True)
     held, made = 0, -1
     while made:  # a child that made none was refused at once: everything is taken
@@ -74,6 +89,7 @@ USERNS_HOG = """
     open("{held}", "w").write(f"{{held}} {{error}}")
     signal.pause()
 """
+)
 
 
 def hog(box: Box, program: str) -> tuple[int, int]:
