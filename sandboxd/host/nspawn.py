@@ -21,6 +21,8 @@ from sandboxd.host.removal import remove_tree
 from sandboxd.host.uid_ranges import RANGE_SIZE
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from sandboxd.host.cgroups import SandboxCgroups
     from sandboxd.host.spec import Init
 
@@ -42,7 +44,9 @@ ENVD_NOFILE = 1048576
 ENVD_INIT_OPTIONS = (f"--rlimit=NOFILE={ENVD_NOFILE}", "--rlimit=CORE=infinity")
 
 
-def command(root: Path, machine: str, init: Init = "systemd") -> list[str]:
+def command(
+    root: Path, machine: str, init: Init = "systemd", rlimits: Sequence[str] = ()
+) -> list[str]:
     """The nspawn command line. --register=no and --keep-unit: no systemd or D-Bus needed on
     the host (nspawn then uses the cgroup it starts in); --private-network: a network namespace
     with only a loopback; a unique --machine, or containers would share a propagate directory;
@@ -57,7 +61,8 @@ def command(root: Path, machine: str, init: Init = "systemd") -> list[str]:
 
     `init` "systemd" boots the image's systemd (--boot); "envd" runs envd as root under
     nspawn's stub init (--as-pid2), which reaps every orphaned process as a PID 1 must, with
-    -isnotfc as packaging/isnotfc.conf gives it under systemd (a container, not a VM)."""
+    -isnotfc as packaging/isnotfc.conf gives it under systemd (a container, not a VM).
+    `rlimits`: more --rlimit= options (`host_init_limits()`)."""
     how = ["--boot"] if init == "systemd" else ["--as-pid2", *ENVD_INIT_OPTIONS]
     program = [] if init == "systemd" else ["--", ENVD_LAUNCHER, "-isnotfc"]
     return [
@@ -72,14 +77,14 @@ def command(root: Path, machine: str, init: Init = "systemd") -> list[str]:
         "--keep-unit",
         "--private-network",
         f"--private-users=0:{RANGE_SIZE}",
-        *_host_init_limits(),
+        *rlimits,
         "--private-users-ownership=off",
         "--timezone=off",
         *program,
     ]
 
 
-def _host_init_limits() -> list[str]:
+def host_init_limits() -> list[str]:
     """The host's PID 1's process and pending-signal limits, which nspawn gives the container
     and reads itself unless told; in the budget namespace it may not (another uid's process)."""
     limits = []
@@ -131,7 +136,11 @@ def start(
     with open(console_log, "ab") as log, open(os.devnull, "rb") as null:
         try:
             launcher = subprocess.run(
-                ["setsid", "--fork", *command(budget.LAUNCH_ROOT, machine, init)],
+                [
+                    "setsid",
+                    "--fork",
+                    *command(budget.LAUNCH_ROOT, machine, init, host_init_limits()),
+                ],
                 stdin=null,
                 stdout=log,
                 stderr=log,
