@@ -34,7 +34,8 @@ PROPAGATE_DIR = Path("/run/systemd/nspawn/propagate")
 # /usr/bin/envd, which an image could have a program of its own at.
 ENVD_LAUNCHER = "/usr/lib/envd/bin/envd"
 # What envd.service gives envd that a user namespace allows and nspawn can set: its open-file
-# limit (nspawn, root on the host, may raise the hard limit; the container's root may not). The
+# limit (whose hard limit sandboxd raises before nspawn starts, where it may; the container's
+# root may not). The
 # rest of the unit is lost without systemd: Restart= (envd exiting ends the container, as PID 2
 # under the stub init), Type=notify (sandboxd waits for /health either way), KillMode=process
 # (nothing restarts envd), and CPUWeight=, IOWeight=, MemoryMin=/Low= (no cgroup of envd's own

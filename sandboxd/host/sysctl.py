@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from sandboxd.errors import HostError
 from sandboxd.host.budget import LIMITS
 
 SYSCTLS = Path("/proc/sys")
@@ -45,7 +46,15 @@ def wanted() -> dict[Path, int]:
 
 
 def ensure_host_limits() -> None:
-    """Raise each of `wanted()` that is lower (one the kernel lacks is skipped)."""
+    """Raise each of `wanted()` that is lower (one the kernel lacks is skipped).
+
+    Raises:
+        HostError: one could not be raised (e.g. user namespaces limited below a sandbox's
+            budget where sandboxd lacks CAP_SYS_RESOURCE).
+    """
     for path, value in wanted().items():
-        if path.exists() and int(path.read_text()) < value:
-            path.write_text(str(value))
+        try:
+            if path.exists() and int(path.read_text()) < value:
+                path.write_text(str(value))
+        except OSError as exc:
+            raise HostError(f"cannot raise {path} to {value}: {exc}") from exc
