@@ -7,8 +7,12 @@ import ctypes
 import os
 
 CLONE_NEWNET = 0x40000000
+CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
 MNT_DETACH = 2
+MS_BIND = 0x1000
+MS_REC = 0x4000
+MS_SLAVE = 1 << 19
 
 # The new mount API has no libc wrappers in glibc 2.36: raw system calls (x86-64 numbers).
 SYS_OPEN_TREE = 428
@@ -71,9 +75,9 @@ def unshare(flags: int) -> None:
     _check(_libc.unshare(flags), "unshare")
 
 
-def mount(source: str, target: str, fstype: str, options: str) -> None:
+def mount(source: str, target: str, fstype: str, options: str, flags: int = 0) -> None:
     _check(
-        _libc.mount(source.encode(), target.encode(), fstype.encode(), 0, options.encode()),
+        _libc.mount(source.encode(), target.encode(), fstype.encode(), flags, options.encode()),
         f"mount {fstype} on {target}",
     )
 

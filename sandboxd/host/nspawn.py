@@ -6,7 +6,9 @@ outlives a sandboxd restart and is found again from its cgroups. (docs/sandboxd.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -14,10 +16,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sandboxd.errors import BootError, HostError
+from sandboxd.host import budget
 from sandboxd.host.removal import remove_tree
 from sandboxd.host.uid_ranges import RANGE_SIZE
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from sandboxd.host.cgroups import SandboxCgroups
     from sandboxd.host.spec import Init
 
@@ -32,34 +37,41 @@ SANDBOX_UMASK = 0o022
 # /usr/bin/envd, which an image could have a program of its own at.
 ENVD_LAUNCHER = "/usr/lib/envd/bin/envd"
 # What envd.service gives envd that a user namespace allows and nspawn can set: its open-file
-# limit (nspawn, root on the host, may raise the hard limit; the container's root may not). The
+# limit (whose hard limit sandboxd raises before nspawn starts, where it may; the container's
+# root may not). The
 # rest of the unit is lost without systemd: Restart= (envd exiting ends the container, as PID 2
 # under the stub init), Type=notify (sandboxd waits for /health either way), KillMode=process
 # (nothing restarts envd), and CPUWeight=, IOWeight=, MemoryMin=/Low= (no cgroup of envd's own
 # inside the sandbox's); nice -20 and the OOM score adjustment come from the host in both modes
 # (SandboxCgroups.prioritise), the realtime I/O class in neither.
-ENVD_INIT_OPTIONS = ("--rlimit=NOFILE=1048576", "--rlimit=CORE=infinity")
+ENVD_NOFILE = 1048576
+ENVD_INIT_OPTIONS = (f"--rlimit=NOFILE={ENVD_NOFILE}", "--rlimit=CORE=infinity")
 # io_uring off, as gVisor, Docker's default seccomp profile and ChromeOS have it: a large kernel
 # surface behind much of recent years' local privilege escalations, that nspawn's own filter
 # allows. A blocked call fails with EPERM (docs/sandboxd.md, "System calls").
 NO_IO_URING = "--system-call-filter=~io_uring_setup io_uring_enter io_uring_register"
 
 
-def command(root: Path, machine: str, uid_base: int, init: Init = "systemd") -> list[str]:
+def command(
+    root: Path, machine: str, init: Init = "systemd", rlimits: Sequence[str] = ()
+) -> list[str]:
     """The nspawn command line. --register=no and --keep-unit: no systemd or D-Bus needed on
     the host (nspawn then uses the cgroup it starts in); --private-network: a network namespace
     with only a loopback; a unique --machine, or containers would share a propagate directory;
-    --private-users: a user namespace mapping the container's ids 0..65535 to the sandbox's
-    range, with ownership left alone (the root is already seen owned by the range through its
-    idmapped layers and its upper directory). No --bind of any kind: nothing of the host is
-    visible inside. nspawn's system-call filter stays on, io_uring taken out of it (NO_IO_URING).
+    --private-users=0:65536: a user namespace mapping the container's ids 0..65535 to the
+    sandbox's range (nspawn runs in the sandbox's budget namespace, sandboxd.host.budget, whose
+    ids 0..65535 are the range's), with ownership left alone (the root is already seen owned by
+    the range through its idmapped layers and its upper directory). No --bind of any kind:
+    nothing of the host is visible inside. nspawn's system-call filter stays on, io_uring
+    taken out of it (NO_IO_URING).
     --timezone=off: the image's time zone (UTC in base, as E2B's), and no /etc/localtime
-    written by nspawn (as host root) into the writable layer, which a build would otherwise find
-    in its step's layer.
+    written by nspawn into the writable layer, which a build would otherwise find in its step's
+    layer.
 
     `init` "systemd" boots the image's systemd (--boot); "envd" runs envd as root under
     nspawn's stub init (--as-pid2), which reaps every orphaned process as a PID 1 must, with
-    -isnotfc as packaging/isnotfc.conf gives it under systemd (a container, not a VM)."""
+    -isnotfc as packaging/isnotfc.conf gives it under systemd (a container, not a VM).
+    `rlimits`: more --rlimit= options (`host_init_limits()`)."""
     how = ["--boot"] if init == "systemd" else ["--as-pid2", *ENVD_INIT_OPTIONS]
     program = [] if init == "systemd" else ["--", ENVD_LAUNCHER, "-isnotfc"]
     return [
@@ -73,12 +85,27 @@ def command(root: Path, machine: str, uid_base: int, init: Init = "systemd") -> 
         "--register=no",
         "--keep-unit",
         "--private-network",
-        f"--private-users={uid_base}:{RANGE_SIZE}",
+        f"--private-users=0:{RANGE_SIZE}",
+        *rlimits,
         "--private-users-ownership=off",
         "--timezone=off",
         NO_IO_URING,
         *program,
     ]
+
+
+def host_init_limits() -> list[str]:
+    """The host's PID 1's process and pending-signal limits, which nspawn gives the container
+    and reads itself unless told; in the budget namespace it may not (another uid's process)."""
+    limits = []
+    for name in ("NPROC", "SIGPENDING"):
+        soft, hard = resource.prlimit(1, getattr(resource, f"RLIMIT_{name}"))
+        limits.append(f"--rlimit={name}={_limit(soft)}:{_limit(hard)}")
+    return limits
+
+
+def _limit(value: int) -> str:
+    return "infinity" if value == resource.RLIM_INFINITY else str(value)
 
 
 def start(
@@ -100,15 +127,30 @@ def start(
             raise HostError(f"{tool} is missing (scripts/install installs it)")
 
     def in_sandbox() -> None:
-        """Between fork and exec (only system calls): into the sandbox's cgroups, and back to
-        the default priority, whatever sandboxd runs at (`sandboxd.serve.SERVE_NICE`)."""
+        """Between fork and exec (only system calls): into the sandbox's cgroups, back to the
+        default priority, whatever sandboxd runs at (`sandboxd.serve.SERVE_NICE`), and into its
+        budget namespace. First the open-file limit nspawn gives envd: only a capability in the
+        host's namespace may raise a hard limit (without it nspawn sets the closest it may)."""
         cgroups.enter()
         os.setpriority(os.PRIO_PROCESS, 0, 0)
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        with contextlib.suppress(ValueError, OSError):  # where sandboxd has CAP_SYS_RESOURCE
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, ENVD_NOFILE))
+        budget.enter(ns, root)
 
+    budget.NSPAWN_STATE.mkdir(parents=True, exist_ok=True)
+    try:
+        ns = budget.budget_namespace(uid_base)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise BootError(f"cannot make {machine}'s budget namespace: {exc}") from exc
     with open(console_log, "ab") as log, open(os.devnull, "rb") as null:
         try:
             launcher = subprocess.run(
-                ["setsid", "--fork", *command(root, machine, uid_base, init)],
+                [
+                    "setsid",
+                    "--fork",
+                    *command(budget.LAUNCH_ROOT, machine, init, host_init_limits()),
+                ],
                 stdin=null,
                 stdout=log,
                 stderr=log,

@@ -28,7 +28,7 @@ from sandboxd.host.overlay import require_rootfs
 from sandboxd.host.removal import mounts_under, remove_tree
 from sandboxd.host.spec import RECORD, BootImage, SandboxSpec, read_record, write_record
 from sandboxd.host.steps import SandboxDirs, boot_steps, make_all, undo_all
-from sandboxd.host.sysctl import ensure_inotify_instances
+from sandboxd.host.sysctl import ensure_host_limits
 from sandboxd.ids import is_sandbox_id
 
 if TYPE_CHECKING:
@@ -105,6 +105,7 @@ class Runtime:
         self.network = network  # None: each sandbox has only its loopback
         self.egress_proxy = egress_proxy  # None: domains in allowOut allow nothing
         self.host = CgroupHost.detect()
+        ensure_host_limits()
         # Beside the sandboxes, not among them: adopt() reads every entry there as a sandbox.
         self.steps = boot_steps(self.host, cgroup_parent, self.sandboxes_dir.parent / DISK_IMAGES)
 
@@ -184,7 +185,6 @@ class Runtime:
             return spec
 
         spec = uid_ranges.claim(record, _holds_range, recorded)
-        ensure_inotify_instances(len(existing_sandboxes(self.host, self.cgroup_parent)) + 1)
         make_all(self.steps, spec, self._dirs(sandbox_id))
         return spec
 

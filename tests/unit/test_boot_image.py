@@ -29,13 +29,14 @@ def test_a_record_keeps_its_init_and_older_records_are_systemd(tmp_path: Path) -
 
 
 def test_each_init_has_its_nspawn_command() -> None:
-    booted = command(Path("/r"), "m", 524288)
+    booted = command(Path("/r"), "m")
     assert "--boot" in booted
     assert "--as-pid2" not in booted
-    stub = command(Path("/r"), "m", 524288, "envd")
+    stub = command(Path("/r"), "m", "envd", ["--rlimit=NPROC=1:2"])
     assert "--boot" not in stub
     assert stub[-3:] == ["--", ENVD_LAUNCHER, "-isnotfc"]
     assert {"--as-pid2", "--rlimit=NOFILE=1048576", "--private-network"} <= set(stub)
+    assert {"--private-users=0:65536", "--rlimit=NPROC=1:2"} <= set(stub)
 
 
 def _layer(base: Path, name: str, *files: str) -> Path:
