@@ -16,6 +16,9 @@ from sandboxd.host.spec import BootImage
 if TYPE_CHECKING:
     from sandboxd.host.spec import Init
 
+# A template's ENV that lets its sandboxes use io_uring, which every other sandbox is refused
+# (docs/sandboxd.md, "System calls"): the one switch the SDKs' Template can set (set_envs).
+IO_URING_ENV = "SANDBOXD_IO_URING"
 DEFAULT_USER = "user"  # E2B's: the SDKs run commands as `user` in /home/user
 DEFAULT_WORKDIR = "/home/user"
 
@@ -36,7 +39,7 @@ class TemplateImage:
 
     @property
     def boot_image(self) -> BootImage:
-        return BootImage(self.layer_paths, self.init)
+        return BootImage(self.layer_paths, self.init, self.env.get(IO_URING_ENV) == "1")
 
     def command(self, script: str, user: str | None = None, cwd: str | None = None) -> Command:
         """`script` as the image runs it: in bash as a login shell, as E2B's builder and SDKs

@@ -53,7 +53,11 @@ NO_IO_URING = "--system-call-filter=~io_uring_setup io_uring_enter io_uring_regi
 
 
 def command(
-    root: Path, machine: str, init: Init = "systemd", rlimits: Sequence[str] = ()
+    root: Path,
+    machine: str,
+    init: Init = "systemd",
+    rlimits: Sequence[str] = (),
+    io_uring: bool = False,
 ) -> list[str]:
     """The nspawn command line. --register=no and --keep-unit: no systemd or D-Bus needed on
     the host (nspawn then uses the cgroup it starts in); --private-network: a network namespace
@@ -63,7 +67,7 @@ def command(
     ids 0..65535 are the range's), with ownership left alone (the root is already seen owned by
     the range through its idmapped layers and its upper directory). No --bind of any kind:
     nothing of the host is visible inside. nspawn's system-call filter stays on, io_uring
-    taken out of it (NO_IO_URING).
+    taken out of it (NO_IO_URING) unless `io_uring` (a template that asks for it).
     --timezone=off: the image's time zone (UTC in base, as E2B's), and no /etc/localtime
     written by nspawn into the writable layer, which a build would otherwise find in its step's
     layer.
@@ -89,7 +93,7 @@ def command(
         *rlimits,
         "--private-users-ownership=off",
         "--timezone=off",
-        NO_IO_URING,
+        *([] if io_uring else [NO_IO_URING]),
         *program,
     ]
 
@@ -115,6 +119,7 @@ def start(
     cgroups: SandboxCgroups,
     uid_base: int,
     init: Init = "systemd",
+    io_uring: bool = False,
 ) -> None:
     """Start nspawn detached: `setsid --fork` makes it a grandchild that PID 1 adopts.
 
@@ -149,7 +154,7 @@ def start(
                 [
                     "setsid",
                     "--fork",
-                    *command(budget.LAUNCH_ROOT, machine, init, host_init_limits()),
+                    *command(budget.LAUNCH_ROOT, machine, init, host_init_limits(), io_uring),
                 ],
                 stdin=null,
                 stdout=log,

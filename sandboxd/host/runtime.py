@@ -62,7 +62,7 @@ class Box:
 
     @property
     def image(self) -> BootImage:
-        return BootImage(self.spec.layers, self.spec.init)
+        return BootImage(self.spec.layers, self.spec.init, self.spec.io_uring)
 
     @property
     def limits(self) -> Limits:
@@ -176,7 +176,8 @@ class Runtime:
         the claim reads the other sandboxes' records and the record is fsynced. Returns the
         spec."""
         record = self._dirs(sandbox_id).dir / RECORD
-        unclaimed = SandboxSpec(sandbox_id, image.layers, limits, None, disk_mb, init=image.init)
+        unclaimed = SandboxSpec(sandbox_id, image.layers, limits, None, disk_mb, init=image.init,
+                                io_uring=image.io_uring)  # fmt: skip
 
         def recorded(uid_base: int) -> SandboxSpec:
             net = self.network.slot(uid_base) if self.network else None

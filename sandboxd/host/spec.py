@@ -30,6 +30,7 @@ class BootImage:
 
     layers: tuple[Path, ...]
     init: Init = "systemd"
+    io_uring: bool = False  # io_uring's system calls allowed (off unless a template asks)
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class SandboxSpec:
     disk_mb: int  # the writable layer's size; 0: no limit
     net: NetSlot | None = None  # None: only a loopback (serve without --network-pool)
     init: Init = "systemd"
+    io_uring: bool = False
 
     @classmethod
     def unknown(cls, sandbox_id: str) -> SandboxSpec:
@@ -66,6 +68,7 @@ class SandboxSpec:
             int(data["disk_mb"]),
             None if data.get("net") is None else _slot(data["net"]),
             _init(data.get("init", "systemd")),  # records from before init modes: systemd
+            data.get("io_uring") is True,
         )
 
 

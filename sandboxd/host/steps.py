@@ -176,7 +176,7 @@ class Nspawn:
     def make(self, spec: SandboxSpec, dirs: SandboxDirs) -> None:
         assert spec.uid_base is not None  # noqa: S101
         nspawn.start(dirs.root, spec.id, dirs.console_log, self.cgroups.of(spec.id),
-                     spec.uid_base, spec.init)  # fmt: skip
+                     spec.uid_base, spec.init, io_uring=spec.io_uring)  # fmt: skip
 
     def undo(self, spec: SandboxSpec, dirs: SandboxDirs) -> None:
         cgroups = self.cgroups.of(spec.id)

@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from sandboxd.builds import upload_urls
+from sandboxd.builds.template_image import IO_URING_ENV
 from sandboxd.lifecycle.tokens import Tokens
 from sandboxd.state_dir import SECRET_FILE
 from tests.builds import build_flow
@@ -405,3 +406,33 @@ def _is_base_box(server: Sandboxd, sandbox_id: str) -> bool:
     """A box of the base template's pool (its record stacks base's root filesystem only)."""
     record = json.loads((server.box_dir(sandbox_id) / "sandbox.json").read_text())
     return len(record["layers"]) == 1
+
+
+# io_uring_setup(1, params) (system call 425 on x86-64 and arm64): the ring's fd, or -1 and errno.
+IO_URING_PROBE = ("python3 -c 'import ctypes; libc = ctypes.CDLL(None, use_errno=True); "
+                  "p = ctypes.create_string_buffer(120); "
+                  "print(libc.syscall(425, 1, p), ctypes.get_errno())'")  # fmt: skip
+
+
+@pytest.mark.parametrize(("env", "allowed"), [({}, False), ({IO_URING_ENV: "1"}, True)])
+def test_io_uring_is_for_templates_that_ask_for_it(
+    api: httpx.Client, server: Sandboxd, env: dict[str, str], allowed: bool
+) -> None:
+    """Refused to every sandbox (tests/sandboxd/test_escape.py) but those of a template whose
+    ENV sets SANDBOXD_IO_URING=1: its build sandboxes (a RUN step) and its sandboxes (the start
+    command, which runs in each before the create answers)."""
+    name = f"uring-{'on' if allowed else 'off'}"
+    steps = [{"type": "ENV", "args": [k, v], "force": False} for k, v in env.items()]
+    # The build's layer keeps the home directory (/tmp is each sandbox's own tmpfs).
+    steps.append({"type": "RUN", "args": [f"{IO_URING_PROBE} > /home/user/in-build"],
+                  "force": False})  # fmt: skip
+    recipe = {"fromTemplate": "base", "steps": steps,
+              "startCmd": f"{IO_URING_PROBE} > /tmp/in-sandbox; sleep infinity",
+              "readyCmd": "test -s /tmp/in-sandbox"}  # fmt: skip
+    build = run(api, name, recipe)
+    assert build.status["status"] == "ready", build.messages
+    sandbox = create(api, name)
+    for where in ("/home/user/in-build", "/tmp/in-sandbox"):
+        fd, errno = read_file(server, sandbox, where).split()
+        assert (int(fd) >= 0) if allowed else ((fd, errno) == ("-1", "1")), (where, fd, errno)
+    api.delete(f"/sandboxes/{sandbox}")
