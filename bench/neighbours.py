@@ -1,18 +1,19 @@
 """Noisy neighbours: what one sandbox's abuse does to another sandbox's `commands.run("true")`
-and to sandboxd's `GET /health`, as ratios of p50 and p99 to a quiet phase of the same run.
+and to sandboxd's `GET /health`, as ratios of p50 and p99 to a quiet phase just before it.
 Target: no ratio above 2 under any single abuser.
 
 One `sandboxd serve --no-network` with the base template (2 CPUs, 1024 MiB, 4096 processes,
 10 GiB disk per sandbox). The neighbour is made first and runs `true` through sandboxd's proxy
 as the SDK sends it (envd's Process/Start, user "user"), one at a time on a thread of its own;
-/health is asked 50 times a second by bench.sandboxd_fleet's probe thread. Each phase then gets
-a fresh abuser sandbox: created, left to settle, given its abuse as root through the same API
-(so the sandbox's own cgroup limits apply), measured for --seconds (and at most RUNS_PER_PHASE
-neighbour commands), and killed before the next phase. The quiet phases run `sleep` in the
-abuser, the first is the baseline and the last shows how much the machine itself drifted.
+/health is asked 50 times a second by bench.sandboxd_fleet's probe thread. Each abuser then
+gets a fresh sandbox: created, left to settle, measured idle for --seconds (its baseline: on a
+shared machine the load drifts within minutes), given its abuse as root through the same API
+(so the sandbox's own cgroup limits apply), measured for --seconds again (each phase also
+stops at RUNS_PER_PHASE neighbour commands), and killed before the next. The abuser "nothing"
+runs `sleep`: its ratios show the noise of the machine.
 
 "less run-queue wait" subtracts each probe thread's own wait for a CPU (the client shares the
-two cores with the abuser). The abuser's figures are its cgroup's at the end of the phase.
+two cores with the abuser). The abuser's figures are its cgroup's at the end of its phase.
 Run as root: .venv/bin/python -m bench.neighbours [--seconds 30] [--template DIR]
 """
 
@@ -54,7 +55,7 @@ RUN_GAP_S = 0.05
 RUN_TIMEOUT_S = 60
 NEIGHBOUR_TIMEOUT_S = 3600
 AS_ROOT = "Basic " + base64.b64encode(b"root:").decode()
-QUIET, QUIET_AGAIN, BETWEEN = "quiet (baseline)", "quiet again", "between"
+BETWEEN = "between"
 
 # Memory: fill to the cgroup's limit in 64 MiB pages-touched chunks until the OOM killer ends
 # the process, and again.
@@ -90,6 +91,7 @@ while True:
     os.closerange(first, last + 1)
 """
 ABUSERS = {
+    "nothing (sleep)": "sleep infinity",
     "fork bomb": "exec 2>/dev/null; :(){ :|:& };:",
     "CPU spin, 4 loops": "for i in 1 2 3 4; do (while :; do :; done) & done; wait",
     "memory hog": f"n=0; while :; do python3 -c {shlex.quote(_HOG)}; n=$((n+1)); echo $n fills; done",
@@ -183,16 +185,16 @@ async def _phase(server: Sandboxd, probes: tuple[HealthProbe, CommandProbe], nam
     ):
         abuser = await create_sandbox(api)
         await asyncio.sleep(SETTLE_S)
+        _enter(probes, quiet(name))
+        await asyncio.sleep(seconds)
         cgroups = server.cgroups(abuser.sandbox_id)
         started = asyncio.Event()
         abuse = asyncio.create_task(_abuse(envd, abuser, script, seconds + 60, started))
         await started.wait()
         cpu_before = cgroups.usage().cpu_usec
-        for probe in probes:
-            probe.enter(name)
+        _enter(probes, name)
         await asyncio.sleep(seconds)
-        for probe in probes:
-            probe.enter(BETWEEN)
+        _enter(probes, BETWEEN)
         usage = cgroups.usage()
         killed = await api.delete(f"/sandboxes/{abuser.sandbox_id}")
         assert killed.status_code == 204, killed.text
@@ -201,12 +203,20 @@ async def _phase(server: Sandboxd, probes: tuple[HealthProbe, CommandProbe], nam
                          usage.memory_bytes / (1 << 20), usage.pids, said)  # fmt: skip
 
 
+def quiet(abuser: str) -> str:
+    """The name of the quiet phase before `abuser`'s: the same sandbox, booted and idle."""
+    return f"before {abuser}"
+
+
+def _enter(probes: tuple[HealthProbe, CommandProbe], phase: str) -> None:
+    for probe in probes:
+        probe.enter(phase)
+
+
 async def _phases(server: Sandboxd, probes: tuple[HealthProbe, CommandProbe],
                   seconds: float) -> dict[str, AbuserFigures]:  # fmt: skip
-    quiet = f"sleep {seconds + 60:.0f}"
-    scripts = {QUIET: quiet, **ABUSERS, QUIET_AGAIN: quiet}
     return {name: await _phase(server, probes, name, script, seconds)
-            for name, script in scripts.items()}  # fmt: skip
+            for name, script in ABUSERS.items()}  # fmt: skip
 
 
 def _p50_p99(samples: list[tuple[float, float]]) -> tuple[float, float, float]:
@@ -218,7 +228,7 @@ def _p50_p99(samples: list[tuple[float, float]]) -> tuple[float, float, float]:
 
 def _row(label: str, samples: list[tuple[float, float]], base: tuple[float, float, float]) -> str:
     p50, p99, own = _p50_p99(samples)
-    return (f"  {label:10} p50 {p50:7.2f} ms ({p50 / base[0]:5.2f}x)  p99 {p99:7.2f} ms "
+    return (f"  {label:18} p50 {p50:7.2f} ms ({p50 / base[0]:5.2f}x)  p99 {p99:7.2f} ms "
             f"({p99 / base[1]:5.2f}x; less run-queue wait {own:7.2f} ms, {own / base[2]:5.2f}x)"
             f"  n={len(samples)}")  # fmt: skip
 
@@ -227,14 +237,17 @@ def report(health: HealthProbe, command: CommandProbe, abusers: dict[str, Abuser
            load: tuple[float, float]) -> None:  # fmt: skip
     print(f"load average (1 min) at start / end: {load[0]:.1f} / {load[1]:.1f}")
     cpu = health.cpu_per_s()
-    base_run = _p50_p99(command.phases[QUIET])
-    base_health = _p50_p99(health.phases[QUIET])
     for name, abuser in abusers.items():
         print(f"{name}: abuser {abuser.cpu_per_s:.2f} CPU-s/s, {abuser.memory_mib:.0f} MiB, "
-              f"{abuser.pids} processes, said {abuser.said!r}; sandboxd CPU {cpu[name]:.0f} ms/s"
-              + (f"; {command.failures[name]} runs failed" if command.failures[name] else ""))  # fmt: skip
-        print(_row('run("true")', command.phases[name], base_run))
-        print(_row("/health", health.phases[name], base_health))
+              f"{abuser.pids} processes, said {abuser.said!r}; sandboxd CPU "
+              f"{cpu[quiet(name)]:.0f} ms/s quiet, {cpu[name]:.0f} ms/s abused")  # fmt: skip
+        for label, probe in (('run("true")', command), ("/health", health)):
+            base = _p50_p99(probe.phases[quiet(name)])
+            print(_row(f"{label} quiet", probe.phases[quiet(name)], base))
+            print(_row(f"{label} abused", probe.phases[name], base))
+        failed = command.failures[quiet(name)], command.failures[name]
+        if any(failed):
+            print(f"  runs failed (quiet, abused): {failed}")
 
 
 def main() -> None:
