@@ -63,16 +63,18 @@ async def create_sandbox(api: httpx.AsyncClient) -> Created:
     return Created(body["sandboxID"], body.get("envdAccessToken"))
 
 
-def _envelope(message: dict[str, Any]) -> bytes:
+def envelope(message: dict[str, Any]) -> bytes:
     payload = json.dumps(message).encode()
     return b"\0" + struct.pack(">I", len(payload)) + payload
 
 
-def _messages(body: bytes) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(flags, JSON message) of each Connect envelope in a whole stream body."""
+def messages(body: bytes) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(flags, JSON message) of each whole Connect envelope in a stream body."""
     at = 0
     while at + 5 <= len(body):
         flags, size = body[at], struct.unpack(">I", body[at + 1 : at + 5])[0]
+        if at + 5 + size > len(body):  # a stream cut short (its sandbox killed)
+            return
         yield flags, json.loads(body[at + 5 : at + 5 + size] or b"{}")
         at += 5 + size
 
@@ -89,9 +91,9 @@ async def run_true(envd: httpx.AsyncClient, sandbox: Created) -> None:
     if sandbox.token is not None:
         headers["X-Access-Token"] = sandbox.token
     request = {"process": {"cmd": "/bin/bash", "args": ["-l", "-c", "true"], "envs": {}}}
-    response = await envd.post(START, content=_envelope(request), headers=headers)
+    response = await envd.post(START, content=envelope(request), headers=headers)
     assert response.status_code == 200, response.text
-    ends = [m["event"]["end"] for flags, m in _messages(response.content)
+    ends = [m["event"]["end"] for flags, m in messages(response.content)
             if not flags & 2 and "end" in m.get("event", {})]  # fmt: skip
     assert [end.get("status") for end in ends] == ["exit status 0"], response.content
 
@@ -112,11 +114,11 @@ class HealthProbe:
     def run(self) -> None:
         with httpx.Client(timeout=10) as client, open("/proc/thread-self/schedstat") as sched:
             while not self._stop.is_set():
-                waited = _run_queue_s(sched)
+                waited = run_queue_s(sched)
                 begin = time.monotonic()
                 status = client.get(self.url + "/health").status_code
                 took = time.monotonic() - begin
-                waited = _run_queue_s(sched) - waited
+                waited = run_queue_s(sched) - waited
                 self.phases[self.phase].append((took, took - waited))
                 assert status == 204, status
                 time.sleep(HEALTH_EVERY_S)
@@ -160,7 +162,7 @@ def probed_server(template: Path, prefix: str) -> Iterator[tuple[Sandboxd, Healt
             server.clean_up()
 
 
-def _run_queue_s(sched: TextIO) -> float:
+def run_queue_s(sched: TextIO) -> float:
     """The calling thread's time spent waiting for a CPU so far (schedstat's second field)."""
     sched.seek(0)
     return int(sched.read().split()[1]) / 1e9
