@@ -13,6 +13,7 @@ from pathlib import Path
 from envd.logs import setup_logging
 from sandboxd import template_cli
 from sandboxd.builds.envd_layer import OPTION as ENVD_ARTIFACT_OPTION
+from sandboxd.builds.systemd_init import PROVISIONS
 from sandboxd.errors import SandboxError
 from sandboxd.host.base_image import build_base
 from sandboxd.host.disk import MIN_DISK_MB
@@ -157,6 +158,14 @@ def _serve_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser])
         metavar="HOST[:PORT]",
         help="pull Docker Hub's images from this registry instead",
     )
+    p.add_argument(
+        "--provision",
+        choices=PROVISIONS,
+        default="auto",
+        help="how templates built from images that are not sandboxd's boot: systemd (installed "
+        "with the image's apt, as E2B does; a build that cannot fails), envd (envd as the "
+        "container's program), auto (the default: systemd where the image can take it)",
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -240,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
             serve(ServeOptions(state_dir, args.bind, args.port, args.pool, args.max_timeout,
                                args.base_rootfs, args.cgroup_parent, args.domain,
                                args.disk_size_mb, network, args.envd_artifact,
-                               args.registry_mirror))  # fmt: skip
+                               args.registry_mirror, args.provision))  # fmt: skip
         elif args.command == "api-key":
             _create_key(state_dir)
         elif args.template_command in ("ls", "rm"):

@@ -36,6 +36,8 @@ if TYPE_CHECKING:
     import socket
     from pathlib import Path
 
+    from sandboxd.builds.systemd_init import Provision
+
 log = logging.getLogger("sandboxd.serve")
 
 SECRET_FILE = "secret"  # noqa: S105  # the file's name, not a secret
@@ -65,6 +67,7 @@ class ServeOptions:
     # `envd_artifact(options.envd_artifact)` says what is missing when it is None).
     envd_artifact: Path | None = None
     registry_mirror: str | None = None  # host[:port] to pull Docker Hub's images from
+    provision: Provision = "auto"  # how built images boot (sandboxd.builds.systemd_init)
 
 
 class _Server(uvicorn.Server):
@@ -186,7 +189,8 @@ def serve(options: ServeOptions) -> None:
                                  options.max_timeout_s, options.pool)  # fmt: skip
         builder = Builder(store, manager.templates, runtime, state_dir,
                           envd_artifact=options.envd_artifact,
-                          mirror=options.registry_mirror)  # fmt: skip
+                          mirror=options.registry_mirror,
+                          provision=options.provision)  # fmt: skip
         app = create_app(manager, store, builder)
         config = uvicorn.Config(
             app,

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
     from sandboxd.build_tables import BuildRow, LogLine
     from sandboxd.builds.recipe import Recipe
+    from sandboxd.builds.systemd_init import Provision
     from sandboxd.host.runtime import Runtime
     from sandboxd.store import Store
     from sandboxd.templates import Templates
@@ -50,13 +51,15 @@ class Builder:
         state_dir: Path,
         envd_artifact: Path | None = None,
         mirror: str | None = None,
+        provision: Provision = "auto",
     ) -> None:
         self.store = store
         self.templates = templates
         layers = state_dir / "layers"
         self.layers = LayerDirs(layers)
         self.image_store = LayerStore(layers)
-        self.source = ImageSource(self.image_store, self.layers, envd_artifact, mirror)
+        self.source = ImageSource(self.image_store, self.layers, envd_artifact, mirror,
+                                  provision)  # fmt: skip
         self.uploads_dir = state_dir / "uploads"
         self.sandboxes = BuildSandboxes(runtime)
         self._slots = asyncio.Semaphore(CONCURRENT_BUILDS)
@@ -131,7 +134,7 @@ class Builder:
         try:
             build_log.add(f"building from {recipe.fromTemplate or recipe.fromImage}", step="base")
             try:
-                base = await base_of(recipe, self.templates, self.source)
+                base = await base_of(recipe, self.templates, self.source, ctx, build_log)
             except SandboxError as exc:
                 raise StepFailed("base", f"base: {exc}") from exc
             image = await run_steps(recipe, base, ctx, build_log)

@@ -35,7 +35,6 @@ __all__ = [
 ]
 
 
-
 @pytest.fixture(scope="session")
 def envd_artifact() -> Path:
     return ensure_artifact()
