@@ -16,20 +16,13 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
-from sandboxd.host.removal import remove_tree
-from tests.builds import deb_repo
-from tests.builds.registry_images import push_image, tree_layer
 from tests.network import package_index
 from tests.network.fake_internet import INDEX_ADDRESS
-from tests.sandboxd.template_cache import IMAGE_CACHE
 from tests.waiting import wait_until
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
-    from pathlib import Path
 
-    from tests.images.registry import Registry
-    from tests.network.fake_internet import FakeInternet
     from tests.network.served import UplinkSandboxd
 
 pytestmark = [
@@ -72,27 +65,6 @@ PIP_INSTALL = (
     f"install --no-cache-dir --retries 0 --index-url http://{INDEX_ADDRESS}/simple/ "
     f"--trusted-host {INDEX_ADDRESS} {package_index.PROJECT}"
 )
-
-
-@pytest.fixture(scope="module")
-def no_systemd_image(
-    uplink_registry: Registry, build_net: FakeInternet, tmp_path_factory: pytest.TempPathFactory
-) -> str:
-    """The stage without systemd, D-Bus and sudo, its apt sources the fake internet's
-    repository of them."""
-    debs = deb_repo.ensure_debs(IMAGE_CACHE)
-    sources = deb_repo.serve_repo(debs, build_net.workdir / "index", INDEX_ADDRESS)
-    work = tmp_path_factory.mktemp("no-systemd")
-
-    def layer(out: Path) -> None:
-        root = work / "root"
-        deb_repo.no_systemd_tree(IMAGE_CACHE, root, sources)
-        try:
-            tree_layer(root, out)
-        finally:
-            remove_tree(root)
-
-    return push_image(uplink_registry, work, "builds/no-systemd", layer)
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Facts:
-    images: dict[str, str]  # "debian", "busybox": references in the test's registry
+    images: dict[str, str]  # "debian", "busybox", "no-systemd": references in the test's registry
     index: str  # the package index's address (HTTP on :80)
     indexRoot: str  # the index's directory: files put there are served
     package: dict[str, str]  # the index's one package: project, module, greeting
