@@ -18,12 +18,16 @@ import pytest
 
 from tests.network import package_index
 from tests.network.fake_internet import INDEX_ADDRESS
+from tests.network.served import UplinkSandboxd
+from tests.sandboxd.serving import NO_NETWORK
+from tests.sandboxd.template_cache import ensure_base_template
 from tests.waiting import wait_until
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
 
-    from tests.network.served import UplinkSandboxd
+    from tests.network.fake_internet import FakeInternet
 
 pytestmark = [
     pytest.mark.root,
@@ -65,6 +69,22 @@ PIP_INSTALL = (
     f"install --no-cache-dir --retries 0 --index-url http://{INDEX_ADDRESS}/simple/ "
     f"--trusted-host {INDEX_ADDRESS} {package_index.PROJECT}"
 )
+
+
+@pytest.fixture(scope="module")
+def systemd_only(
+    build_net: FakeInternet, envd_artifact: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[UplinkSandboxd]:
+    """A second serve in `uplink` (where the test registry is), without a network for its
+    sandboxes (one networked serve per namespace), that must give every template systemd."""
+    state = tmp_path_factory.mktemp("systemd-only") / "state"
+    server = UplinkSandboxd(build_net, state, ensure_base_template(), NO_NETWORK,
+                            "--envd-artifact", str(envd_artifact), "--provision", "systemd")  # fmt: skip
+    try:
+        server.start()
+        yield server
+    finally:
+        server.clean_up()
 
 
 @pytest.fixture
@@ -175,3 +195,20 @@ def _answers(server: UplinkSandboxd, sandbox: str) -> bool:
         return _served(server, sandbox) == package_index.GREETING
     except (AssertionError, httpx.TransportError):
         return False
+
+
+def test_provision_systemd_fails_the_build_of_an_image_that_cannot_take_it(
+    systemd_only: UplinkSandboxd, images: dict[str, str], no_systemd_image: str
+) -> None:
+    """No apt (busybox), or apt without a network to install from: the build fails at `base`
+    saying why, where `auto` would have kept envd."""
+    for image, why in ((images["busybox"], "the image has no /usr/bin/apt-get"),
+                       (no_systemd_image, "installing systemd with apt-get exited with code 100")):  # fmt: skip
+        name = f"refused-{uuid.uuid4().hex[:8]}"
+        status = build(systemd_only, name, {"fromImage": image, "steps": []})
+        assert status["status"] == "error", messages(status)[-20:]
+        assert status["reason"]["step"] == "base"
+        assert why in status["reason"]["message"], status["reason"]
+        assert "serve --provision systemd" in status["reason"]["message"]
+        found = systemd_only.api("GET", f"/templates/aliases/{name}")
+        assert systemd_only.api("DELETE", f"/templates/{found.json()['templateID']}").is_success
