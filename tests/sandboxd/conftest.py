@@ -19,7 +19,6 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 
-
 @pytest.fixture(scope="session")
 def base_template() -> Path:
     return ensure_base_template()
