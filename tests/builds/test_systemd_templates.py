@@ -8,6 +8,7 @@ build's log says why."""
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import uuid
@@ -76,10 +77,12 @@ def systemd_only(
     build_net: FakeInternet, envd_artifact: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[UplinkSandboxd]:
     """A second serve in `uplink` (where the test registry is), without a network for its
-    sandboxes (one networked serve per namespace), that must give every template systemd."""
+    sandboxes (one networked serve per namespace), that must give every template systemd, and
+    with a warm pool."""
     state = tmp_path_factory.mktemp("systemd-only") / "state"
     server = UplinkSandboxd(build_net, state, ensure_base_template(), NO_NETWORK,
-                            "--envd-artifact", str(envd_artifact), "--provision", "systemd")  # fmt: skip
+                            "--envd-artifact", str(envd_artifact), "--provision", "systemd",
+                            "--pool", "1")  # fmt: skip
     try:
         server.start()
         yield server
@@ -212,3 +215,48 @@ def test_provision_systemd_fails_the_build_of_an_image_that_cannot_take_it(
         assert "serve --provision systemd" in status["reason"]["message"]
         found = systemd_only.api("GET", f"/templates/aliases/{name}")
         assert systemd_only.api("DELETE", f"/templates/{found.json()['templateID']}").is_success
+
+
+def test_the_warm_pool_holds_ready_sandboxes_of_a_systemd_template(
+    systemd_only: UplinkSandboxd, images: dict[str, str]
+) -> None:
+    """The Debian image has systemd's set: it gets systemd without a network. Its template's
+    pooled sandbox booted systemd and ran the start command (`systemctl start`) before the
+    create that takes it."""
+    server, template = systemd_only, f"warm-{uuid.uuid4().hex[:8]}"  # goes with the serve
+    unit = UNIT.replace(
+        "/opt/venv/bin/python /opt/server.py", f"/usr/bin/python3 -m http.server {PORT}"
+    )
+    recipe = {"fromImage": images["debian"], "steps": [written("/etc/systemd/system/hello.service", unit)],
+              "startCmd": "sudo systemctl start hello", "readyCmd": f"curl -sf http://localhost:{PORT}/"}  # fmt: skip
+    status = build(server, template, recipe)
+    assert status["status"] == "ready", "\n".join(messages(status)[-40:])
+    booted = server.create(templateID=template)  # a boot: the template's pool fills from here on
+    boxes = server.state_dir / "sandboxes"
+    try:
+
+        def warm() -> str | None:
+            waiting = [line.split("warm pool: sandbox ")[1].split()[0]
+                       for line in server.log.read_text().splitlines()
+                       if "warm pool: sandbox " in line and line.endswith(" waiting")]  # fmt: skip
+            fresh = [w for w in waiting if w != booted and (boxes / w).is_dir()
+                     and len(_layers(server, w)) > 1]  # fmt: skip
+            return fresh[-1] if fresh else None
+
+        pooled_id = wait_until(warm, 120, "a ready sandbox of the template in the pool")
+        pooled = server.create(templateID=template)
+        try:
+            assert pooled == pooled_id
+            assert server.run(pooled, "cat", "/proc/1/comm")[1].strip() == "systemd"
+            assert (
+                server.run(pooled, "sudo", "systemctl", "is-active", "hello")[1].strip() == "active"
+            )
+        finally:
+            server.kill(pooled)
+    finally:
+        server.kill(booted)
+
+
+def _layers(server: UplinkSandboxd, sandbox_id: str) -> list[str]:
+    record = json.loads((server.box_dir(sandbox_id) / "sandbox.json").read_text())
+    return list(record["layers"])
