@@ -42,8 +42,9 @@ if TYPE_CHECKING:
 Provision = Literal["auto", "systemd", "envd"]
 PROVISIONS: Final[tuple[Provision, ...]] = ("auto", "systemd", "envd")
 # E2B's set (its builder's provision.sh) less what a sandbox here does without (ssh, chrony,
-# NFS, FUSE, the firewall tools): systemd to boot, D-Bus for systemctl's callers, sudo for
-# the SDKs' root commands, and the tools of the SDKs' ready commands (`ss`, `pgrep`, curl).
+# NFS, FUSE, the firewall tools): systemd to boot, D-Bus as base has it (masked at boot, there
+# for a template's own units), sudo for the SDKs' root commands, and the tools of the SDKs'
+# ready commands (`ss`, `pgrep`, curl).
 PACKAGES: Final = ("systemd", "systemd-sysv", "dbus", "sudo", "iproute2", "procps",
                    "ca-certificates", "curl")  # fmt: skip
 VERSION: Final = "1"  # a change to what the script writes makes new layers
