@@ -15,6 +15,7 @@ from sandboxd import template_cli, tls
 from sandboxd.builds.builder import DEADLINE_OPTION, DEFAULT_DEADLINE_S
 from sandboxd.builds.envd_layer import OPTION as ENVD_ARTIFACT_OPTION
 from sandboxd.builds.storage import OPTION as STORAGE_OPTION
+from sandboxd.builds.systemd_init import PROVISIONS
 from sandboxd.errors import SandboxError
 from sandboxd.host.base_image import build_base
 from sandboxd.host.disk import MIN_DISK_MB
@@ -183,6 +184,14 @@ def _serve_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser])
         metavar="HOST[:PORT]",
         help="pull Docker Hub's images from this registry instead",
     )
+    p.add_argument(
+        "--provision",
+        choices=PROVISIONS,
+        default="auto",
+        help="how templates built from images that are not sandboxd's boot: systemd (installed "
+        "with the image's apt, as E2B does; a build that cannot fails), envd (envd as the "
+        "container's program), auto (the default: systemd where the image can take it)",
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -297,7 +306,8 @@ def main(argv: list[str] | None = None) -> int:
                                args.disk_size_mb, network, args.envd_artifact,
                                args.registry_mirror, tls_cert=args.tls_cert,
                                tls_key=args.tls_key, build_deadline_s=args.build_timeout,
-                               build_storage_mb=args.build_storage_mb))  # fmt: skip
+                               build_storage_mb=args.build_storage_mb,
+                               provision=args.provision))  # fmt: skip
         elif args.command == "api-key":
             open_private(state_dir)
             _create_key(state_dir)

@@ -143,7 +143,7 @@ async def wait_ready(
     attempts, last = 0, "no attempt finished"
     while (remaining := deadline - time.monotonic()) > 0:
         attempts += 1
-        output = _Tail()
+        output = Tail()
         try:
             code = await run(
                 envd, sandbox_id, ready, on_output=output, token=token, timeout_s=remaining
@@ -214,7 +214,7 @@ async def _started(
         raise CommandError(f"{what}: envd refused it or failed: {exc}") from None
 
 
-class _Tail:
+class Tail:
     """The last few KiB of a command's output, stdout and stderr as they came."""
 
     def __init__(self) -> None:

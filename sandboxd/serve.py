@@ -39,6 +39,8 @@ if TYPE_CHECKING:
     import socket
     from pathlib import Path
 
+    from sandboxd.builds.systemd_init import Provision
+
 log = logging.getLogger("sandboxd.serve")
 
 API_KEY_ENV = "SANDBOXD_API_KEY"
@@ -71,6 +73,7 @@ class ServeOptions:
     tls_key: Path | None = None
     build_deadline_s: int = DEFAULT_DEADLINE_S
     build_storage_mb: int | None = None  # None: half the state directory's filesystem
+    provision: Provision = "auto"  # how built images boot (sandboxd.builds.systemd_init)
 
 
 class _Server(uvicorn.Server):
@@ -238,7 +241,8 @@ def serve(options: ServeOptions) -> None:
                                  options.max_timeout_s, options.pool)  # fmt: skip
         builder = Builder(store, manager.templates, runtime, state_dir,
                           envd_artifact=options.envd_artifact, mirror=options.registry_mirror,
-                          limits=build_limits(options, state_dir))  # fmt: skip
+                          limits=build_limits(options, state_dir),
+                          provision=options.provision)  # fmt: skip
         app = create_app(manager, store, builder, options.domain)
         config = uvicorn.Config(
             app,

@@ -2,7 +2,8 @@
 e2bdev/base`) stacks on a template's image as it is; `fromImage` pulls the image from its
 registry and adds two layers of ours over its own: the self-contained envd (one layer shared by
 every template) and what the SDKs assume of a sandbox (the `user` account, sudo), so that an
-image without systemd or Python boots with envd as its program."""
+image without systemd or Python boots with envd as its program; then, as E2B, systemd where the
+image can take it (sandboxd.builds.systemd_init: a third layer, and systemd as its init)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from typing import TYPE_CHECKING
 from sandboxd.builds.entries import building
 from sandboxd.builds.envd_layer import envd_artifact, envd_layer
 from sandboxd.builds.provision import provision
+from sandboxd.builds.systemd_init import NoSystemd, Provision, with_systemd
 from sandboxd.builds.template_image import DEFAULT_USER, DEFAULT_WORKDIR, TemplateImage
+from sandboxd.errors import TemplateError
 from sandboxd.images import pull, reference
 from sandboxd.images.known import KnownImages
 from sandboxd.images.skopeo import Credentials
@@ -23,6 +26,8 @@ from sandboxd.images.skopeo import Credentials
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from sandboxd.builds.build_log import BuildLog
+    from sandboxd.builds.build_run import Context
     from sandboxd.builds.layer_dirs import LayerDirs
     from sandboxd.builds.recipe import Recipe
     from sandboxd.images.layers import LayerStore
@@ -45,16 +50,24 @@ class ImageSource:
     layers: LayerDirs
     envd_artifact: Path | None
     mirror: str | None = None
+    provision: Provision = "auto"  # systemd as the init (sandboxd.builds.systemd_init)
 
 
-async def base_of(recipe: Recipe, templates: Templates, source: ImageSource) -> Base:
+async def base_of(
+    recipe: Recipe, templates: Templates, source: ImageSource, ctx: Context, log: BuildLog
+) -> Base:
     """Raises TemplateNotFound, TemplateError (ImageError, ImageNotFound included)."""
     if recipe.fromTemplate is not None or recipe.from_base:
         ref = recipe.fromTemplate or "base"
         _, image = templates.resolve(ref)
         return Base(image, "template:" + _digest(image.to_json()))
     assert recipe.fromImage is not None  # noqa: S101  # the recipe has one of the two
-    return await asyncio.to_thread(_from_image, recipe, source)
+    pulled = await asyncio.to_thread(_from_image, recipe, source)
+    try:
+        image, key = await with_systemd(pulled.image, pulled.key, source.provision, ctx, log)
+    except NoSystemd as exc:
+        raise TemplateError(f"provision systemd (serve --provision systemd): {exc}") from exc
+    return Base(image, key)
 
 
 def _from_image(recipe: Recipe, source: ImageSource) -> Base:

@@ -218,12 +218,19 @@ async def _copy(step: Step, image: TemplateImage, ctx: Context, label: str, name
 
 async def finalize(image: TemplateImage, ctx: Context, log: BuildLog) -> None:
     """Boot the result and run its start command until its ready command succeeds, as every
-    sandbox of it will: a template whose sandboxes would never be ready fails now."""
+    sandbox of it will: a template whose sandboxes would never be ready fails now (its start
+    command's output in the log until then)."""
     if image.start_cmd is None and image.ready_cmd is None:
         return
     log.add("finalize: checking the start and ready commands", step="finalize")
+
+    def output(stream: str, data: bytes) -> None:
+        log.output(stream, data, "finalize")
+
     try:
         async with ctx.sandboxes.booted(image, ctx.limits, ctx.disk_mb) as box:
-            await start_and_wait(ctx.sandboxes.envd, box.id, image)
+            await start_and_wait(ctx.sandboxes.envd, box.id, image, on_output=output)
     except SandboxError as exc:
         raise StepFailed("finalize", f"finalize: {exc}") from exc
+    finally:
+        log.end_output("finalize")

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
     from sandboxd.build_tables import BuildRow, LogLine
     from sandboxd.builds.recipe import Recipe
+    from sandboxd.builds.systemd_init import Provision
     from sandboxd.host.runtime import Runtime
     from sandboxd.store import Store
     from sandboxd.templates import Templates
@@ -66,6 +67,7 @@ class Builder:
         envd_artifact: Path | None = None,
         mirror: str | None = None,
         limits: BuildLimits = BuildLimits(),  # frozen: one shared default is fine
+        provision: Provision = "auto",
     ) -> None:
         self.store = store
         self.templates = templates
@@ -76,7 +78,8 @@ class Builder:
         self.storage = None if limits.storage_bytes is None else BuildStorage(
             (layers, self.uploads_dir), limits.storage_bytes)  # fmt: skip
         self.image_store = LayerStore(layers, self.storage)
-        self.source = ImageSource(self.image_store, self.layers, envd_artifact, mirror)
+        self.source = ImageSource(self.image_store, self.layers, envd_artifact, mirror,
+                                  provision)  # fmt: skip
         self.sandboxes = BuildSandboxes(runtime)
         self._slots = asyncio.Semaphore(CONCURRENT_BUILDS)
         self._running: dict[str, tuple[asyncio.Task[None], BuildLog]] = {}
@@ -157,7 +160,7 @@ class Builder:
             build_log.add(f"building from {recipe.fromTemplate or recipe.fromImage}", step="base")
             try:
                 await self._within_quota("the build's image")
-                base = await base_of(recipe, self.templates, self.source)
+                base = await base_of(recipe, self.templates, self.source, ctx, build_log)
                 await self._within_quota("the build's image")  # a pull is not bounded on the way
             except SandboxError as exc:
                 raise StepFailed("base", f"base: {exc}") from exc

@@ -5,10 +5,12 @@ sandbox's writes land only in its upper directory."""
 from __future__ import annotations
 
 import contextlib
+import os
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sandboxd.builds import layer_view
 from sandboxd.errors import TemplateError
 from sandboxd.host import libc
 from sandboxd.host.nspawn import ENVD_LAUNCHER
@@ -93,9 +95,12 @@ def require_rootfs(image: BootImage) -> None:
     for layer in image.layers:
         if not layer.is_dir():
             raise TemplateError(f"no template root filesystem at {layer}")
-    needed = "sbin/init" if image.init == "systemd" else ENVD_LAUNCHER.lstrip("/")
-    if not any(
-        (layer / needed).exists() or (layer / needed).is_symlink() for layer in image.layers
+    # Found as a layer has it (a link too: nspawn says what is wrong with it), or through the
+    # stack, the image's links resolved inside it: a layer above the image's (systemd's,
+    # sandboxd.builds.systemd_init) has /sbin/init under the image's /sbin link, as usr/sbin.
+    needed = "/sbin/init" if image.init == "systemd" else ENVD_LAUNCHER
+    if not any(os.path.lexists(layer / needed.lstrip("/")) for layer in image.layers) and (
+        layer_view.resolve(image.layers, needed) is None
     ):
         where = ", ".join(str(layer) for layer in image.layers)
-        raise TemplateError(f"no /{needed} in the template's layers ({where})")
+        raise TemplateError(f"no {needed} in the template's layers ({where})")

@@ -13,9 +13,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.builds.registry_images import push_test_images
+from sandboxd.host.removal import remove_tree
+from tests.builds import deb_repo
+from tests.builds.registry_images import push_image, push_test_images, tree_layer
 from tests.images.registry import start_registry
-from tests.network.fake_internet import running_fake_internet
+from tests.network.fake_internet import INDEX_ADDRESS, running_fake_internet
 from tests.network.served import serving_in_uplink
 from tests.sandboxd.template_cache import IMAGE_CACHE
 
@@ -53,6 +55,27 @@ def images(uplink_registry: Registry, tmp_path_factory: pytest.TempPathFactory) 
     """{"debian": ref, "busybox": ref}: 127.0.0.1:PORT/builds/…:latest in `uplink`; "hub": the
     busybox image by a Docker Hub name, which build_server pulls through its mirror."""
     return push_test_images(uplink_registry, tmp_path_factory.mktemp("images"), IMAGE_CACHE)
+
+
+@pytest.fixture(scope="session")
+def no_systemd_image(
+    uplink_registry: Registry, build_net: FakeInternet, tmp_path_factory: pytest.TempPathFactory
+) -> str:
+    """The stage without systemd, D-Bus and sudo, its only apt source the fake internet's
+    repository of them (tests/builds/deb_repo.py): a build's provisioning installs them."""
+    debs = deb_repo.ensure_debs(IMAGE_CACHE)
+    sources = deb_repo.serve_repo(debs, build_net.workdir / "index", INDEX_ADDRESS)
+    work = tmp_path_factory.mktemp("no-systemd")
+
+    def layer(out: Path) -> None:
+        root = work / "root"
+        deb_repo.no_systemd_tree(IMAGE_CACHE, root, sources)
+        try:
+            tree_layer(root, out)
+        finally:
+            remove_tree(root)
+
+    return push_image(uplink_registry, work, "builds/no-systemd", layer)
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,13 @@ from sandboxd.host.base_image import ensure_stage
 from sandboxd.host.removal import remove_tree
 from sandboxd.host.spec import BootImage
 from tests.builds.artifact_cache import ensure_artifact
-from tests.builds.build_serve import build_net, build_server, images, uplink_registry
+from tests.builds.build_serve import (
+    build_net,
+    build_server,
+    images,
+    no_systemd_image,
+    uplink_registry,
+)
 from tests.builds.trees import glibc_tree
 from tests.sandboxd.conftest import base_template, cgroup_parent, runtime
 from tests.sandboxd.template_cache import IMAGE_CACHE
@@ -30,6 +36,7 @@ __all__ = [
     "build_server",
     "cgroup_parent",
     "images",
+    "no_systemd_image",
     "runtime",
     "uplink_registry",
 ]

@@ -62,12 +62,14 @@ def test_sdk_suite(
     build_server: UplinkSandboxd,
     build_net: FakeInternet,
     images: dict[str, str],
+    no_systemd_image: str,
     node_path: str,
     tmp_path: Path,
 ) -> None:
     before = template_names(build_server)
     argv, cwd = sdk_suites.suite_command(sdk, "builds", ".build.mjs", 900)
-    env = suite_env(build_server, build_net, images, node_path)
+    all_images = {**images, "no-systemd": no_systemd_image}  # tests/sdk/builds/test_systemd_*
+    env = suite_env(build_server, build_net, all_images, node_path)
     report = tmp_path / "report"
     status = sdk_suites.run_suite(build_net.uplink, argv, cwd, env, report, SUITE_TIMEOUT_S)
     assert status == 0, report.read_text()

@@ -19,8 +19,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Facts:
-    # "debian", "busybox": references in the test's registry; "hub": a Docker Hub name of the
-    # busybox image, pulled through serve's --registry-mirror (the test's registry)
+    # "debian", "busybox", "no-systemd": references in the test's registry; "hub": a Docker
+    # Hub name of the busybox image, pulled through serve's --registry-mirror (the registry)
     images: dict[str, str]
     index: str  # the package index's address (HTTP on :80)
     indexRoot: str  # the index's directory: files put there are served

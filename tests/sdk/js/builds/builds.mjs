@@ -13,9 +13,9 @@ import { Sandbox } from 'e2b'
 if (!process.env.BUILD_FACTS || !process.env.E2B_API_URL) {
   throw new Error('run by tests/builds/test_sdk_builds.py, inside the fake internet')
 }
-// images: { debian, busybox } references in the test's registry; index: the package index's
-// address; indexRoot: its directory (a file put there is served); package: { project, module,
-// greeting }.
+// images: { debian, busybox, "no-systemd" } references in the test's registry; index: the
+// package index's address; indexRoot: its directory (a file put there is served); package:
+// { project, module, greeting }.
 export const facts = JSON.parse(process.env.BUILD_FACTS)
 
 export const unique = (what) => `js-${what}-${randomBytes(4).toString('hex')}`
