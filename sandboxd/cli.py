@@ -300,7 +300,6 @@ def main(argv: list[str] | None = None) -> int:
                 raise SandboxError("--tls-cert and --tls-key go together")
             network = None if args.no_network else NetworkPool(
                 args.network_pool or DEFAULT_NETWORK_POOL, args.dns)  # fmt: skip
-            open_private(state_dir)  # checked the options first: a typo touches nothing
             serve(ServeOptions(state_dir, args.bind, args.port, args.pool, args.max_timeout,
                                args.base_rootfs, args.cgroup_parent, args.domain,
                                args.disk_size_mb, network, args.envd_artifact,

@@ -31,7 +31,7 @@ from sandboxd.host.spec import BootImage
 from sandboxd.ids import now_us
 from sandboxd.lifecycle.manager import SandboxManager
 from sandboxd.server import create_listener
-from sandboxd.state_dir import SECRET_FILE, umask
+from sandboxd.state_dir import SECRET_FILE, open_private, umask
 from sandboxd.store import Store
 from sandboxd.templates import BASE_DISK_MB, register_base
 
@@ -217,6 +217,7 @@ def serve(options: ServeOptions) -> None:
     # container's start ("READY=1", "STATUS=Container running.") there too.
     notify_socket = os.environ.pop("NOTIFY_SOCKET", None)
     check_tls(options)
+    open_private(state_dir)  # the options checked first: a typo touches nothing
     store = Store(state_dir)
     try:
         register_env_key(store)
