@@ -33,12 +33,10 @@ sandbox may hold")
 from __future__ import annotations
 
 import os
-import subprocess
 import threading
 from pathlib import Path
 
-from sandboxd.host import libc
-from sandboxd.host.uid_ranges import RANGE_SIZE
+from sandboxd.host import libc, userns
 
 USER_SYSCTLS = Path("/proc/sys/user")
 NSPAWN_STATE = Path("/run/systemd/nspawn")
@@ -90,23 +88,7 @@ def _new_namespace(uid_base: int) -> int:
             if path.exists():
                 path.write_text(str(value))
 
-    holder = subprocess.Popen(  # a fixed argv
-        ["sleep", "infinity"],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        preexec_fn=create,  # noqa: PLW1509  # system calls and /proc writes only
-        close_fds=True,
-    )
-    try:
-        mapping = f"0 {uid_base} {RANGE_SIZE}"
-        for ids in ("uid_map", "gid_map"):
-            with open(f"/proc/{holder.pid}/{ids}", "w") as f:
-                f.write(mapping)
-        return os.open(f"/proc/{holder.pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
-    finally:
-        holder.kill()
-        holder.wait()
+    return userns.new_namespace(uid_base, create)
 
 
 def enter(budget: int, root: Path) -> None:

@@ -10,9 +10,13 @@ from __future__ import annotations
 import os
 import subprocess
 import threading
+from typing import TYPE_CHECKING
 
 from sandboxd.host import libc
 from sandboxd.host.uid_ranges import RANGE_SIZE
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 _made: dict[int, int] = {}
 _lock = threading.Lock()
@@ -27,17 +31,30 @@ def mapped_namespace(uid_base: int) -> int:
     """
     with _lock:
         if uid_base not in _made:
-            _made[uid_base] = _new_namespace(uid_base)
+            _made[uid_base] = new_namespace(uid_base)
         return _made[uid_base]
 
 
-def _new_namespace(uid_base: int) -> int:
+def _unshare_user() -> None:
+    libc.unshare(libc.CLONE_NEWUSER)
+
+
+def new_namespace(uid_base: int, in_child: Callable[[], None] = _unshare_user) -> int:
+    """A new user namespace mapping ids 0..65535 to `uid_base`.. (uids and gids), as an fd the
+    caller owns. Made by a process that runs `in_child` between fork and exec (system calls
+    only: it must end in the new namespace; by default it only unshares it) and is gone once
+    host root has written the maps.
+
+    Raises:
+        OSError: the namespace could not be mapped or opened.
+        subprocess.SubprocessError: `in_child` failed.
+    """
     holder = subprocess.Popen(  # a fixed argv
         ["sleep", "infinity"],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        preexec_fn=lambda: libc.unshare(libc.CLONE_NEWUSER),  # noqa: PLW1509  # syscalls only
+        preexec_fn=in_child,  # noqa: PLW1509  # system calls (and /proc writes) only
         close_fds=True,
     )
     try:

@@ -22,6 +22,7 @@ from tests.network.fake_internet import INDEX_ADDRESS
 from tests.network.served import UplinkSandboxd
 from tests.sandboxd.serving import NO_NETWORK
 from tests.sandboxd.template_cache import ensure_base_template
+from tests.sdk.builds.code_interpreter import PORT, SERVER, UNIT
 from tests.waiting import wait_until
 
 if TYPE_CHECKING:
@@ -36,30 +37,6 @@ pytestmark = [
     pytest.mark.timeout(1800),
 ]
 
-PORT = 49999  # the code interpreter's
-SERVER = f"""import http.server
-import fake_internet_hello
-
-
-class Hello(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        body = fake_internet_hello.GREETING.encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-
-http.server.ThreadingHTTPServer(("", {PORT}), Hello).serve_forever()
-"""
-UNIT = """[Unit]
-Description=the template's server
-
-[Service]
-ExecStart=/opt/venv/bin/python /opt/server.py
-Restart=always
-RestartSec=100ms
-"""
 NO_APT = (
     "provision: the image has no /usr/bin/apt-get (only apt images get systemd so far): "
     "envd stays the image's program, without systemd"

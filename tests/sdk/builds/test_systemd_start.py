@@ -11,32 +11,12 @@ import shlex
 import pytest
 from e2b import Sandbox, Template, wait_for_port
 
+from tests.sdk.builds.code_interpreter import PORT, SERVER, UNIT
 from tests.sdk.builds.templates import Facts, run, through_proxy, unique
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(900)
 
-PORT = 49999  # the code interpreter's
-SERVER = f"""import http.server
-import fake_internet_hello
-
-
-class Hello(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        body = fake_internet_hello.GREETING.encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-
-http.server.ThreadingHTTPServer(("", {PORT}), Hello).serve_forever()
-"""
-UNIT = """[Service]
-ExecStart=/opt/venv/bin/python /opt/server.py
-Restart=always
-RestartSec=100ms
-"""
 MAIN_PID = "sudo systemctl show -P MainPID server"
 
 
