@@ -5,16 +5,33 @@ loopback there and the fake internet."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tests.network import package_index
+from tests.network.fake_internet import INDEX_ADDRESS, NAMES, UPLINK_ADDRESS
+
 if TYPE_CHECKING:
+    from tests.network.fake_internet import FakeInternet
     from tests.network.namespaces import NetworkNamespace
 
 REPO = Path(__file__).resolve().parents[2]
 SDK = REPO / "tests" / "sdk"
+
+
+def network_facts(net: FakeInternet, api_port: int) -> str:
+    """FAKE_INTERNET for the networking suites (tests/sdk/network, tests/sdk/js/network): the
+    echo servers', the package index's and `uplink`'s addresses, the fake internet's CA (which
+    the domain tests' sandboxes trust for HTTPS), and serve's port on `uplink`."""
+    package = {"project": package_index.PROJECT, "module": package_index.MODULE,
+               "greeting": package_index.GREETING}  # fmt: skip
+    return json.dumps({"http": NAMES["example.test"], "sub": NAMES["a.example.test"],
+                       "other": NAMES["other.test"], "index": INDEX_ADDRESS, "package": package,
+                       "uplink": UPLINK_ADDRESS, "ca": net.ca_pem.read_text(),
+                       "api_port": api_port})  # fmt: skip
 
 
 def node_path() -> str:

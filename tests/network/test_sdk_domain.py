@@ -98,15 +98,26 @@ def domain_env(server: DomainSandboxd, node_path: str) -> dict[str, str]:
     ca = str(server.state_dir / "tls" / "ca.pem")
     return {"PATH": node_path, "HOME": os.environ.get("HOME", "/root"), "LANG": "C.UTF-8",
             "E2B_DOMAIN": DOMAIN, "E2B_API_KEY": API_KEY, "SSL_CERT_FILE": ca,
-            "NODE_EXTRA_CA_CERTS": ca}  # fmt: skip
+            "NODE_EXTRA_CA_CERTS": ca, "FAKE_INTERNET": sdk_suites.network_facts(server.net, 443)}  # fmt: skip
 
 
 @pytest.mark.timeout(SUITE_TIMEOUT_S + 60)
 @pytest.mark.parametrize("sdk", ["python", "js"])
+@pytest.mark.parametrize(
+    ("suite", "js_suffix"), [("domain", ".domain.mjs"), ("network", ".net.mjs")]
+)
 def test_sdk_in_domain_mode(
-    sdk: str, server: DomainSandboxd, net: FakeInternet, node_path: str, tmp_path: Path
+    sdk: str,
+    suite: str,
+    js_suffix: str,
+    server: DomainSandboxd,
+    net: FakeInternet,
+    node_path: str,
+    tmp_path: Path,
 ) -> None:
-    argv, cwd = sdk_suites.suite_command(sdk, "domain", ".domain.mjs", 300)
+    """The domain suite (create, a command, files, get_host's https URL), and the networking
+    suite that test_sdk_network.py runs with E2B_API_URL and E2B_SANDBOX_URL."""
+    argv, cwd = sdk_suites.suite_command(sdk, suite, js_suffix, 300)
     resolv_conf = tmp_path / "resolv.conf"
     resolv_conf.write_text(f"nameserver {DNS_ADDRESS}\n")
     argv = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",

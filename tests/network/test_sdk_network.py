@@ -7,14 +7,13 @@ module checks they left none, and serve's clean-up kills any a failure left."""
 
 from __future__ import annotations
 
-import json
 import os
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 import pytest
 
-from tests.network import package_index, sdk_suites
-from tests.network.fake_internet import INDEX_ADDRESS, NAMES, UPLINK_ADDRESS
+from tests.network import sdk_suites
 from tests.network.served import UplinkSandboxd, serving_in_uplink
 from tests.sandboxd.serving import API_KEY
 
@@ -49,14 +48,12 @@ def server(net: FakeInternet, tmp_path_factory: pytest.TempPathFactory) -> Itera
 
 def suite_env(server: UplinkSandboxd, node_path: str) -> dict[str, str]:
     """A bare environment: the SDKs' settings point at serve (its control API, its proxy, and
-    `localhost`, serve's sandbox domain, for `get_host()`), and the fake internet's addresses
-    and its CA (which the domain tests' sandboxes trust for HTTPS)."""
-    package = {"project": package_index.PROJECT, "module": package_index.MODULE,
-               "greeting": package_index.GREETING}  # fmt: skip
-    facts = {"http": NAMES["example.test"], "sub": NAMES["a.example.test"],
-             "other": NAMES["other.test"], "index": INDEX_ADDRESS, "package": package,
-             "uplink": UPLINK_ADDRESS, "ca": server.net.ca_pem.read_text()}  # fmt: skip
-    return sdk_suites.suite_env(server.url, API_KEY, node_path, FAKE_INTERNET=json.dumps(facts))
+    `localhost`, serve's sandbox domain, for `get_host()`), and the fake internet's facts.
+    (test_sdk_domain.py runs the same suites in E2B's domain mode.)"""
+    port = urlsplit(server.url).port
+    assert port is not None
+    facts = sdk_suites.network_facts(server.net, port)
+    return sdk_suites.suite_env(server.url, API_KEY, node_path, FAKE_INTERNET=facts)
 
 
 @pytest.mark.timeout(SUITE_TIMEOUT_S + 60)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 import pytest
 
@@ -33,8 +32,6 @@ class FakeInternet:
 @pytest.fixture(scope="session")
 def internet() -> FakeInternet:
     facts = os.environ.get("FAKE_INTERNET")
-    if facts is None or "E2B_API_URL" not in os.environ:
+    if facts is None:
         pytest.exit("run by tests/network/test_sdk_network.py, inside the fake internet")
-    port = urlsplit(os.environ["E2B_API_URL"]).port
-    assert port is not None
-    return FakeInternet(**json.loads(facts), api_port=port)
+    return FakeInternet(**json.loads(facts))

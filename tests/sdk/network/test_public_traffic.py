@@ -27,9 +27,12 @@ TRAFFIC_HEADER = "e2b-traffic-access-token"
 
 
 def through_proxy(sandbox: Sandbox, headers: dict[str, str] | None = None) -> httpx.Response:
-    """GET / of the sandbox's port PORT, sent to sandboxd by the sandbox's host name."""
-    headers = {"Host": sandbox.get_host(PORT), **(headers or {})}
-    return httpx.get(os.environ["E2B_SANDBOX_URL"] + "/", headers=headers, timeout=30)
+    """GET / of the sandbox's port PORT, sent to sandboxd by the sandbox's host name: to
+    E2B_SANDBOX_URL with it as Host, or (E2B's domain mode) to https://HOST itself, trusting
+    SSL_CERT_FILE as the SDK does."""
+    host = sandbox.get_host(PORT)
+    url = os.environ.get("E2B_SANDBOX_URL", f"https://{host}")
+    return httpx.get(url + "/", headers={"Host": host, **(headers or {})}, timeout=30)
 
 
 @contextlib.contextmanager

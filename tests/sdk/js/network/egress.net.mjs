@@ -60,8 +60,8 @@ test('always denied under every rule set', async (t) => {
   const [sbx, neighbour] = [await create(t), await create(t)]
   const { gateway } = await addresses(sbx)
   const { own: neighbourAddress } = await addresses(neighbour)
-  const denied = [['169.254.169.254', 80], [gateway, internet.apiPort],
-    [internet.uplink, internet.apiPort], [neighbourAddress, 49983]]
+  const denied = [['169.254.169.254', 80], [gateway, internet.api_port],
+    [internet.uplink, internet.api_port], [neighbourAddress, 49983]]
   const named = denied.map(([address]) => `${address}/32`)
   // Each rule set, and whether it lets the echo server through.
   const ruleSets = [

@@ -4,21 +4,19 @@
 // curl, as a user would) to see where its traffic goes.
 import { readFileSync } from 'node:fs'
 import { request } from 'node:http'
+import { request as requestTls } from 'node:https'
 import { constants } from 'node:os'
 
 import { CommandExitError, Sandbox } from 'e2b'
 
-if (!process.env.FAKE_INTERNET || !process.env.E2B_API_URL) {
+if (!process.env.FAKE_INTERNET) {
   throw new Error('run by tests/network/test_sdk_network.py, inside the fake internet')
 }
 // http, sub and other: echo servers (HTTP on :80, HTTPS on :443) for example.test,
 // a.example.test and other.test, with certificates of the CA `ca` (PEM); index: the package index, and package its one
 // package ({ project, module, greeting }); uplink: serve's namespace's address on the fake
-// internet; apiPort: serve's API and proxy port.
-export const internet = {
-  ...JSON.parse(process.env.FAKE_INTERNET),
-  apiPort: Number(new URL(process.env.E2B_API_URL).port),
-}
+// internet; api_port: serve's API and proxy port.
+export const internet = JSON.parse(process.env.FAKE_INTERNET)
 const PACKAGE = internet.package
 
 // The firewall's refusal: ICMP "administratively prohibited", EHOSTUNREACH at once.
@@ -92,8 +90,9 @@ export async function pipInstall(sbx, index) {
 
 // GET `url` with these headers (node:http: fetch may not set Host); { status, body }.
 export function get(url, headers) {
+  const send = url.startsWith('https:') ? requestTls : request // TLS trusts NODE_EXTRA_CA_CERTS
   return new Promise((resolve, reject) => {
-    const req = request(url, { headers }, (res) => {
+    const req = send(url, { headers }, (res) => {
       let body = ''
       res.setEncoding('utf8')
       res.on('data', (chunk) => (body += chunk))

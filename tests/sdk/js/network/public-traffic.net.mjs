@@ -11,9 +11,13 @@ const PORT = 8000
 const ECHO_HOST = inSandbox('echo_host')
 const TOKEN_HEADER = 'e2b-traffic-access-token'
 
-// GET / of the sandbox's port PORT, sent to sandboxd by the sandbox's host name.
-const throughProxy = (sbx, headers = {}) =>
-  get(`${process.env.E2B_SANDBOX_URL}/`, { Host: sbx.getHost(PORT), ...headers })
+// GET / of the sandbox's port PORT, sent to sandboxd by the sandbox's host name: to
+// E2B_SANDBOX_URL with it as Host, or (E2B's domain mode) to https://HOST itself.
+const throughProxy = (sbx, headers = {}) => {
+  const host = sbx.getHost(PORT)
+  const url = process.env.E2B_SANDBOX_URL ?? `https://${host}`
+  return get(`${url}/`, { Host: host, ...headers })
+}
 
 // `check` run while the Host echo serves on PORT in the sandbox (a background command, killed
 // afterwards), once it answers through the proxy (502 until it listens) with these headers.
