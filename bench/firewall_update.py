@@ -3,7 +3,7 @@
 in the table against with one, in the same run; and `add_sandbox` / `remove_sandbox` (a boot's
 and a kill's share) at either size. Target: set_egress p50 <= 50 ms at 1000 chains.
 
-sandboxd.host.firewall itself, in a network namespace the benchmark makes and deletes (the
+sandboxd.network.firewall itself, in a network namespace the benchmark makes and deletes (the
 table, its chains and their interfaces' names exist only there; no interface is made: the map
 and chains are keyed by name). Run as root: .venv/bin/python -m bench.firewall_update
 [--sandboxes 1000] [--samples 100]
@@ -20,8 +20,8 @@ import time
 from typing import TYPE_CHECKING
 
 from bench.sandboxd_lifecycle import p50_p95_ms
-from sandboxd.host import firewall
-from sandboxd.host.network import IFNAME_PREFIX
+from sandboxd.network import firewall
+from sandboxd.network.slots import IFNAME_PREFIX
 from tests.network.namespaces import NetworkNamespace
 
 if TYPE_CHECKING:

@@ -33,9 +33,9 @@ from pathlib import Path
 import uvloop
 
 from envd._gen.process.process_pb import ProcessConfig, StartRequest
-from sandboxd.host.runtime import Box, Runtime
-from sandboxd.host.spec import BootImage
-from sandboxd.serve import SERVE_NICE
+from sandboxd.daemon.serve import SERVE_NICE
+from sandboxd.runtime.nspawn.runtime import Box, Runtime
+from sandboxd.runtime.nspawn.spec import BootImage
 from tests.sandboxd.inside import run as run_inside
 from tests.sandboxd.proxied import serve_proxy
 

@@ -26,9 +26,9 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from sandboxd.host.runtime import Box, Runtime
-from sandboxd.host.spec import BootImage
-from sandboxd.host.steps import SandboxDirs
+from sandboxd.runtime.nspawn.runtime import Box, Runtime
+from sandboxd.runtime.nspawn.spec import BootImage
+from sandboxd.runtime.nspawn.steps import SandboxDirs
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable

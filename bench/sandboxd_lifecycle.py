@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from bench.sdk_process import SdkProcess
-from sandboxd.envd_client import health_status
+from sandboxd.guest.client import health_status
 from sandboxd.host.cgroups import CgroupHost
 from sandboxd.host.removal import remove_tree
 from tests.sandboxd.serving import API_KEY, NO_NETWORK, Sandboxd

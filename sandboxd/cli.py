@@ -11,20 +11,21 @@ import time
 from pathlib import Path
 
 from envd.logs import setup_logging
-from sandboxd import template_cli, tls
+from sandboxd import template_cli
+from sandboxd.builds.base_image import build_base
 from sandboxd.builds.builder import DEADLINE_OPTION, DEFAULT_DEADLINE_S
 from sandboxd.builds.envd_layer import OPTION as ENVD_ARTIFACT_OPTION
 from sandboxd.builds.storage import OPTION as STORAGE_OPTION
 from sandboxd.builds.systemd_init import PROVISIONS
+from sandboxd.daemon import tls
+from sandboxd.daemon.serve import ServeOptions, base_rootfs, new_api_key, serve
+from sandboxd.daemon.state_dir import open_private
+from sandboxd.daemon.systemd_unit import install_service
 from sandboxd.errors import SandboxError
-from sandboxd.host.base_image import build_base
 from sandboxd.host.disk import MIN_DISK_MB
-from sandboxd.host.network import DEFAULT_NETWORK_POOL, NetworkPool, parse_pool
-from sandboxd.serve import ServeOptions, base_rootfs, new_api_key, serve
-from sandboxd.service import install_service
-from sandboxd.state_dir import open_private
-from sandboxd.store import Store
-from sandboxd.templates import BASE_DISK_MB
+from sandboxd.network.slots import DEFAULT_NETWORK_POOL, NetworkPool, parse_pool
+from sandboxd.store.sqlite import Store
+from sandboxd.templates.catalog import BASE_DISK_MB
 
 DEFAULT_STATE_DIR = Path("/var/lib/sandboxd")
 DEFAULT_PORT = 3000

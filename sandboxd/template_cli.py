@@ -12,8 +12,8 @@ from sandboxd.builds.collect import collect, layers_in_use
 from sandboxd.errors import NotAllowed
 from sandboxd.host.removal import remove_tree
 from sandboxd.ids import rfc3339
-from sandboxd.store import Store
-from sandboxd.templates import Templates
+from sandboxd.store.sqlite import Store
+from sandboxd.templates.catalog import Templates
 
 if TYPE_CHECKING:
     import argparse

@@ -14,7 +14,7 @@ from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 from hatchling.builders.wheel import WheelBuilder
 
 # What packaging/install.sh --wheel needs besides the wheel, and the unit `sandboxd
-# install-service` writes; sandboxd/host/base_image.py and sandboxd/service.py read them there.
+# install-service` writes; sandboxd/builds/base_image.py and sandboxd/daemon/systemd_unit.py read them there.
 RECIPE_FILES = (
     "packaging/install.sh",
     "packaging/add-user",

@@ -21,9 +21,9 @@ from sandboxd.ids import rfc3339
 if TYPE_CHECKING:
     from starlette.requests import Request
 
-    from sandboxd.build_tables import BuildRow
     from sandboxd.builds.builder import Builder
-    from sandboxd.templates import Templates
+    from sandboxd.store.build_tables import BuildRow
+    from sandboxd.templates.catalog import Templates
 
 RECIPE_LIMIT = 4 << 20  # a build's steps: thousands of commands fit
 LOG_PAGE = 100  # entries per status call at most, as E2B's

@@ -1,7 +1,7 @@
 """`GET /sandboxes/{id}/logs` (v1: `start` in Unix ms, `limit`; what the E2B CLI's
 `sandbox logs` reads, each line a JSON object with `level` and `logger`) and
 `GET /v2/sandboxes/{id}/logs` (`cursor` in Unix ms, `limit`, `direction` forward or backward),
-from the sandbox's journal (sandboxd/host/journal.py), running or paused."""
+from the sandbox's journal (sandboxd/runtime/nspawn/journal.py), running or paused."""
 
 from __future__ import annotations
 
@@ -14,14 +14,14 @@ from starlette.routing import Route
 from sandboxd.api import params
 from sandboxd.api.errors import RequestError
 from sandboxd.errors import SandboxError, SandboxNotFound
-from sandboxd.host import journal
 from sandboxd.ids import rfc3339
+from sandboxd.runtime.nspawn import journal
 
 if TYPE_CHECKING:
     from starlette.requests import Request
 
-    from sandboxd.host.journal import LogEntry
     from sandboxd.lifecycle.manager import SandboxManager
+    from sandboxd.runtime.nspawn.journal import LogEntry
 
 MAX_LIMIT = 1000
 UNIX_MS_MAX = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z

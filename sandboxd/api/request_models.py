@@ -11,8 +11,8 @@ from typing import Any, Self, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from sandboxd.api.errors import RequestError
-from sandboxd.egress_proxy.names import is_domain_entry, is_name, normalize
 from sandboxd.host.disk import MIN_DISK_MB
+from sandboxd.network.egress_proxy.names import is_domain_entry, is_name, normalize
 
 Model = TypeVar("Model", bound=BaseModel)
 INT32_MAX = 2**31 - 1

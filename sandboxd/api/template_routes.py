@@ -1,4 +1,4 @@
-"""The template endpoints over sandboxd.templates: list (v1 and v2), get, by alias, `POST
+"""The template endpoints over sandboxd.templates.catalog: list (v1 and v2), get, by alias, `POST
 /v2/templates` (a record over base's root filesystem), `PATCH` (public) and delete (its running
 builds stopped, its uploads removed; its layers go at the next collection). The build flow is
 sandboxd/api/build_routes.py; E2B's routes sandboxd does not serve answer "not supported"
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from starlette.requests import Request
 
     from sandboxd.builds.builder import Builder
-    from sandboxd.templates import Templates
+    from sandboxd.templates.catalog import Templates
 
 
 def routes(templates: Templates, builder: Builder, uploads_key: bytes) -> list[Route]:

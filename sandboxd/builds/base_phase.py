@@ -17,11 +17,11 @@ from sandboxd.builds.entries import building
 from sandboxd.builds.envd_layer import envd_artifact, envd_layer
 from sandboxd.builds.provision import provision
 from sandboxd.builds.systemd_init import NoSystemd, Provision, with_systemd
-from sandboxd.builds.template_image import DEFAULT_USER, DEFAULT_WORKDIR, TemplateImage
 from sandboxd.errors import TemplateError
 from sandboxd.images import pull, reference
 from sandboxd.images.known import KnownImages
 from sandboxd.images.skopeo import Credentials
+from sandboxd.templates.image import DEFAULT_USER, DEFAULT_WORKDIR, TemplateImage
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from sandboxd.builds.layer_dirs import LayerDirs
     from sandboxd.builds.recipe import Recipe
     from sandboxd.images.layers import LayerStore
-    from sandboxd.templates import Templates
+    from sandboxd.templates.catalog import Templates
 
 PROVISION_VERSION = "1"  # a change to what provision() writes makes new provision layers
 

@@ -9,11 +9,11 @@ import asyncio
 import functools
 from typing import TYPE_CHECKING
 
-from sandboxd.build_tables import LogLine
 from sandboxd.ids import now_us
+from sandboxd.store.build_tables import LogLine
 
 if TYPE_CHECKING:
-    from sandboxd.store import Store
+    from sandboxd.store.sqlite import Store
 
 FLUSH_S = 0.5
 MAX_LINE = 16 << 10  # one line's characters; a longer one is cut (a binary blob on stdout)

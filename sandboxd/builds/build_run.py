@@ -36,11 +36,11 @@ if TYPE_CHECKING:
     from sandboxd.builds.layer_dirs import LayerDirs
     from sandboxd.builds.recipe import Recipe, Step
     from sandboxd.builds.storage import BuildStorage
-    from sandboxd.builds.template_image import TemplateImage
     from sandboxd.builds.uploads import Uploads
-    from sandboxd.envd_process import Command
+    from sandboxd.guest.commands import Command
     from sandboxd.host.cgroups import Limits
-    from sandboxd.host.runtime import Box
+    from sandboxd.runtime.nspawn.runtime import Box
+    from sandboxd.templates.image import TemplateImage
 
 
 class StepFailed(TemplateError):

@@ -9,22 +9,22 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING
 
-from sandboxd import envd_process
 from sandboxd.builds.snapshot import WRITTEN_BY_SANDBOXD, layer_from_upper
-from sandboxd.envd_client import OwnSandboxesEnvd
 from sandboxd.errors import SandboxError
-from sandboxd.host.steps import SandboxDirs
+from sandboxd.guest import commands
+from sandboxd.guest.client import OwnSandboxesEnvd
 from sandboxd.ids import new_sandbox_id
+from sandboxd.runtime.nspawn.steps import SandboxDirs
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
     from pathlib import Path
 
     from sandboxd.builds.layer_dirs import LayerDirs
-    from sandboxd.builds.template_image import TemplateImage
-    from sandboxd.envd_process import Command
+    from sandboxd.guest.commands import Command
     from sandboxd.host.cgroups import Limits
-    from sandboxd.host.runtime import Box, Runtime
+    from sandboxd.runtime.nspawn.runtime import Box, Runtime
+    from sandboxd.templates.image import TemplateImage
 
 log = logging.getLogger("sandboxd.builds.build_sandbox")
 
@@ -57,7 +57,7 @@ class BuildSandboxes:
 
     async def run(self, box: Box, command: Command, on_output: Callable[[str, bytes], None]) -> int:
         """Run `command`; its exit code (-1: killed by a signal)."""
-        return await envd_process.run(self.envd, box.id, command, on_output=on_output)
+        return await commands.run(self.envd, box.id, command, on_output=on_output)
 
     async def snapshot(self, box: Box, layers: LayerDirs, name: str) -> None:
         """The sandbox's writable layer so far, as the layer `name` (the sandbox frozen, so

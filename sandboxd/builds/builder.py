@@ -24,18 +24,18 @@ from sandboxd.errors import NotAllowed, SandboxError
 from sandboxd.host.cgroups import Limits
 from sandboxd.ids import now_us
 from sandboxd.images.layers import LayerStore
-from sandboxd.templates import PIDS_LIMIT
+from sandboxd.templates.catalog import PIDS_LIMIT
 
 if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
 
-    from sandboxd.build_tables import BuildRow, LogLine
     from sandboxd.builds.recipe import Recipe
     from sandboxd.builds.systemd_init import Provision
-    from sandboxd.host.runtime import Runtime
-    from sandboxd.store import Store
-    from sandboxd.templates import Templates
+    from sandboxd.runtime.nspawn.runtime import Runtime
+    from sandboxd.store.build_tables import BuildRow, LogLine
+    from sandboxd.store.sqlite import Store
+    from sandboxd.templates.catalog import Templates
 
 log = logging.getLogger("sandboxd.builds.builder")
 

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sandboxd.host.removal import remove_tree
-from sandboxd.host.spec import read_record
+from sandboxd.runtime.nspawn.spec import read_record
 
 if TYPE_CHECKING:
-    from sandboxd.store import Store
+    from sandboxd.store.sqlite import Store
 
 log = logging.getLogger("sandboxd.builds.collect")
 

@@ -12,11 +12,11 @@ import os
 import subprocess
 from typing import TYPE_CHECKING
 
+from sandboxd.builds.base_image import packaging_dir
 from sandboxd.errors import TemplateError
-from sandboxd.host.base_image import packaging_dir
-from sandboxd.host.nspawn import ENVD_LAUNCHER
 from sandboxd.images.layers import LayerStore
 from sandboxd.images.manifest import file_sha256
+from sandboxd.runtime.nspawn.container import ENVD_LAUNCHER
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING
 
 from sandboxd.builds.entries import DirTimes, Parts, building, copy_data, walk
 from sandboxd.errors import TemplateError
-from sandboxd.host.steps import UNIT_OVERRIDES
 from sandboxd.host.uid_ranges import RANGE_SIZE
 from sandboxd.images.tar_tree import DIR_FLAGS, OPAQUE_XATTR
+from sandboxd.runtime.nspawn.steps import UNIT_OVERRIDES
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("sandboxd.builds.snapshot")
 
-# What sandboxd itself writes into every writable layer (sandboxd.host.steps Resolver and
+# What sandboxd itself writes into every writable layer (sandboxd.runtime.nspawn.steps Resolver and
 # UnitOverrides), for the builder to pass as `exclude`.
 WRITTEN_BY_SANDBOXD = ("etc/resolv.conf", *UNIT_OVERRIDES)
 _REFUSED_XATTRS = ("trusted.overlay.redirect", "trusted.overlay.metacopy")

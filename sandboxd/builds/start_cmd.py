@@ -13,13 +13,13 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from sandboxd import envd_process
 from sandboxd.errors import CommandError
+from sandboxd.guest import commands
 
 if TYPE_CHECKING:
-    from sandboxd.builds.template_image import TemplateImage
-    from sandboxd.envd_client import EnvdClient
-    from sandboxd.envd_process import Command, OutputCallback
+    from sandboxd.guest.client import EnvdClient
+    from sandboxd.guest.commands import Command, OutputCallback
+    from sandboxd.templates.image import TemplateImage
 
 READY_TIMEOUT_S = 120
 
@@ -47,11 +47,11 @@ async def start_and_wait(
     ready = image.command(image.ready_cmd) if image.ready_cmd else None
     if not image.start_cmd:
         if ready is not None:
-            await envd_process.wait_ready(envd, sandbox_id, ready, timeout_s=timeout_s)
+            await commands.wait_ready(envd, sandbox_id, ready, timeout_s=timeout_s)
         return
     start = image.command(image.start_cmd)
     if ready is None:
-        await envd_process.start(envd, sandbox_id, start)
+        await commands.start(envd, sandbox_id, start)
         return
     await _watched(envd, sandbox_id, start, ready, timeout_s, on_output)
 
@@ -64,7 +64,7 @@ async def _watched(
     timeout_s: float,
     on_output: OutputCallback | None,
 ) -> None:
-    tail = envd_process.Tail()
+    tail = commands.Tail()
 
     def output(stream: str, data: bytes) -> None:
         tail(stream, data)
@@ -72,9 +72,9 @@ async def _watched(
             on_output(stream, data)
 
     # Leaving the start command's stream only unsubscribes from it: it keeps running.
-    running = asyncio.ensure_future(envd_process.run(envd, sandbox_id, start, on_output=output))
+    running = asyncio.ensure_future(commands.run(envd, sandbox_id, start, on_output=output))
     waiting = asyncio.ensure_future(
-        envd_process.wait_ready(envd, sandbox_id, ready, timeout_s=timeout_s)
+        commands.wait_ready(envd, sandbox_id, ready, timeout_s=timeout_s)
     )
     try:
         await asyncio.wait((running, waiting), return_when=asyncio.FIRST_COMPLETED)

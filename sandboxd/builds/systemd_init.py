@@ -2,7 +2,7 @@
 template: its builder installs systemd (and the rest of its package set) into each image with the
 image's own package manager. Here, in a build sandbox of the image as pulled and provisioned
 (envd its program, the build's network and log), apt installs what of PACKAGES the image lacks,
-and the boot is slimmed as the base template's (sandboxd.host.base_image: the same masked units,
+and the boot is slimmed as the base template's (sandboxd.builds.base_image: the same masked units,
 generators and tmpfiles entries, volatile journal) with envd enabled as a unit from its layer.
 The sandbox's writable layer becomes a layer of its own, cached by the image's key, PACKAGES and
 VERSION, and the template boots with systemd as PID 1 (`init` "systemd").
@@ -21,10 +21,7 @@ import shlex
 from typing import TYPE_CHECKING, Final, Literal
 
 from sandboxd.builds import layer_view
-from sandboxd.builds.envd_layer import UNIT_DIR
-from sandboxd.builds.provision import SUDOERS, SUDOERS_LINE
-from sandboxd.errors import SandboxError
-from sandboxd.host.base_image import (
+from sandboxd.builds.base_image import (
     MANAGER_CONF,
     MASKED_UNITS,
     NO_CREDENTIALS,
@@ -33,11 +30,14 @@ from sandboxd.host.base_image import (
     VOLATILE_JOURNAL,
     packaging_dir,
 )
+from sandboxd.builds.envd_layer import UNIT_DIR
+from sandboxd.builds.provision import SUDOERS, SUDOERS_LINE
+from sandboxd.errors import SandboxError
 
 if TYPE_CHECKING:
     from sandboxd.builds.build_log import BuildLog
     from sandboxd.builds.build_run import Context
-    from sandboxd.builds.template_image import TemplateImage
+    from sandboxd.templates.image import TemplateImage
 
 Provision = Literal["auto", "systemd", "envd"]
 PROVISIONS: Final[tuple[Provision, ...]] = ("auto", "systemd", "envd")

@@ -1,4 +1,3 @@
-"""What sandboxd does on the host to make, run and remove one sandbox: cgroups, the disk image
-and its loop device, idmapped layers and the overlay root, the nspawn container, user and
-network namespaces, uid ranges, kernel limits, the base image's build and the sandbox's
-journal. `runtime.Runtime` is the one entry point the lifecycle uses."""
+"""Kernel mechanisms sandboxd uses on the host, engine- and network-neutral: cgroups, disk
+images and loop devices, overlay and idmapped mounts, user and network namespaces, uid ranges,
+kernel limits, removal without following links, and the libc calls Python lacks."""

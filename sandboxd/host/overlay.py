@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING
 from sandboxd.builds import layer_view
 from sandboxd.errors import TemplateError
 from sandboxd.host import libc
-from sandboxd.host.nspawn import ENVD_LAUNCHER
 from sandboxd.host.removal import remove_tree, unmount
+from sandboxd.runtime.nspawn.container import ENVD_LAUNCHER
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
-    from sandboxd.host.spec import BootImage
+    from sandboxd.runtime.nspawn.spec import BootImage
 
 # The overlay option string is comma-separated and lowerdir takes ':'-separated layers.
 _UNSAFE = frozenset(",:\n\\ ")

@@ -2,7 +2,7 @@
 lower layer: `.wh.NAME` becomes a whiteout (a 0/0 character device NAME) and `.wh..wh..opq`
 makes its directory opaque (`trusted.overlay.opaque=y`), as containerd's overlay snapshotter
 does. Nothing may land outside the directory (sandboxd.images.tar_tree). Ownership and modes are
-kept as in the tar: sandboxes see them through an idmapped mount (sandboxd.host.steps.Layers),
+kept as in the tar: sandboxes see them through an idmapped mount (sandboxd.runtime.nspawn.steps.Layers),
 like base's."""
 
 from __future__ import annotations

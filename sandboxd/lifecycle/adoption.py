@@ -17,9 +17,9 @@ from sandboxd.ids import now_us
 from sandboxd.lifecycle.sandbox import Sandbox, ingress_of
 
 if TYPE_CHECKING:
-    from sandboxd.host.runtime import Runtime
     from sandboxd.lifecycle.tokens import Tokens
-    from sandboxd.store import Store
+    from sandboxd.runtime.nspawn.runtime import Runtime
+    from sandboxd.store.sqlite import Store
 
 log = logging.getLogger("sandboxd.lifecycle.adoption")
 

@@ -1,5 +1,5 @@
 """A sandbox's egress rules from what the API was given (its create's options, or E2B's
-`PUT /sandboxes/{id}/network`), applied by the runtime's firewall (sandboxd.host.firewall)."""
+`PUT /sandboxes/{id}/network`), applied by the runtime's firewall (sandboxd.network.firewall)."""
 
 from __future__ import annotations
 
@@ -10,17 +10,17 @@ import ipaddress
 import logging
 from typing import TYPE_CHECKING, Any
 
-from sandboxd.egress_proxy.names import is_domain_entry, normalize
 from sandboxd.errors import SandboxError, SandboxNotFound
-from sandboxd.host.firewall import OPEN, Egress, Tunnel
-from sandboxd.host.live_network import set_egress, set_resolvers
+from sandboxd.network.egress_proxy.names import is_domain_entry, normalize
+from sandboxd.network.firewall import OPEN, Egress, Tunnel
+from sandboxd.network.live_rules import set_egress, set_resolvers
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from sandboxd.host.runtime import Box, Runtime
     from sandboxd.lifecycle.manager import SandboxManager
     from sandboxd.lifecycle.sandbox import Sandbox
+    from sandboxd.runtime.nspawn.runtime import Box, Runtime
 
 log = logging.getLogger("sandboxd.lifecycle.egress")
 

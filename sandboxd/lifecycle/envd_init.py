@@ -8,13 +8,13 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
-from sandboxd.builds.template_image import DEFAULT_USER, DEFAULT_WORKDIR
-from sandboxd.envd_client import EnvdUnreachable
 from sandboxd.errors import BootError, InitRefused
+from sandboxd.guest.client import EnvdUnreachable
 from sandboxd.ids import now_us, rfc3339
+from sandboxd.templates.image import DEFAULT_USER, DEFAULT_WORKDIR
 
 if TYPE_CHECKING:
-    from sandboxd.envd_client import EnvdClient
+    from sandboxd.guest.client import EnvdClient
     from sandboxd.lifecycle.sandbox import Sandbox
 
 INIT_DEADLINE_S = 10

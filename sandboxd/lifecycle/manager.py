@@ -16,8 +16,6 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from envd.http.signing import file_signature
-from sandboxd import templates
-from sandboxd.envd_client import EnvdClient
 from sandboxd.errors import (
     NotAllowed,
     SandboxError,
@@ -26,6 +24,7 @@ from sandboxd.errors import (
     TemplateError,
     WrongState,
 )
+from sandboxd.guest.client import EnvdClient
 from sandboxd.ids import now_us
 from sandboxd.lifecycle.adoption import adopt
 from sandboxd.lifecycle.egress import apply_network, restore_proxied
@@ -36,15 +35,16 @@ from sandboxd.lifecycle.sandbox import Sandbox, ingress_of
 from sandboxd.lifecycle.template_boxes import TemplateBoxes
 from sandboxd.lifecycle.tokens import Tokens
 from sandboxd.proxy.routing import Ingress
-from sandboxd.templates import Templates
+from sandboxd.templates import catalog
+from sandboxd.templates.catalog import Templates
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
 
     from sandboxd.host.netns import NetNamespace
-    from sandboxd.host.runtime import Box, Runtime
     from sandboxd.lifecycle.sandbox import CreateRequest
-    from sandboxd.store import Store
+    from sandboxd.runtime.nspawn.runtime import Box, Runtime
+    from sandboxd.store.sqlite import Store
 
 log = logging.getLogger("sandboxd.lifecycle")
 
@@ -160,7 +160,7 @@ class SandboxManager:
                 _, image = self.templates.resolve(template.template_id)
             except SandboxError:  # nothing to boot yet (never built): nothing to keep warm
                 continue
-            self.boxes.fill(image, templates.limits(template), template.disk_size_mb)
+            self.boxes.fill(image, catalog.limits(template), template.disk_size_mb)
 
     async def stop(self) -> None:
         """Stop the background work; sandboxes keep running for the next start to adopt."""
@@ -187,7 +187,7 @@ class SandboxManager:
         self.check_timeout(request.timeout_s)
         template, image = self.templates.resolve(request.template)
         try:
-            box = await self.boxes.take(image, templates.limits(template), template.disk_size_mb)
+            box = await self.boxes.take(image, catalog.limits(template), template.disk_size_mb)
         except TemplateError as exc:
             raise TemplateError(f"template '{template.template_id}' is unusable: {exc}") from exc
         # Times are set again once envd took /init; these keep the evictor off meanwhile.

@@ -14,9 +14,9 @@ from sandboxd.errors import SandboxError
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from sandboxd.builds.template_image import TemplateImage
     from sandboxd.host.cgroups import Limits
-    from sandboxd.host.runtime import Box, Runtime
+    from sandboxd.runtime.nspawn.runtime import Box, Runtime
+    from sandboxd.templates.image import TemplateImage
 
     Boot = Callable[[TemplateImage, Limits, int], Awaitable[Box]]
 

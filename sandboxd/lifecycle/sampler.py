@@ -10,15 +10,15 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from sandboxd.envd_client import EnvdUnreachable
-from sandboxd.store import MetricSample
+from sandboxd.guest.client import EnvdUnreachable
+from sandboxd.store.sqlite import MetricSample
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from sandboxd.envd_client import EnvdClient
+    from sandboxd.guest.client import EnvdClient
     from sandboxd.lifecycle.sandbox import Sandbox
-    from sandboxd.store import Store
+    from sandboxd.store.sqlite import Store
 
 log = logging.getLogger("sandboxd.lifecycle.sampler")
 

@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sandboxd.proxy.routing import Ingress
-from sandboxd.store import SandboxRow
+from sandboxd.store.sqlite import SandboxRow
 
 if TYPE_CHECKING:
-    from sandboxd.host.runtime import Box
-    from sandboxd.store import TemplateRow
+    from sandboxd.runtime.nspawn.runtime import Box
+    from sandboxd.store.sqlite import TemplateRow
 
 
 @dataclass(frozen=True)

@@ -9,15 +9,15 @@ import logging
 from typing import TYPE_CHECKING
 
 from sandboxd.builds.start_cmd import start_and_wait
-from sandboxd.envd_client import EnvdUnreachable, OwnSandboxesEnvd
 from sandboxd.errors import BootError, SandboxError
+from sandboxd.guest.client import EnvdUnreachable, OwnSandboxesEnvd
 from sandboxd.ids import new_sandbox_id
 from sandboxd.lifecycle.pool import WarmPool
 
 if TYPE_CHECKING:
-    from sandboxd.builds.template_image import TemplateImage
     from sandboxd.host.cgroups import Limits
-    from sandboxd.host.runtime import Box, Runtime
+    from sandboxd.runtime.nspawn.runtime import Box, Runtime
+    from sandboxd.templates.image import TemplateImage
 
 log = logging.getLogger("sandboxd.lifecycle.template_boxes")
 

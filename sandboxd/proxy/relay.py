@@ -24,7 +24,7 @@ import hmac
 import logging
 from typing import TYPE_CHECKING
 
-from sandboxd.envd_client import ENVD_PORT
+from sandboxd.guest.client import ENVD_PORT
 from sandboxd.proxy.exchange import (
     Answer,
     Client,
@@ -47,7 +47,7 @@ from sandboxd.proxy.routing import (
 from sandboxd.proxy.upstream import COPY_BELOW, FRAMING_HEADERS, UpstreamConnection, UpstreamPool
 
 if TYPE_CHECKING:
-    from sandboxd.host.runtime import Box
+    from sandboxd.runtime.nspawn.runtime import Box
 
 log = logging.getLogger("sandboxd.proxy.relay")
 

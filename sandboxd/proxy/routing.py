@@ -21,13 +21,13 @@ from urllib.parse import parse_qsl, unquote
 
 import httptools
 
-from sandboxd.envd_client import ENVD_PORT
+from sandboxd.guest.client import ENVD_PORT
 from sandboxd.ids import is_sandbox_id
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from sandboxd.host.runtime import Box
+    from sandboxd.runtime.nspawn.runtime import Box
 
 # envd's routes only E2B's orchestrator may call (reference: internal_routes.go).
 ENVD_CONTROL_PATHS = frozenset(

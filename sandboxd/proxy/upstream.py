@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Protocol, cast
 import httptools
 
 if TYPE_CHECKING:
-    from sandboxd.host.runtime import Box
+    from sandboxd.runtime.nspawn.runtime import Box
 
 IDLE_TIMEOUT_S = 60.0
 # What one read may take: a download's reads came to 0.66 MiB on average with it (uvloop's own

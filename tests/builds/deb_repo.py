@@ -15,8 +15,8 @@ import shutil
 import subprocess
 from typing import TYPE_CHECKING
 
+from sandboxd.builds.base_image import ensure_stage
 from sandboxd.builds.systemd_init import PACKAGES
-from sandboxd.host.base_image import ensure_stage
 from sandboxd.host.removal import remove_tree
 
 if TYPE_CHECKING:

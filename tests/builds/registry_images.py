@@ -1,7 +1,7 @@
 """The images template builds start from, made by the test and pushed to its own registry
 (tests/images/registry.py), so that no build reaches a public registry:
 
-- `debian`: the debootstrap stage the base template is made from (sandboxd/host/base_image.py,
+- `debian`: the debootstrap stage the base template is made from (sandboxd/builds/base_image.py,
   ensure_stage: bookworm with systemd, sudo, python3 and curl), as one plain tar layer;
 - `busybox`: the busybox-style tree of tests/builds/trees.py, like Docker's `busybox:glibc`
   (Debian's busybox, /bin/sh and every applet a link to it, glibc and GCC's runtime from the
@@ -19,7 +19,7 @@ import shutil
 import subprocess
 from typing import TYPE_CHECKING
 
-from sandboxd.host.base_image import ensure_stage
+from sandboxd.builds.base_image import ensure_stage
 from tests.builds.trees import glibc_tree
 
 if TYPE_CHECKING:

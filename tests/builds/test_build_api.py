@@ -20,9 +20,9 @@ import httpx
 import pytest
 
 from sandboxd.builds import upload_urls
-from sandboxd.builds.template_image import IO_URING_ENV
+from sandboxd.daemon.state_dir import SECRET_FILE
 from sandboxd.lifecycle.tokens import Tokens
-from sandboxd.state_dir import SECRET_FILE
+from sandboxd.templates.image import IO_URING_ENV
 from tests.builds import build_flow
 from tests.builds.build_flow import run, tar_of
 from tests.sandboxd.serving import NO_NETWORK, Sandboxd, running_sandboxd

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 
-from sandboxd.envd_client import health_status
-from sandboxd.host.runtime import Runtime
+from sandboxd.guest.client import health_status
+from sandboxd.runtime.nspawn.runtime import Runtime
 from tests.builds.wire import as_user, output, routed, run
 from tests.sandboxd.inside import Traces, processes_seen_from
 from tests.sandboxd.proxied import serve_proxy
@@ -22,8 +22,8 @@ from tests.waiting import wait_until_async
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
-    from sandboxd.host.runtime import Box
-    from sandboxd.host.spec import BootImage
+    from sandboxd.runtime.nspawn.runtime import Box
+    from sandboxd.runtime.nspawn.spec import BootImage
 
 pytestmark = [pytest.mark.root, pytest.mark.anyio]
 

@@ -11,7 +11,7 @@ import pytest
 
 from sandboxd.builds.envd_layer import envd_artifact, envd_layer
 from sandboxd.errors import TemplateError
-from sandboxd.host.nspawn import ENVD_LAUNCHER
+from sandboxd.runtime.nspawn.container import ENVD_LAUNCHER
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -18,8 +18,8 @@ import httpx
 import pytest
 
 from sandboxd.builds.upload_urls import VALID_S, signed_path
+from sandboxd.daemon.serve import server_secret
 from sandboxd.lifecycle.tokens import Tokens
-from sandboxd.serve import server_secret
 from tests.waiting import wait_until
 
 if TYPE_CHECKING:

@@ -1,4 +1,4 @@
-"""Pulled layers stacked the way a sandbox's root is (sandboxd.host.steps Layers and Overlay):
+"""Pulled layers stacked the way a sandbox's root is (sandboxd.runtime.nspawn.steps Layers and Overlay):
 each layer bound through an idmapped mount, an overlay over them. The whiteouts and opaque
 directories of the upper layers hide what the lower ones have, and the layers' owners appear
 shifted into the sandbox's uid range."""

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pyroute2 import IPRoute, netns
 
-from sandboxd.host.network import in_netns
+from sandboxd.network.slots import in_netns
 
 if TYPE_CHECKING:
     from collections.abc import Callable

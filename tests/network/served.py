@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 from pyroute2 import IPRoute
 
-from sandboxd.host.spec import read_record
+from sandboxd.runtime.nspawn.spec import read_record
 from tests.network.fake_internet import DNS_ADDRESS
 from tests.sandboxd.serving import Sandboxd, kill_sandboxes
 from tests.sandboxd.template_cache import ensure_base_template
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
-    from sandboxd.host.network import NetSlot
+    from sandboxd.network.slots import NetSlot
     from tests.network.fake_internet import FakeInternet
 
 POOL = "10.11.0.0/16"

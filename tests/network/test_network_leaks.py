@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from sandboxd.host.network import link_exists
+from sandboxd.network.slots import link_exists
 from tests.network.fake_internet import DNS_ADDRESS
 from tests.network.served import UplinkSandboxd, nft_table, uplink_network
 from tests.sandboxd.template_cache import ensure_base_template

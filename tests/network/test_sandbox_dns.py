@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from sandboxd.host.network import DEFAULT_NETWORK_POOL
+from sandboxd.network.slots import DEFAULT_NETWORK_POOL
 from tests.network.fake_internet import DNS_ADDRESS, NAMES, UPLINK_ADDRESS
 from tests.network.in_sandbox import script
 from tests.network.probes import connect_error, udp_error

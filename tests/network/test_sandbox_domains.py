@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from sandboxd.egress_proxy.server import MAX_CONNECTIONS_PER_SANDBOX
+from sandboxd.network.egress_proxy.server import MAX_CONNECTIONS_PER_SANDBOX
 from tests.network import probes
 from tests.network.fake_internet import (
     DNS_ADDRESS,

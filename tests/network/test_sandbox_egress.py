@@ -17,10 +17,10 @@ import pytest
 from pyroute2 import IPRoute
 
 from sandboxd.errors import BootError
-from sandboxd.host import firewall
-from sandboxd.host.network import NetworkPool
-from sandboxd.host.runtime import Runtime
-from sandboxd.host.spec import BootImage, read_record
+from sandboxd.network import firewall
+from sandboxd.network.slots import NetworkPool
+from sandboxd.runtime.nspawn.runtime import Runtime
+from sandboxd.runtime.nspawn.spec import BootImage, read_record
 from tests.network.fake_internet import DNS_ADDRESS, NAMES, UPLINK_ADDRESS
 from tests.network.in_sandbox import script
 from tests.network.served import (

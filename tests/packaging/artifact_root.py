@@ -1,5 +1,5 @@
 """A root file system for the self-contained artifact's booted tests (scripts/test-artifact): a
-debootstrap stage of SUITE (cached like the base template's, sandboxd/host/base_image.py), optionally
+debootstrap stage of SUITE (cached like the base template's, sandboxd/builds/base_image.py), optionally
 with every Python package purged, the artifact installed by `install.sh --artifact --root
 --enable`, and the base template's slimmed boot. Removes what it built if a step fails.
 
@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sandboxd.host.base_image import PACKAGES, ensure_stage, install_envd, slim_boot
+from sandboxd.builds.base_image import PACKAGES, ensure_stage, install_envd, slim_boot
 from sandboxd.host.removal import remove_tree
 
 log = logging.getLogger("artifact_root")

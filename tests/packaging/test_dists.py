@@ -61,7 +61,13 @@ def test_sandboxds_wheel_carries_envds_and_the_recipe(dists: Path) -> None:
     with zipfile.ZipFile(wheel(dists, "sandboxd")) as sandboxd:
         names = sandboxd.namelist()
         assert "sandboxd/recipe/sandbox_envd-0.1.0-py3-none-any.whl" in names
-        for path in ("install.sh", "add-user", "isnotfc.conf", "envd.service", "sandboxd.service"):
+        for path in (
+            "install.sh",
+            "add-user",
+            "isnotfc.conf",
+            "envd.service",
+            "sandboxd.service",
+        ):
             assert f"sandboxd/recipe/packaging/{path}" in names
         assert not [n for n in names if n.startswith(("envd/", "tree/"))]
         metadata = sandboxd.read("sandboxd-0.1.0.dist-info/METADATA").decode()

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from sandboxd.host.cgroups import CgroupHost
-from sandboxd.host.runtime import Runtime
+from sandboxd.runtime.nspawn.runtime import Runtime
 from tests.sandboxd.template_cache import ensure_base_template
 
 if TYPE_CHECKING:

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING
 
 from sandboxd.host import uid_ranges
 from sandboxd.host.removal import mounts_under
-from sandboxd.host.spec import RECORD
+from sandboxd.runtime.nspawn.spec import RECORD
 
 if TYPE_CHECKING:
-    from sandboxd.host.runtime import Box, Runtime
+    from sandboxd.runtime.nspawn.runtime import Box, Runtime
 
 
 def run(box: Box, script: str) -> str:

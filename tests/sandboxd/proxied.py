@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
     from starlette.types import Receive, Scope, Send
 
-    from sandboxd.host.runtime import Box
+    from sandboxd.runtime.nspawn.runtime import Box
 
 
 @dataclass

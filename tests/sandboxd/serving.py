@@ -21,13 +21,14 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from sandboxd.envd_client import EnvdClient
-from sandboxd.host import nspawn, uid_ranges
+from sandboxd.guest.client import EnvdClient
+from sandboxd.host import uid_ranges
 from sandboxd.host.cgroups import CgroupHost, SandboxCgroups
 from sandboxd.host.netns import NetNamespace
 from sandboxd.host.removal import remove_tree
-from sandboxd.host.runtime import Runtime
-from sandboxd.host.spec import RECORD
+from sandboxd.runtime.nspawn import container
+from sandboxd.runtime.nspawn.runtime import Runtime
+from sandboxd.runtime.nspawn.spec import RECORD
 from tests.sandboxd.inside import loop_devices_of
 from tests.waiting import wait_until
 
@@ -153,8 +154,8 @@ class Sandboxd:
     def netns(self, sandbox_id: str) -> NetNamespace:
         """The sandbox's network namespace, found as the server finds it (the proxy is not
         part of these tests)."""
-        supervisor = nspawn.supervisor(self.cgroups(sandbox_id))
-        leader = nspawn.leader(supervisor) if supervisor else None
+        supervisor = container.supervisor(self.cgroups(sandbox_id))
+        leader = container.leader(supervisor) if supervisor else None
         if leader is None:
             raise LookupError(f"sandbox {sandbox_id} has no container (yet)")
         return NetNamespace(leader)

@@ -11,13 +11,13 @@ import hashlib
 import os
 from pathlib import Path
 
-from sandboxd.host.base_image import BUILD_FILE, RECIPE, SOURCE_TREE, build_base
+from sandboxd.builds.base_image import BUILD_FILE, RECIPE, SOURCE_TREE, build_base
 from sandboxd.host.removal import bound_somewhere, remove_tree
 
 # The debootstrap stage is shared with scripts/test-image, so CI debootstraps once.
 IMAGE_CACHE = Path(os.environ.get("ENVD_IMAGE_CACHE", "/var/cache/envd-image"))
 # What goes into the base template besides the stage: a change to any of it rebuilds it.
-TEMPLATE_SOURCES = ("envd", "packaging", "pyproject.toml", "sandboxd/host/base_image.py")
+TEMPLATE_SOURCES = ("envd", "packaging", "pyproject.toml", "sandboxd/builds/base_image.py")
 
 
 def _template_key() -> str:

@@ -21,9 +21,9 @@ from urllib.parse import quote, urlencode
 import httpx
 import pytest
 
-from sandboxd.host import nspawn
+from sandboxd.daemon.serve import SERVE_NICE
 from sandboxd.host.uid_ranges import FIRST_BASE
-from sandboxd.serve import SERVE_NICE
+from sandboxd.runtime.nspawn import container
 from tests.sandboxd.serving import API_KEY, NO_NETWORK, Sandboxd, running_sandboxd, wait_gone
 from tests.waiting import wait_until
 
@@ -580,9 +580,9 @@ def test_a_create_whose_init_is_refused_fails_at_once_and_is_never_listed(
 
         waiting = wait_until(warm_one, 60, "a warm sandbox")
         wait_until(lambda: server.envd(waiting, "GET", "/health")[0] == 204, 60, "its envd")
-        supervisor = nspawn.supervisor(server.cgroups(waiting))
+        supervisor = container.supervisor(server.cgroups(waiting))
         assert supervisor is not None
-        leader = nspawn.leader(supervisor)
+        leader = container.leader(supervisor)
         assert leader is not None
         swap = ("systemctl stop envd && systemd-run -q --unit refusing-envd python3 -c "
                 + shlex.quote(REFUSING_ENVD))  # fmt: skip

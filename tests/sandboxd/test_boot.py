@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from sandboxd.envd_client import health_status
 from sandboxd.errors import BootError, SandboxError, TemplateError
-from sandboxd.host import nspawn
+from sandboxd.guest.client import health_status
 from sandboxd.host.cgroups import Limits, SandboxCgroups
-from sandboxd.host.runtime import Runtime
-from sandboxd.host.spec import RECORD, BootImage
-from sandboxd.host.steps import SandboxDirs
+from sandboxd.runtime.nspawn import container
+from sandboxd.runtime.nspawn.runtime import Runtime
+from sandboxd.runtime.nspawn.spec import RECORD, BootImage
+from sandboxd.runtime.nspawn.steps import SandboxDirs
 from tests.sandboxd.inside import processes_seen_from, run, sandbox_ids_left
 from tests.waiting import wait_until_async
 
@@ -179,8 +179,8 @@ async def _container_init_up(runtime: Runtime, sandbox_id: str) -> None:
     hundreds of milliseconds later, after systemd's early units."""
     cgroups = SandboxCgroups(runtime.host, runtime.cgroup_parent, sandbox_id)
     while True:
-        supervisor = nspawn.supervisor(cgroups) if cgroups.exists() else None
-        if supervisor is not None and nspawn.leader(supervisor) is not None:
+        supervisor = container.supervisor(cgroups) if cgroups.exists() else None
+        if supervisor is not None and container.leader(supervisor) is not None:
             return
         await asyncio.sleep(0.005)
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from sandboxd.host.budget import LIMITS
-from sandboxd.host.spec import BootImage
+from sandboxd.runtime.nspawn.spec import BootImage
 from tests.sandboxd.inside import run
 from tests.sandboxd.test_escape import as_root, new_id
 from tests.waiting import wait_until
@@ -24,7 +24,7 @@ from tests.waiting import wait_until
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from sandboxd.host.runtime import Box, Runtime
+    from sandboxd.runtime.nspawn.runtime import Box, Runtime
 
 pytestmark = [pytest.mark.root, pytest.mark.anyio]
 

@@ -1,5 +1,5 @@
 """Commands sandboxd runs in its own sandboxes through envd's process.Process/Start
-(sandboxd/envd_process.py), against a real sandbox booted from the base template: output as it
+(sandboxd/guest/commands.py), against a real sandbox booted from the base template: output as it
 comes, exit codes, user, cwd and env, refusals with envd's words, a start command that keeps
 running after `start` returns, and ready commands."""
 
@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from sandboxd.envd_client import EnvdClient, EnvdUnreachable
-from sandboxd.envd_process import (
+from sandboxd.errors import CommandError, CommandTimedOut, NotReady
+from sandboxd.guest.client import EnvdClient, EnvdUnreachable
+from sandboxd.guest.commands import (
     LOGIN_BASH,
     POSIX_SH,
     Command,
@@ -22,9 +23,8 @@ from sandboxd.envd_process import (
     start,
     wait_ready,
 )
-from sandboxd.errors import CommandError, CommandTimedOut, NotReady
-from sandboxd.host.runtime import Box, Runtime
-from sandboxd.host.spec import BootImage
+from sandboxd.runtime.nspawn.runtime import Box, Runtime
+from sandboxd.runtime.nspawn.spec import BootImage
 from tests.waiting import wait_until_async
 
 if TYPE_CHECKING:

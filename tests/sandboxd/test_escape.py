@@ -20,17 +20,17 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from sandboxd.envd_client import health_status
+from sandboxd.guest.client import health_status
 from sandboxd.host.cgroups import Limits
-from sandboxd.host.spec import BootImage
-from sandboxd.host.steps import SandboxDirs
 from sandboxd.host.uid_ranges import FIRST_BASE, RANGE_SIZE
+from sandboxd.runtime.nspawn.spec import BootImage
+from sandboxd.runtime.nspawn.steps import SandboxDirs
 from tests.sandboxd.inside import run
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from sandboxd.host.runtime import Box, Runtime
+    from sandboxd.runtime.nspawn.runtime import Box, Runtime
 
 pytestmark = [pytest.mark.root, pytest.mark.anyio]
 

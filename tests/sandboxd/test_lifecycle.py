@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from sandboxd.envd_client import health_status
 from sandboxd.errors import SandboxError
+from sandboxd.guest.client import health_status
 from sandboxd.host.removal import mounts_under
-from sandboxd.host.runtime import Box, Runtime
-from sandboxd.host.spec import RECORD, BootImage
+from sandboxd.runtime.nspawn.runtime import Box, Runtime
+from sandboxd.runtime.nspawn.spec import RECORD, BootImage
 from tests.sandboxd.inside import Traces, run, sandbox_ids_left
 from tests.waiting import wait_until_async
 

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from sandboxd.envd_client import EnvdClient
-from sandboxd.envd_process import POSIX_SH, Command, run
-from sandboxd.host import nspawn
+from sandboxd.guest.client import EnvdClient
+from sandboxd.guest.commands import POSIX_SH, Command, run
+from sandboxd.runtime.nspawn import container
 from tests.sandboxd.serving import NO_NETWORK, Sandboxd, running_sandboxd
 from tests.waiting import wait_until
 
@@ -52,8 +52,8 @@ def create(api: httpx.Client) -> str:
 
 
 def leader(server: Sandboxd, sandbox_id: str) -> int:
-    supervisor = nspawn.supervisor(server.cgroups(sandbox_id))
-    found = nspawn.leader(supervisor) if supervisor else None
+    supervisor = container.supervisor(server.cgroups(sandbox_id))
+    found = container.leader(supervisor) if supervisor else None
     assert found is not None
     return found
 

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from envd.http.signing import file_signature
-from sandboxd.host.spec import BootImage
+from sandboxd.runtime.nspawn.spec import BootImage
 from tests.client import AS_USER, frames, start_request
 from tests.sandboxd.inside import run
 from tests.sandboxd.proxied import CONTROL_API_STAND_IN, ServedProxy, envd_init, serve_proxy
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator
     from pathlib import Path
 
-    from sandboxd.host.runtime import Box, Runtime
+    from sandboxd.runtime.nspawn.runtime import Box, Runtime
 
 pytestmark = [pytest.mark.root, pytest.mark.anyio]
 

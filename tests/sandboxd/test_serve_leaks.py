@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from sandboxd.host import uid_ranges
-from sandboxd.host.nspawn import PROPAGATE_DIR
-from sandboxd.host.spec import RECORD
+from sandboxd.runtime.nspawn.container import PROPAGATE_DIR
+from sandboxd.runtime.nspawn.spec import RECORD
 from tests.sandboxd.inside import loop_devices_of, net_namespaces_held, start_time
 from tests.sandboxd.serving import NO_NETWORK, running_sandboxd
 from tests.waiting import wait_until

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 
-from sandboxd.host import nspawn
+from sandboxd.runtime.nspawn import container
 from tests.sandboxd.serving import NO_NETWORK, running_sandboxd
 from tests.waiting import wait_until
 
@@ -125,8 +125,8 @@ HTTPServer(("0.0.0.0", 8090), Handler).serve_forever()
 
 
 def _start_in(server: Sandboxd, sandbox_id: str, unit: str, script: str) -> None:
-    supervisor = nspawn.supervisor(server.cgroups(sandbox_id))
-    leader = nspawn.leader(supervisor) if supervisor else None
+    supervisor = container.supervisor(server.cgroups(sandbox_id))
+    leader = container.leader(supervisor) if supervisor else None
     assert leader is not None
     subprocess.run(
         ["nsenter", "-t", str(leader), "-a", "systemd-run", "-q", "--unit", unit,

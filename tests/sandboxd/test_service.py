@@ -120,7 +120,9 @@ def test_serve_under_systemd_notifies_stops_and_is_adopted(
         assert notify.next() == "STOPPING=1"
         assert server.envd(sandbox_id, "GET", "/health")[0] == 204  # left running
         log = server.log.read_text()
-        assert "<6>logger=sandboxd.serve stopping: sandboxes keep running" in log, log[-2000:]
+        assert "<6>logger=sandboxd.daemon.serve stopping: sandboxes keep running" in log, log[
+            -2000:
+        ]
         assert "Waiting for application startup" not in log  # uvicorn's chatter: --verbose only
 
         server.flags = (NO_NETWORK, "--verbose")

@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from sandboxd.envd_client import EnvdClient
-from sandboxd.envd_process import LOGIN_BASH, Command, run
+from sandboxd.daemon.state_dir import SECRET_FILE
+from sandboxd.guest.client import EnvdClient
+from sandboxd.guest.commands import LOGIN_BASH, Command, run
 from sandboxd.host.removal import remove_tree
-from sandboxd.state_dir import SECRET_FILE
-from sandboxd.store import DB_FILE
+from sandboxd.store.sqlite import DB_FILE
 from tests.sandboxd.serving import NO_NETWORK, Sandboxd
 
 if TYPE_CHECKING:

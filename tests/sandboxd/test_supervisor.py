@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from sandboxd.host import nspawn
 from sandboxd.host.cgroups import CgroupHost, Limits, SandboxCgroups
+from sandboxd.runtime.nspawn import container
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -64,12 +64,12 @@ def test_nspawns_child_seen_without_nspawn_is_not_taken_for_it(cgroups: SandboxC
         child = int(parent.stdout.readline())
         assert cgroups.pids() == {child}  # what a read that missed nspawn lists
         assert Path(f"/proc/{child}/comm").read_text() == "systemd-nspawn\n"
-        assert nspawn.supervisor(cgroups) is None
+        assert container.supervisor(cgroups) is None
 
         for d in cgroups.dirs:  # nspawn found as well: it is the one
             (d / "cgroup.procs").write_text(str(parent.pid))
         assert cgroups.pids() == {parent.pid, child}
-        assert nspawn.supervisor(cgroups) == parent.pid
+        assert container.supervisor(cgroups) == parent.pid
     finally:
         parent.kill()
         parent.wait()

@@ -9,10 +9,17 @@ import ssl
 
 import pytest
 
-from sandboxd.egress_proxy import sniff
-from sandboxd.egress_proxy.names import is_domain_entry, matches
-from sandboxd.egress_proxy.policy import REFUSED, SandboxRules, Verdict, decide, networks, usable
-from sandboxd.host.firewall import never_reachable
+from sandboxd.network.egress_proxy import sniff
+from sandboxd.network.egress_proxy.names import is_domain_entry, matches
+from sandboxd.network.egress_proxy.policy import (
+    REFUSED,
+    SandboxRules,
+    Verdict,
+    decide,
+    networks,
+    usable,
+)
+from sandboxd.network.firewall import never_reachable
 
 
 @pytest.mark.parametrize(

@@ -12,12 +12,12 @@ import pytest
 
 from sandboxd.errors import HostError
 from sandboxd.host.cgroups import Limits
-from sandboxd.host.dns_forwarder import host_nameservers
-from sandboxd.host.firewall import Egress, Tunnel
-from sandboxd.host.network import NetworkPool, parse_pool
-from sandboxd.host.spec import SandboxSpec
 from sandboxd.host.uid_ranges import FIRST_BASE, RANGE_SIZE
 from sandboxd.lifecycle.egress import egress_of, with_update
+from sandboxd.network.dns_forwarder import host_nameservers
+from sandboxd.network.firewall import Egress, Tunnel
+from sandboxd.network.slots import NetworkPool, parse_pool
+from sandboxd.runtime.nspawn.spec import SandboxSpec
 
 POOL = NetworkPool(ipaddress.IPv4Network("10.11.0.0/16"), "198.51.100.53")
 

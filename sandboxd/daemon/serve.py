@@ -1,0 +1,265 @@
+"""`sandboxd serve`: the state directory's store, secret and base template, the sandbox manager,
+and uvicorn serving the control API. SIGTERM stops serving and leaves the sandboxes running; the
+next start adopts them. Under systemd (Type=notify) it sends READY=1 once it listens and
+STOPPING=1 when it stops."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import secrets
+import ssl
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import uvicorn
+
+from envd.systemd import sd_notify
+from sandboxd.api.app import create_app
+from sandboxd.builds.base_image import BUILD_FILE, build_base
+from sandboxd.builds.builder import DEFAULT_DEADLINE_S, Builder, BuildLimits
+from sandboxd.daemon.listener import create_listener
+from sandboxd.daemon.state_dir import SECRET_FILE, open_private, umask
+from sandboxd.errors import HostError, SandboxError
+from sandboxd.host.overlay import require_rootfs
+from sandboxd.ids import now_us
+from sandboxd.lifecycle.manager import SandboxManager
+from sandboxd.network import firewall
+from sandboxd.network.dns_forwarder import DnsForwarder, host_nameservers
+from sandboxd.network.egress_proxy.server import EgressProxy
+from sandboxd.network.slots import NetworkPool, enable_forwarding
+from sandboxd.runtime.nspawn.container import SANDBOX_UMASK
+from sandboxd.runtime.nspawn.runtime import Runtime
+from sandboxd.runtime.nspawn.spec import BootImage
+from sandboxd.store.sqlite import Store
+from sandboxd.templates.catalog import BASE_DISK_MB, register_base
+
+if TYPE_CHECKING:
+    import socket
+    from pathlib import Path
+
+    from sandboxd.builds.systemd_init import Provision
+
+log = logging.getLogger("sandboxd.daemon.serve")
+
+API_KEY_ENV = "SANDBOXD_API_KEY"
+API_KEY_FORM = re.compile(r"^e2b_[0-9a-f]{40}$")
+# The priority sandboxd serves at. On a busy host most of a slow `/health` or proxied request
+# was sandboxd's event loop waiting for a CPU, not working (its callbacks' run-queue wait was
+# 88 % of their wall time while 20 sandboxes were created); envd inside runs at -20 for the same
+# reason. Sandboxes start at the default 0 (sandboxd/runtime/nspawn/container.py), so this orders sandboxd's own
+# work before theirs and does not lift them above the host's.
+SERVE_NICE = -10
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    state_dir: Path
+    bind: str
+    port: int
+    pool: int
+    max_timeout_s: int
+    base_rootfs: Path | None
+    cgroup_parent: str
+    domain: str
+    disk_mb: int = BASE_DISK_MB
+    network: NetworkPool | None = None  # None: sandboxes get only a loopback
+    # What builds from images that are not ours put in their envd layer (sandboxd.builds:
+    # `envd_artifact(options.envd_artifact)` says what is missing when it is None).
+    envd_artifact: Path | None = None
+    registry_mirror: str | None = None  # host[:port] to pull Docker Hub's images from
+    tls_cert: Path | None = None  # with tls_key: HTTPS on the one port instead of HTTP
+    tls_key: Path | None = None
+    build_deadline_s: int = DEFAULT_DEADLINE_S
+    build_storage_mb: int | None = None  # None: half the state directory's filesystem
+    provision: Provision = "auto"  # how built images boot (sandboxd.builds.systemd_init)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn telling the service manager when sandboxd serves and when it stops."""
+
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        notify_socket: str | None,
+        dns: DnsForwarder | None,
+        serving: str,
+    ) -> None:
+        super().__init__(config)
+        self.notify_socket = notify_socket
+        self.dns = dns
+        self.serving = serving  # what the one line logged once it listens says
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        # Its sockets are bound already: queries sent before it relays wait in them.
+        if self.dns is not None:
+            await self.dns.start()
+        await super().startup(sockets)
+        if self.started:  # the listener is bound: only now does the API answer
+            status = f"serving on {self.config.host} port {self.config.port}"
+            sd_notify(f"READY=1\nSTATUS={status}", self.notify_socket)
+            log.info("%s", self.serving)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        sd_notify("STOPPING=1", self.notify_socket)
+        log.info("stopping: sandboxes keep running for the next start to adopt")
+        await super().shutdown(sockets)
+        if self.dns is not None:
+            await self.dns.close()
+
+
+def base_rootfs(state_dir: Path) -> Path:
+    """Where the base template's root filesystem lives in a state directory."""
+    return state_dir / "templates" / "base" / "rootfs"
+
+
+def new_api_key() -> str:
+    """`e2b_` + 40 hex (160 random bits), the SDK's and the reference's form."""
+    return "e2b_" + secrets.token_hex(20)
+
+
+def server_secret(state_dir: Path) -> bytes:
+    """The key of the envd tokens' HMAC: made once, kept in the state directory (0600)."""
+    path = state_dir / SECRET_FILE
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        pass
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, secrets.token_bytes(32))
+    finally:
+        os.close(fd)
+    return path.read_bytes()
+
+
+def ensure_base(
+    store: Store, state_dir: Path, given: Path | None, disk_mb: int, notify_socket: str | None
+) -> None:
+    """Register the base template with a disk of `disk_mb` (0: no limit); build its root
+    filesystem first when it is missing.
+
+    Raises:
+        TemplateError: `given` is not a root filesystem, or the build failed.
+    """
+    if given is not None:
+        rootfs = given.absolute()
+        require_rootfs(BootImage((rootfs,)))
+    else:
+        rootfs = base_rootfs(state_dir)
+        if not (rootfs / BUILD_FILE).is_file():
+            log.info("the base template is missing: building it (a few minutes the first time)")
+            sd_notify("STATUS=building the base template", notify_socket)
+            with umask(SANDBOX_UMASK):  # a tree for sandboxes; still single-threaded here
+                build_base(rootfs, state_dir / "cache")
+    register_base(store, rootfs, disk_mb)
+
+
+def build_limits(options: ServeOptions, state_dir: Path) -> BuildLimits:
+    """The builds' deadline, and their storage quota: by default half the state directory's
+    filesystem, so that uploads and layers never take the room sandboxes and the store need."""
+    if options.build_storage_mb is not None:
+        storage = options.build_storage_mb << 20
+    else:
+        fs = os.statvfs(state_dir)
+        storage = fs.f_blocks * fs.f_frsize // 2
+    return BuildLimits(options.build_deadline_s, storage)
+
+
+def serving_line(options: ServeOptions) -> str:
+    """What serve logs once it listens: where, the sandboxes' domain, and whether they are
+    networked (serve networks them unless told --no-network, which an operator should see)."""
+    host = f"[{options.bind}]" if ":" in options.bind else options.bind
+    if options.network is None:
+        networking = "off (--no-network: sandboxes reach only their own loopback)"
+    else:
+        networking = f"on (each sandbox a /30 of {options.network.cidr}, masqueraded)"
+    scheme = "http" if options.tls_cert is None else "https"
+    return (f"listening on {scheme}://{host}:{options.port}, sandbox domain {options.domain}, "
+            f"sandbox networking {networking}")  # fmt: skip
+
+
+def register_env_key(store: Store) -> None:
+    """Raises HostError when SANDBOXD_API_KEY is set but not of the SDK's form."""
+    key = os.environ.get(API_KEY_ENV)
+    if key is None:
+        return
+    if not API_KEY_FORM.match(key):
+        raise HostError(f"{API_KEY_ENV} must be e2b_ and 40 lower-case hex digits")
+    store.add_key(key, now_us())
+
+
+def check_tls(options: ServeOptions) -> None:
+    """Raises HostError when the certificate and key do not load together (before the base
+    template's build, not after it)."""
+    if options.tls_cert is None or options.tls_key is None:
+        return
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(
+            options.tls_cert, options.tls_key
+        )
+    except ssl.SSLError as exc:
+        raise HostError(f"--tls-cert/--tls-key: {exc}") from exc
+
+
+def serve(options: ServeOptions) -> None:
+    """Run until SIGTERM or SIGINT.
+
+    Raises:
+        SandboxError: not root, no usable base template, a bad SANDBOXD_API_KEY, or a TLS
+            certificate and key that do not load.
+    """
+    if os.geteuid() != 0:
+        raise HostError("sandboxd serve needs root (it boots containers)")
+    state_dir = options.state_dir.absolute()
+    # Only sandboxd notifies its service manager: nspawn, given the variable, would report each
+    # container's start ("READY=1", "STATUS=Container running.") there too.
+    notify_socket = os.environ.pop("NOTIFY_SOCKET", None)
+    check_tls(options)
+    open_private(state_dir)  # the options checked first: a typo touches nothing
+    store = Store(state_dir)
+    try:
+        register_env_key(store)
+        ensure_base(store, state_dir, options.base_rootfs, options.disk_mb, notify_socket)
+        # This thread's priority, inherited by the threads it starts (the event loop runs here).
+        try:
+            os.setpriority(os.PRIO_PROCESS, 0, SERVE_NICE)
+        except PermissionError:  # root without CAP_SYS_NICE (some containers)
+            log.warning("cannot raise sandboxd's priority: serving at the default one")
+        proxy = None
+        dns = None
+        if options.network is not None:
+            enable_forwarding()
+            proxy = EgressProxy(options.network)
+            upstream = options.network.dns
+            dns = DnsForwarder(options.network.cidr,
+                               [upstream] if upstream else host_nameservers())  # fmt: skip
+            firewall.install(options.network.cidr, dns=dns.offered, proxy_port=proxy.port)
+        runtime = Runtime(state_dir / "sandboxes", cgroup_parent=options.cgroup_parent,
+                          network=options.network, egress_proxy=proxy)  # fmt: skip
+        manager = SandboxManager(store, runtime, server_secret(state_dir),
+                                 options.max_timeout_s, options.pool)  # fmt: skip
+        builder = Builder(store, manager.templates, runtime, state_dir,
+                          envd_artifact=options.envd_artifact, mirror=options.registry_mirror,
+                          limits=build_limits(options, state_dir),
+                          provision=options.provision)  # fmt: skip
+        app = create_app(manager, store, builder, options.domain)
+        config = uvicorn.Config(
+            app,
+            host=options.bind,
+            port=options.port,
+            loop="uvloop",
+            http=create_listener(app, manager, options.domain),
+            log_config=None,
+            access_log=False,
+            timeout_graceful_shutdown=5,
+            server_header=False,
+            ssl_certfile=options.tls_cert,
+            ssl_keyfile=options.tls_key,
+        )
+        _Server(config, notify_socket, dns, serving_line(options)).run()
+    except OSError as exc:
+        raise SandboxError(f"cannot serve: {exc}") from exc
+    finally:
+        store.close()

@@ -1,1 +1,0 @@
-"""SQL migrations of the store, applied in the order of their numbers (see sandboxd.store)."""

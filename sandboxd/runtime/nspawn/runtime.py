@@ -1,0 +1,389 @@
+"""The sandbox runtime the API drives: boot a template into a sandbox, freeze and thaw it,
+connect to its ports, read its usage, kill it, and adopt the running ones after a restart.
+
+Each sandbox is `SANDBOXES_DIR/ID` (its record, disk, layers, overlay root and console log),
+the cgroups `PARENT/ID` in every hierarchy and the claim of its uid range; nothing else on the
+host is made, and nothing of the host is bound into it. Its record (sandboxd.runtime.nspawn.spec) says what it
+is made of and drives every undo (sandboxd.runtime.nspawn.steps). The cgroup tree and the directory are
+the whole truth: a new `Runtime` on the same directory finds every sandbox again with
+`adopt()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from sandboxd.errors import BootError, SandboxError, TeardownError
+from sandboxd.guest.client import ENVD_PORT, health_status
+from sandboxd.host import uid_ranges
+from sandboxd.host.cgroups import CgroupHost, Limits, SandboxCgroups, Usage, existing_sandboxes
+from sandboxd.host.netns import NetNamespace
+from sandboxd.host.overlay import require_rootfs
+from sandboxd.host.removal import mounts_under, remove_tree
+from sandboxd.host.sysctl import ensure_host_limits
+from sandboxd.ids import is_sandbox_id
+from sandboxd.network import sweep
+from sandboxd.runtime.nspawn import container
+from sandboxd.runtime.nspawn.spec import RECORD, BootImage, SandboxSpec, read_record, write_record
+from sandboxd.runtime.nspawn.steps import SandboxDirs, boot_steps, make_all, undo_all
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from sandboxd.network.egress_proxy.server import EgressProxy
+    from sandboxd.network.slots import NetworkPool
+
+log = logging.getLogger("sandboxd.runtime.nspawn.runtime")
+
+POLL_S = 0.01
+ENVD_UNIT = "envd.service"
+DISK_IMAGES = "disk-images"
+
+
+@dataclass
+class Box:
+    """One running (or frozen) sandbox. Owned by the Runtime that booted or adopted it; call
+    `Runtime.kill` to end it (that also closes `netns`)."""
+
+    spec: SandboxSpec
+    dir: Path
+    nspawn_pid: int
+    leader_pid: int
+    netns: NetNamespace
+    cgroups: SandboxCgroups
+
+    @property
+    def id(self) -> str:
+        return self.spec.id
+
+    @property
+    def image(self) -> BootImage:
+        return BootImage(self.spec.layers, self.spec.init, self.spec.io_uring)
+
+    @property
+    def limits(self) -> Limits:
+        return self.spec.limits
+
+    @property
+    def uid_base(self) -> int:
+        assert self.spec.uid_base is not None  # noqa: S101  # a booted sandbox has its range
+        return self.spec.uid_base
+
+    @property
+    def console_log(self) -> Path:
+        return SandboxDirs(self.dir).console_log
+
+    @property
+    def frozen(self) -> bool:
+        return self.cgroups.frozen()
+
+
+class Runtime:
+    """Sandboxes under `sandboxes_dir`, with cgroups under `cgroup_parent` in each hierarchy.
+
+    Two Runtimes must not share a directory or a cgroup parent at the same time (a restarted
+    sandboxd adopts its predecessor's sandboxes; it does not run beside it).
+    """
+
+    def __init__(
+        self,
+        sandboxes_dir: Path,
+        cgroup_parent: str = "sandboxd",
+        boot_timeout_s: float = 30,
+        envd_port: int = ENVD_PORT,
+        network: NetworkPool | None = None,
+        egress_proxy: EgressProxy | None = None,
+    ) -> None:
+        self.sandboxes_dir = sandboxes_dir.absolute()
+        self.cgroup_parent = cgroup_parent
+        self.boot_timeout_s = boot_timeout_s
+        self.envd_port = envd_port
+        self.network = network  # None: each sandbox has only its loopback
+        self.egress_proxy = egress_proxy  # None: domains in allowOut allow nothing
+        self.host = CgroupHost.detect()
+        ensure_host_limits()
+        # Beside the sandboxes, not among them: adopt() reads every entry there as a sandbox.
+        self.steps = boot_steps(self.host, cgroup_parent, self.sandboxes_dir.parent / DISK_IMAGES)
+
+    def _cgroups(self, sandbox_id: str) -> SandboxCgroups:
+        return SandboxCgroups(self.host, self.cgroup_parent, sandbox_id)
+
+    def _dirs(self, sandbox_id: str) -> SandboxDirs:
+        return SandboxDirs(self.sandboxes_dir / sandbox_id)
+
+    async def boot(
+        self, sandbox_id: str, image: BootImage, limits: Limits | None = None, disk_mb: int = 0
+    ) -> Box:
+        """Boot `image` (read-only layers and how envd starts in them) as sandbox `sandbox_id`,
+        in a user namespace of a uid range of its own, with a writable layer of `disk_mb` (0: no
+        limit); return once envd inside answers `/health` with 204.
+
+        Raises:
+            SandboxError: the id is malformed or already in use (nothing was touched).
+            TemplateError: `image` lacks what its init needs (nothing is left behind).
+            BootError: the sandbox did not come up within `boot_timeout_s`, or nspawn exited;
+                everything the boot made has been removed.
+        """
+        started = time.monotonic()
+        image = self._claim(sandbox_id, image, disk_mb)
+        launch = asyncio.ensure_future(
+            asyncio.to_thread(self._launch, sandbox_id, image, limits or Limits(), disk_mb)
+        )
+        try:
+            spec = await asyncio.shield(launch)
+            box = await self._await_boot(spec, started)
+        except BaseException as exc:
+            # A cancelled boot must not clean up while the launch thread (which cannot be
+            # interrupted) may still start nspawn afterwards.
+            with contextlib.suppress(Exception):
+                await launch
+            await self._teardown_after_failure(sandbox_id)
+            if isinstance(exc, SandboxError | asyncio.CancelledError | KeyboardInterrupt):
+                raise
+            raise BootError(f"sandbox {sandbox_id} did not boot: {exc}") from exc
+        log.info("sandbox %s up in %.2f s", sandbox_id, time.monotonic() - started)
+        return box
+
+    def _claim(self, sandbox_id: str, image: BootImage, disk_mb: int) -> BootImage:
+        """Check the id and image and make the sandbox's directory: the claim that makes one
+        boot per id. Returns the image with its layers' absolute paths."""
+        if not is_sandbox_id(sandbox_id):
+            raise SandboxError(f"sandbox id {sandbox_id!r}: only a-z and 0-9, 1 to 63 of them")
+        if disk_mb < 0:
+            raise SandboxError(f"disk size {disk_mb} MiB: 0 (no limit) or more")
+        image = dataclasses.replace(image, layers=tuple(p.absolute() for p in image.layers))
+        require_rootfs(image)
+        box_dir = self.sandboxes_dir / sandbox_id
+        self.sandboxes_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            box_dir.mkdir(mode=0o700)
+        except FileExistsError:
+            raise SandboxError(f"sandbox {sandbox_id} already exists") from None
+        if self._cgroups(sandbox_id).exists():
+            box_dir.rmdir()
+            raise SandboxError(f"sandbox {sandbox_id} already has cgroups (not adopted?)")
+        return image
+
+    def _launch(
+        self, sandbox_id: str, image: BootImage, limits: Limits, disk_mb: int
+    ) -> SandboxSpec:
+        """Claim a uid range and write the record (what every undo is driven by) under the
+        claims' lock, then every host step in order (sandboxd.runtime.nspawn.steps). Off the event loop:
+        the claim reads the other sandboxes' records and the record is fsynced. Returns the
+        spec."""
+        record = self._dirs(sandbox_id).dir / RECORD
+        unclaimed = SandboxSpec(sandbox_id, image.layers, limits, None, disk_mb, init=image.init,
+                                io_uring=image.io_uring)  # fmt: skip
+
+        def recorded(uid_base: int) -> SandboxSpec:
+            net = self.network.slot(uid_base) if self.network else None
+            spec = dataclasses.replace(unclaimed, uid_base=uid_base, net=net)
+            write_record(record.parent, spec)
+            return spec
+
+        spec = uid_ranges.claim(record, _holds_range, recorded)
+        make_all(self.steps, spec, self._dirs(sandbox_id))
+        return spec
+
+    async def _await_boot(self, spec: SandboxSpec, started: float) -> Box:
+        """Find nspawn and the container's leader, then poll envd's /health every 10 ms."""
+        sandbox_id = spec.id
+        cgroups = self._cgroups(sandbox_id)
+        deadline = started + self.boot_timeout_s
+        nspawn_pid = leader = None
+        while leader is None:
+            self._check_boot(sandbox_id, cgroups, deadline, "the container's init")
+            nspawn_pid = nspawn_pid or container.supervisor(cgroups)
+            leader = container.leader(nspawn_pid) if nspawn_pid else None
+            if leader is None:
+                await asyncio.sleep(POLL_S)
+        assert nspawn_pid is not None  # noqa: S101  # found together with the leader
+        netns = NetNamespace(leader)
+        box = Box(spec, self.sandboxes_dir / sandbox_id, nspawn_pid, leader, netns, cgroups)
+        # envd's priority is given as soon as its process shows (it spends its start-up
+        # importing, which a busy host's other work would otherwise slow down).
+        prioritised = False
+        try:
+            while True:
+                prioritised = prioritised or cgroups.prioritise(_envd_pids(box))
+                if await health_status(netns, self.envd_port, timeout_s=1) == 204:
+                    break
+                self._check_boot(sandbox_id, cgroups, deadline, "envd's /health")
+                await asyncio.sleep(POLL_S)
+        except BaseException:
+            netns.close()
+            raise
+        if not prioritised:
+            cgroups.prioritise(_envd_pids(box))
+        return box
+
+    def _check_boot(
+        self, sandbox_id: str, cgroups: SandboxCgroups, deadline: float, waiting_for: str
+    ) -> None:
+        if not cgroups.populated():
+            raise BootError(f"systemd-nspawn exited{self._console_tail(sandbox_id)}")
+        if time.monotonic() > deadline:
+            raise BootError(
+                f"no answer from {waiting_for} after {self.boot_timeout_s:g} s"
+                f"{self._console_tail(sandbox_id)}"
+            )
+
+    def _console_tail(self, sandbox_id: str, lines: int = 5) -> str:
+        try:
+            text = self._dirs(sandbox_id).console_log.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+        tail = [line for line in text.splitlines() if line.strip()][-lines:]
+        return "; console: " + " | ".join(tail) if tail else ""
+
+    async def _teardown_after_failure(self, sandbox_id: str) -> None:
+        try:
+            await asyncio.to_thread(self._teardown, sandbox_id)
+        except SandboxError:
+            log.exception("sandbox %s: cleaning up after a failed boot left something", sandbox_id)
+
+    async def freeze(self, box: Box, timeout_s: float = 5) -> None:
+        """Freeze the container (its processes keep their memory, get no CPU, answer nothing);
+        nspawn itself stays responsive. Returns once the kernel reports it frozen.
+
+        Raises:
+            SandboxError: the container is gone, or did not freeze within `timeout_s`.
+        """
+        await self._set_frozen(box, True, timeout_s)
+
+    async def thaw(self, box: Box, timeout_s: float = 5) -> None:
+        """Undo `freeze`: the processes continue where they stopped.
+
+        Raises:
+            SandboxError: the container is gone, or did not thaw within `timeout_s`.
+        """
+        await self._set_frozen(box, False, timeout_s)
+
+    async def _set_frozen(self, box: Box, frozen: bool, timeout_s: float) -> None:
+        what = "freeze" if frozen else "thaw"
+        try:
+            box.cgroups.set_frozen(frozen)
+            deadline = time.monotonic() + timeout_s
+            while box.cgroups.frozen() != frozen:
+                if time.monotonic() > deadline:
+                    raise SandboxError(f"sandbox {box.id} did not {what} in {timeout_s:g} s")
+                await asyncio.sleep(0.0005)
+        except FileNotFoundError:
+            raise SandboxError(f"cannot {what} sandbox {box.id}: it is gone") from None
+
+    async def kill(self, box: Box) -> None:
+        """End the sandbox at once and remove everything it had: processes (cgroup.kill, frozen
+        or not), nspawn's leftovers, its mounts and disk, its cgroups, its directory and the
+        claim of its uid range.
+
+        Raises:
+            TeardownError: something could not be removed; calling `kill` again retries.
+        """
+        box.netns.close()
+        if self.egress_proxy is not None and box.spec.net is not None:
+            self.egress_proxy.forget(box.spec.net)
+        await asyncio.to_thread(self._teardown, box.id)
+
+    def _teardown(self, sandbox_id: str) -> None:
+        """Undo every host step from the sandbox's record (or, for a directory without one,
+        what can be undone knowing only the id), then remove the directory and the record in
+        it, and last the claim of the uid range the record held."""
+        dirs = self._dirs(sandbox_id)
+        spec = read_record(dirs.dir) or SandboxSpec.unknown(sandbox_id)
+        undo_all(self.steps, spec, dirs)
+        if left := mounts_under(dirs.dir):
+            raise TeardownError(f"sandbox {sandbox_id}: still mounted: {', '.join(left)}")
+        remove_tree(dirs.dir)
+        if spec.uid_base is not None:
+            uid_ranges.release(dirs.dir / RECORD, spec.uid_base)
+
+    def adopt(self) -> list[Box]:
+        """The sandboxes a previous sandboxd left running (frozen ones included), found from
+        the cgroup tree and the sandboxes directory. Leftovers of sandboxes that are no longer
+        running (nspawn gone, half-made boots) are removed.
+
+        Call once at startup, before any boot.
+        """
+        ids = set(existing_sandboxes(self.host, self.cgroup_parent))
+        if self.sandboxes_dir.is_dir():
+            ids.update(p.name for p in self.sandboxes_dir.iterdir() if is_sandbox_id(p.name))
+        boxes: list[Box] = []
+        for sandbox_id in sorted(ids):
+            box = self._find(sandbox_id)
+            if box is not None:
+                boxes.append(box)
+                continue
+            log.warning("sandbox %s is not running: removing what is left of it", sandbox_id)
+            try:
+                self._teardown(sandbox_id)
+            except SandboxError:
+                log.exception("sandbox %s: could not remove its leftovers", sandbox_id)
+        return boxes
+
+    def _find(self, sandbox_id: str) -> Box | None:
+        cgroups = self._cgroups(sandbox_id)
+        spec = read_record(self.sandboxes_dir / sandbox_id)
+        if spec is None or spec.uid_base is None:
+            return None
+        nspawn_pid = container.supervisor(cgroups)
+        leader = container.leader(nspawn_pid) if nspawn_pid else None
+        if nspawn_pid is None or leader is None:
+            return None
+        try:
+            netns = NetNamespace(leader)
+        except OSError:
+            return None
+        return Box(spec, self.sandboxes_dir / sandbox_id, nspawn_pid, leader, netns, cgroups)
+
+    def sweep_network(self) -> None:
+        """Remove what of sandboxes' networks serve's namespace holds that no record accounts
+        for (sandboxd.network.sweep); nothing without a network. After `adopt`, before any
+        boot.
+
+        Raises:
+            TeardownError: something would not go.
+        """
+        if self.network is not None:
+            sweep.sweep(self.sandboxes_dir)
+
+    def stats(self, box: Box) -> Usage:
+        """CPU time, memory charged and process count of the whole sandbox.
+
+        Raises:
+            SandboxError: the sandbox is gone.
+        """
+        try:
+            return box.cgroups.usage()
+        except FileNotFoundError:
+            raise SandboxError(f"sandbox {box.id} is gone") from None
+
+    def set_limits(self, box: Box, limits: Limits) -> None:
+        """Change the limits of a running sandbox (and its record).
+
+        Raises:
+            OSError: the kernel refused a limit (e.g. memory below what the sandbox uses).
+        """
+        if limits == box.limits:  # a warm sandbox taken for its own template: nothing to do
+            return
+        box.cgroups.set_limits(limits)
+        box.spec = dataclasses.replace(box.spec, limits=limits)
+        write_record(box.dir, box.spec)
+
+
+def _envd_pids(box: Box) -> list[int]:
+    """envd's processes: its unit's under systemd, or the stub init's one child (envd)."""
+    if box.spec.init == "systemd":
+        return box.cgroups.unit_pids(ENVD_UNIT)
+    return container.children(box.leader_pid)
+
+
+def _holds_range(record: Path, uid_base: int) -> bool:
+    """Whether the sandbox record at `record` still holds uid range `uid_base`."""
+    spec = read_record(record.parent)
+    return spec is not None and spec.uid_base == uid_base

@@ -1,0 +1,104 @@
+"""What one sandbox is made of on the host, frozen when it is claimed: its image's read-only
+layers and init, its limits, its uid range, its disk size and its network slot. Written whole as
+the sandbox's record before anything of it is made, so that every undo (a failed boot, a kill, a
+retried kill, the leftovers an adopting sandboxd finds) is driven by the same record, and an
+adopted sandbox is exactly what was booted."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any, Literal
+
+from sandboxd.host.cgroups import Limits
+from sandboxd.network.slots import NetSlot
+
+RECORD = "sandbox.json"
+
+Init = Literal["systemd", "envd"]
+INITS: tuple[Init, ...] = ("systemd", "envd")
+
+
+@dataclass(frozen=True)
+class BootImage:
+    """What a sandbox boots: read-only root filesystem layers, lowest first, and how its envd
+    starts. `init` "systemd": nspawn --boot, envd a systemd unit (our templates); "envd": no
+    systemd in the image, nspawn's stub init runs envd from its layer as the container's
+    program (sandboxd.runtime.nspawn.container), for images that are not ours."""
+
+    layers: tuple[Path, ...]
+    init: Init = "systemd"
+    io_uring: bool = False  # io_uring's system calls allowed (off unless a template asks)
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """One sandbox. `uid_base` is None only for leftovers found without a record (nothing is
+    known of them but their id and directory)."""
+
+    id: str
+    layers: tuple[Path, ...]  # read-only root filesystems, lowest first
+    limits: Limits
+    uid_base: int | None
+    disk_mb: int  # the writable layer's size; 0: no limit
+    net: NetSlot | None = None  # None: only a loopback (serve without --network-pool)
+    init: Init = "systemd"
+    io_uring: bool = False
+
+    @classmethod
+    def unknown(cls, sandbox_id: str) -> SandboxSpec:
+        return cls(sandbox_id, (), Limits(), None, 0)
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        data["layers"] = [str(p) for p in self.layers]
+        return json.dumps(data)
+
+    @classmethod
+    def from_json(cls, text: str) -> SandboxSpec:
+        """Raises ValueError, KeyError or TypeError for a record that is not one."""
+        data = json.loads(text)
+        return cls(
+            data["id"],
+            tuple(Path(p) for p in data["layers"]),
+            Limits(**data["limits"]),
+            None if data["uid_base"] is None else int(data["uid_base"]),
+            int(data["disk_mb"]),
+            None if data.get("net") is None else _slot(data["net"]),
+            _init(data.get("init", "systemd")),  # records from before init modes: systemd
+            data.get("io_uring") is True,
+        )
+
+
+def _init(value: object) -> Init:
+    for init in INITS:
+        if value == init:
+            return init
+    raise ValueError(f"unknown init {value!r}")
+
+
+def _slot(data: dict[str, Any]) -> NetSlot:
+    """A record's slot; fields a slot no longer has (`dns`, before the DNS forwarder) left out,
+    so that sandboxes booted before are still adopted."""
+    known = {f.name for f in fields(NetSlot)}
+    return NetSlot(**{k: v for k, v in data.items() if k in known})
+
+
+def write_record(box_dir: Path, spec: SandboxSpec) -> None:
+    """Write the record atomically (a crash leaves the old one or the new one)."""
+    tmp = box_dir / f".{RECORD}.new"
+    with open(tmp, "w") as f:
+        f.write(spec.to_json())
+        f.flush()
+        os.fsync(f.fileno())
+    tmp.rename(box_dir / RECORD)
+
+
+def read_record(box_dir: Path) -> SandboxSpec | None:
+    """The sandbox's spec, or None when it has no readable record."""
+    try:
+        return SandboxSpec.from_json((box_dir / RECORD).read_text())
+    except (OSError, ValueError, KeyError, TypeError):
+        return None

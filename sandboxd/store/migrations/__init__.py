@@ -1,0 +1,1 @@
+"""SQL migrations of the store, applied in the order of their numbers (see sandboxd.store.sqlite)."""
