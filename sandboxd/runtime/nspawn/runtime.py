@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
     from sandboxd.network.egress_proxy.server import EgressProxy
     from sandboxd.network.slots import NetworkPool
+    from sandboxd.runtime.dialer import Dialer
 
 log = logging.getLogger("sandboxd.runtime.nspawn.runtime")
 
@@ -61,6 +62,11 @@ class Box:
     @property
     def id(self) -> str:
         return self.spec.id
+
+    @property
+    def dialer(self) -> Dialer:
+        """How to reach ports inside (what callers above the runtime use, not `netns`)."""
+        return self.netns
 
     @property
     def image(self) -> BootImage:
