@@ -30,11 +30,11 @@ from sandboxd.lifecycle.adoption import adopt
 from sandboxd.lifecycle.egress import apply_network, restore_proxied
 from sandboxd.lifecycle.envd_init import init_envd
 from sandboxd.lifecycle.evictor import EXPIRE_RETRY_S, Evictor
+from sandboxd.lifecycle.ingress import Ingress
 from sandboxd.lifecycle.sampler import MetricsSampler
 from sandboxd.lifecycle.sandbox import Sandbox, ingress_of
 from sandboxd.lifecycle.template_boxes import TemplateBoxes
 from sandboxd.lifecycle.tokens import Tokens
-from sandboxd.proxy.routing import Ingress
 from sandboxd.templates import catalog
 from sandboxd.templates.catalog import Templates
 

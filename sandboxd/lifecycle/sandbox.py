@@ -7,7 +7,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sandboxd.proxy.routing import Ingress
+from sandboxd.lifecycle.ingress import Ingress
 from sandboxd.store.sqlite import SandboxRow
 
 if TYPE_CHECKING:

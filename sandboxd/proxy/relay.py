@@ -36,7 +36,6 @@ from sandboxd.proxy.exchange import (
 )
 from sandboxd.proxy.routing import (
     TRAFFIC_TOKEN_HEADER,
-    Ingress,
     RouteError,
     SandboxLookup,
     Target,
@@ -47,6 +46,7 @@ from sandboxd.proxy.routing import (
 from sandboxd.proxy.upstream import COPY_BELOW, FRAMING_HEADERS, UpstreamConnection, UpstreamPool
 
 if TYPE_CHECKING:
+    from sandboxd.lifecycle.ingress import Ingress
     from sandboxd.runtime.nspawn.runtime import Box
 
 log = logging.getLogger("sandboxd.proxy.relay")

@@ -27,6 +27,7 @@ from sandboxd.ids import is_sandbox_id
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from sandboxd.lifecycle.ingress import Ingress
     from sandboxd.runtime.nspawn.runtime import Box
 
 # envd's routes only E2B's orchestrator may call (reference: internal_routes.go).
@@ -37,7 +38,6 @@ SIGNED_FILE_OPERATIONS = {"GET": "read", "POST": "write"}
 ID_HEADER = b"e2b-sandbox-id"
 PORT_HEADER = b"e2b-sandbox-port"
 TRAFFIC_TOKEN_HEADER = b"e2b-traffic-access-token"
-MASK_PORT = "${PORT}"
 
 
 class SandboxLookup(Protocol):
@@ -57,22 +57,6 @@ class SandboxLookup(Protocol):
         """The running secure sandbox whose envd token makes `signature` for these /files
         values (the raw query values, as envd signs them)."""
         ...
-
-
-@dataclass(frozen=True)
-class Ingress:
-    """A sandbox's rules for requests to its own ports, as E2B's proxy applies them (envd's
-    port has its own access token and is exempt): with `traffic_token`, a request must carry
-    it in `e2b-traffic-access-token` (403 otherwise); with `mask_host`, its Host header is
-    replaced by it, `${PORT}` in it by the port."""
-
-    traffic_token: str | None = None
-    mask_host: str | None = None
-
-    def host_for(self, port: int) -> bytes | None:
-        if self.mask_host is None:
-            return None
-        return self.mask_host.replace(MASK_PORT, str(port)).encode()
 
 
 class RouteError(Exception):

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING
 import uvicorn
 
 from envd.http.signing import file_signature
+from sandboxd.lifecycle.ingress import Ingress
 from sandboxd.proxy.connection_policy import ConnectionPolicy
 from sandboxd.proxy.listener import Listener
 from sandboxd.proxy.relay import SandboxProxy
-from sandboxd.proxy.routing import Ingress
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
