@@ -24,7 +24,7 @@ from sandboxd.daemon.systemd_unit import install_service
 from sandboxd.errors import SandboxError
 from sandboxd.host.disk import MIN_DISK_MB
 from sandboxd.network.slots import DEFAULT_NETWORK_POOL, NetworkPool, parse_pool
-from sandboxd.store.sqlite import Store
+from sandboxd.store.sqlite.store import SqliteStore
 from sandboxd.templates.catalog import BASE_DISK_MB
 
 DEFAULT_STATE_DIR = Path("/var/lib/sandboxd")
@@ -261,7 +261,7 @@ def _install_service_parser(commands: argparse._SubParsersAction[argparse.Argume
 
 
 def _create_key(state_dir: Path) -> None:
-    store = Store(state_dir)
+    store = SqliteStore(state_dir)
     try:
         key = new_api_key()
         store.add_key(key, time.time_ns() // 1000)

@@ -12,13 +12,15 @@ from sandboxd.builds.collect import collect, layers_in_use
 from sandboxd.errors import NotAllowed
 from sandboxd.host.removal import remove_tree
 from sandboxd.ids import rfc3339
-from sandboxd.store.sqlite import Store
+from sandboxd.store.sqlite.store import SqliteStore
 from sandboxd.templates.catalog import Templates
 
 if TYPE_CHECKING:
     import argparse
     from collections.abc import Callable
     from pathlib import Path
+
+    from sandboxd.store.interface import Store
 
 
 def add_parsers(
@@ -34,7 +36,7 @@ def add_parsers(
 
 def run(args: argparse.Namespace, state_dir: Path) -> None:
     """Raises SandboxError (unknown template, refused deletion)."""
-    store = Store(state_dir)
+    store: Store = SqliteStore(state_dir)
     try:
         if args.template_command == "ls":
             _list(store)

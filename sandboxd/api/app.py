@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
     from sandboxd.builds.builder import Builder
     from sandboxd.lifecycle.manager import SandboxManager
-    from sandboxd.store.sqlite import Store
+    from sandboxd.store.interface import Store
 
 log = logging.getLogger("sandboxd.api")
 

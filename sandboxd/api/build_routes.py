@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from starlette.requests import Request
 
     from sandboxd.builds.builder import Builder
-    from sandboxd.store.build_tables import BuildRow
+    from sandboxd.store.rows import BuildRow
     from sandboxd.templates.catalog import Templates
 
 RECIPE_LIMIT = 4 << 20  # a build's steps: thousands of commands fit

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 from sandboxd.ids import rfc3339
 
 if TYPE_CHECKING:
-    from sandboxd.store.sqlite import MetricSample, Store
+    from sandboxd.store.interface import Store
+    from sandboxd.store.rows import MetricSample
 
 # (range shorter than, step), in seconds (infra: clickhouse/pkg/utils/step.go).
 STEPS = ((3600, 5), (6 * 3600, 30), (12 * 3600, 60), (24 * 3600, 120), (7 * 86400, 300))

@@ -10,8 +10,7 @@ from sandboxd.ids import rfc3339
 if TYPE_CHECKING:
     from sandboxd.lifecycle.manager import SandboxManager
     from sandboxd.lifecycle.sandbox import Sandbox
-    from sandboxd.store.build_tables import BuildRow
-    from sandboxd.store.sqlite import TemplateRow
+    from sandboxd.store.rows import BuildRow, TemplateRow
 
 # The reference's constant for the deprecated clientID (infra: utils/split.go).
 CLIENT_ID = "6532622b"

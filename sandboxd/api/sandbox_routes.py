@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from starlette.requests import Request
 
     from sandboxd.lifecycle.manager import SandboxManager
-    from sandboxd.store.sqlite import Store
+    from sandboxd.store.interface import Store
 
 UNIX_S_MAX = 253_402_300_799  # 9999-12-31T23:59:59Z: the last second RFC 3339 can write
 

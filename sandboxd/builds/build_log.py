@@ -10,10 +10,10 @@ import functools
 from typing import TYPE_CHECKING
 
 from sandboxd.ids import now_us
-from sandboxd.store.build_tables import LogLine
+from sandboxd.store.rows import LogLine
 
 if TYPE_CHECKING:
-    from sandboxd.store.sqlite import Store
+    from sandboxd.store.interface import Store
 
 FLUSH_S = 0.5
 MAX_LINE = 16 << 10  # one line's characters; a longer one is cut (a binary blob on stdout)

@@ -33,8 +33,8 @@ if TYPE_CHECKING:
     from sandboxd.builds.recipe import Recipe
     from sandboxd.builds.systemd_init import Provision
     from sandboxd.runtime.nspawn.runtime import Runtime
-    from sandboxd.store.build_tables import BuildRow, LogLine
-    from sandboxd.store.sqlite import Store
+    from sandboxd.store.interface import Store
+    from sandboxd.store.rows import BuildRow, LogLine
     from sandboxd.templates.catalog import Templates
 
 log = logging.getLogger("sandboxd.builds.builder")

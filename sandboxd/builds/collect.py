@@ -13,7 +13,7 @@ from sandboxd.host.removal import remove_tree
 from sandboxd.runtime.nspawn.spec import read_record
 
 if TYPE_CHECKING:
-    from sandboxd.store.sqlite import Store
+    from sandboxd.store.interface import Store
 
 log = logging.getLogger("sandboxd.builds.collect")
 

@@ -32,7 +32,7 @@ from sandboxd.network.slots import NetworkPool, enable_forwarding
 from sandboxd.runtime.nspawn.container import SANDBOX_UMASK
 from sandboxd.runtime.nspawn.runtime import Runtime
 from sandboxd.runtime.nspawn.spec import BootImage
-from sandboxd.store.sqlite import Store
+from sandboxd.store.sqlite.store import SqliteStore
 from sandboxd.templates.catalog import BASE_DISK_MB, register_base
 
 if TYPE_CHECKING:
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from sandboxd.builds.systemd_init import Provision
+    from sandboxd.store.interface import Store
 
 log = logging.getLogger("sandboxd.daemon.serve")
 
@@ -218,7 +219,7 @@ def serve(options: ServeOptions) -> None:
     notify_socket = os.environ.pop("NOTIFY_SOCKET", None)
     check_tls(options)
     open_private(state_dir)  # the options checked first: a typo touches nothing
-    store = Store(state_dir)
+    store: Store = SqliteStore(state_dir)
     try:
         register_env_key(store)
         ensure_base(store, state_dir, options.base_rootfs, options.disk_mb, notify_socket)

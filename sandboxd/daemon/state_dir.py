@@ -17,7 +17,7 @@ import contextlib
 import os
 from typing import TYPE_CHECKING
 
-from sandboxd.store.sqlite import DB_FILE
+from sandboxd.store.sqlite.database import DB_FILE
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from sandboxd.host.netns import NetNamespace
     from sandboxd.lifecycle.sandbox import CreateRequest
     from sandboxd.runtime.nspawn.runtime import Box, Runtime
-    from sandboxd.store.sqlite import Store
+    from sandboxd.store.interface import Store
 
 log = logging.getLogger("sandboxd.lifecycle")
 

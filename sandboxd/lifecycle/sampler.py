@@ -11,14 +11,14 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from sandboxd.guest.client import EnvdUnreachable
-from sandboxd.store.sqlite import MetricSample
+from sandboxd.store.rows import MetricSample
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from sandboxd.guest.client import EnvdClient
     from sandboxd.lifecycle.sandbox import Sandbox
-    from sandboxd.store.sqlite import Store
+    from sandboxd.store.interface import Store
 
 log = logging.getLogger("sandboxd.lifecycle.sampler")
 

@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sandboxd.lifecycle.ingress import Ingress
-from sandboxd.store.sqlite import SandboxRow
+from sandboxd.store.rows import SandboxRow
 
 if TYPE_CHECKING:
     from sandboxd.runtime.nspawn.runtime import Box
-    from sandboxd.store.sqlite import TemplateRow
+    from sandboxd.store.rows import TemplateRow
 
 
 @dataclass(frozen=True)

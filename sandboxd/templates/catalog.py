@@ -15,15 +15,14 @@ from envd.settings import ENVD_VERSION
 from sandboxd.errors import NotAllowed, NotFound, TemplateNotFound
 from sandboxd.host.cgroups import Limits
 from sandboxd.ids import new_build_id, new_template_id, now_us
-from sandboxd.store.build_tables import BuildRow
-from sandboxd.store.sqlite import TemplateRow
+from sandboxd.store.rows import BuildRow, TemplateRow
 from sandboxd.templates.image import TemplateImage
 
 if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
 
-    from sandboxd.store.sqlite import Store
+    from sandboxd.store.interface import Store
 
 BASE = "base"
 BASE_CPUS = 2

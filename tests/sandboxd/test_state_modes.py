@@ -21,7 +21,7 @@ from sandboxd.daemon.state_dir import SECRET_FILE
 from sandboxd.guest.client import EnvdClient
 from sandboxd.guest.commands import LOGIN_BASH, Command, run
 from sandboxd.host.removal import remove_tree
-from sandboxd.store.sqlite import DB_FILE
+from sandboxd.store.sqlite.database import DB_FILE
 from tests.sandboxd.serving import NO_NETWORK, Sandboxd
 
 if TYPE_CHECKING:

@@ -1,0 +1,143 @@
+"""What sandboxd asks of its store: the tables it keeps, one protocol per group of them, and
+`Store`, all of them over one database. Everything above the store types against `Store`; only
+the entry points that put sandboxd together (serve, the CLI) open a backend
+(sandboxd.store.sqlite, the default and so far the only one). Rows: sandboxd.store.rows.
+
+Reads return what is committed, at once: they are synchronous, which SQLite's lookups in pages
+in memory allow; a backend across a network will want them awaited, a change to every caller.
+
+Writes (the `add_`, `put_`, `delete_` methods and `count_spawn`) are handed, bound to their
+arguments, to `Store.write`, which runs them in order in one transaction:
+
+    await store.write(
+        functools.partial(store.put_template, template),
+        functools.partial(store.put_build, build),
+    )
+
+All of them commit or none does; `write` returns once they are committed, so a read after it
+sees them. Called directly, outside `write`, a write method commits on its own: only before the
+event loop serves (serve's startup, the CLI), where nothing else runs.
+
+Not in the store, only in the memory of one sandboxd: the lifecycle's list of sandboxes
+(`SandboxManager._sandboxes`, rebuilt at start from the runtime's records on the host and the
+store's rows: sandboxd.lifecycle.adoption), its warm pool, and the idempotency keys of creates
+(sandboxd.api.idempotency, forgotten on a restart).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+
+    from sandboxd.store.rows import (
+        BuildRow,
+        LogLine,
+        MetricSample,
+        SandboxRow,
+        TagRow,
+        TemplateRow,
+    )
+
+
+class Keys(Protocol):
+    """The API keys, kept as their `key_hash` and first KEY_PREFIX_SHOWN characters."""
+
+    def add_key(self, key: str, now_us: int) -> None:
+        """Record `key`; nothing when it is recorded already."""
+
+    def has_key(self, key: str) -> bool: ...
+
+
+class Templates(Protocol):
+    def put_template(self, t: TemplateRow) -> None:
+        """Insert `t`, or replace the row of its template_id."""
+
+    def count_spawn(self, template_id: str, at_us: int) -> None:
+        """One more sandbox of the template; nothing when it was deleted meanwhile (a create
+        reads the template before its boot and must not write that copy back)."""
+
+    def template(self, id_or_alias: str) -> TemplateRow | None:
+        """The template of that id, else of that alias."""
+
+    def templates(self) -> list[TemplateRow]:
+        """All of them, oldest first."""
+
+    def delete_template(self, template_id: str) -> None: ...
+
+
+class Sandboxes(Protocol):
+    def put_sandbox(self, s: SandboxRow) -> None:
+        """Insert `s`, or replace the row of its sandbox_id."""
+
+    def sandboxes(self) -> list[SandboxRow]: ...
+
+    def delete_sandbox(self, sandbox_id: str) -> None: ...
+
+
+class Samples(Protocol):
+    """Metric samples of sandboxes and of the team (how many ran), and lifecycle events."""
+
+    def add_metric(self, sandbox_id: str, m: MetricSample) -> None: ...
+
+    def metrics(self, sandbox_id: str, start: int | None, end: int | None) -> list[MetricSample]:
+        """Samples of one sandbox in [start, end] (Unix seconds; None = unbounded), oldest first."""
+
+    def add_team_sample(self, ts: int, running: int) -> None: ...
+
+    def team_samples(self, start: int, end: int) -> list[tuple[int, int]]:
+        """(ts, running) in [start, end] (Unix seconds), oldest first."""
+
+    def add_event(self, at_us: int, sandbox_id: str | None, kind: str, detail: str = "") -> None:
+        """Record that `kind` (e.g. "create") happened at `at_us`."""
+
+    def event_times(self, kind: str, start_us: int, end_us: int) -> list[int]:
+        """When events of `kind` happened in [start_us, end_us], oldest first."""
+
+
+class Builds(Protocol):
+    """Template builds, their log lines, and template tags (each names a build)."""
+
+    def put_build(self, b: BuildRow) -> None:
+        """Insert `b`, or replace the row of its build_id."""
+
+    def build(self, build_id: str) -> BuildRow | None: ...
+
+    def builds(self, template_id: str | None = None, status: str | None = None) -> list[BuildRow]:
+        """The builds of a template (or all), optionally in one status, oldest first."""
+
+    def delete_builds(self, template_id: str) -> None:
+        """A template's builds, their logs and its tags."""
+
+    def add_log_lines(self, build_id: str, lines: Iterable[LogLine]) -> None:
+        """Record `lines`, replacing any of the same `seq`."""
+
+    def log_lines(self, build_id: str, offset: int, limit: int) -> list[LogLine]:
+        """At most `limit` lines from `seq` `offset` on, in order."""
+
+    def put_tag(self, template_id: str, tag: str, build_id: str, at_us: int) -> None:
+        """Point the template's `tag` at `build_id`."""
+
+    def delete_tag(self, template_id: str, tag: str) -> None: ...
+
+    def tags(self, template_id: str) -> list[TagRow]:
+        """The template's tags, oldest first."""
+
+    def tag(self, template_id: str, tag: str) -> TagRow | None: ...
+
+
+class Store(Keys, Templates, Sandboxes, Samples, Builds, Protocol):
+    """The tables of one sandboxd, in one database, written through `write`."""
+
+    async def write(self, *changes: Callable[[], None]) -> None:
+        """Run `changes` (write methods bound to their arguments) in order in one transaction;
+        returns once it is committed.
+
+        Raises:
+            Exception: the backend's error (sqlite3.Error for SQLite): the transaction failed
+                and was rolled back, none of `changes` took effect.
+        """
+
+    def close(self) -> None:
+        """Wait for the writes under way, then let go of the database."""

@@ -1,0 +1,104 @@
+"""The rows of sandboxd's store: plain data, the same whichever backend keeps them
+(sandboxd.store.interface). JSON-shaped fields (`metadata`, `recipe`, …) are stored as a
+backend sees fit and come back as they went in."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+KEY_PREFIX_SHOWN = 10  # the characters of an API key kept in the clear, to tell keys apart
+
+
+def key_hash(key: str) -> str:
+    """What the store keeps of an API key (never the key itself)."""
+    # Keys carry 160 random bits: a plain SHA-256 is enough, no slow hash needed.
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+@dataclass
+class TemplateRow:
+    template_id: str
+    alias: str | None
+    build_id: str
+    rootfs: str
+    cpu_count: int
+    memory_mb: int
+    disk_size_mb: int
+    build_status: str
+    envd_version: str
+    created_at: int
+    updated_at: int
+    public: bool = False
+    last_spawned_at: int | None = None
+    spawn_count: int = 0
+    build_count: int = 1
+
+
+@dataclass
+class SandboxRow:
+    sandbox_id: str
+    template_id: str
+    alias: str | None
+    state: str
+    started_at: int
+    end_at: int
+    timeout_s: int
+    secure: bool
+    auto_pause: bool
+    cpu_count: int
+    memory_mb: int
+    disk_size_mb: int
+    envd_version: str
+    metadata: dict[str, str] = field(default_factory=dict)
+    env_vars: dict[str, str] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
+    uid_base: int | None = None  # the first host uid of the sandbox's range
+    default_user: str | None = None  # envd's, from the template; None: E2B's `user`
+    default_workdir: str | None = None  # and /home/user
+
+
+@dataclass(frozen=True)
+class MetricSample:
+    ts: int
+    cpu_count: int
+    cpu_used_pct: float
+    mem_used: int
+    mem_total: int
+    mem_cache: int
+    disk_used: int
+    disk_total: int
+
+
+@dataclass
+class BuildRow:
+    build_id: str
+    template_id: str
+    status: str  # waiting | building | ready | error
+    cpu_count: int
+    memory_mb: int
+    disk_size_mb: int
+    created_at: int
+    updated_at: int
+    finished_at: int | None = None
+    tags: list[str] = field(default_factory=list)
+    recipe: dict[str, Any] | None = None
+    image: dict[str, Any] | None = None
+    reason: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class LogLine:
+    seq: int
+    at: int
+    level: str  # debug | info | warn | error
+    message: str
+    step: str | None = None
+
+
+@dataclass(frozen=True)
+class TagRow:
+    tag: str
+    build_id: str
+    created_at: int

@@ -1,0 +1,124 @@
+"""The keys, templates, sandboxes, metric samples and events of the SQLite store
+(sandboxd.store.interface's Keys, Templates, Sandboxes and Samples)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import TYPE_CHECKING
+
+from sandboxd.store.rows import KEY_PREFIX_SHOWN, MetricSample, SandboxRow, TemplateRow, key_hash
+from sandboxd.store.sqlite.database import Tables
+
+if TYPE_CHECKING:
+    import sqlite3
+
+_JSON_COLUMNS = ("metadata", "env_vars", "options")
+
+
+class SandboxTables(Tables):
+    # API keys
+
+    def add_key(self, key: str, now_us: int) -> None:
+        self._db.writes.execute(
+            "INSERT OR IGNORE INTO api_keys VALUES (?, ?, ?)",
+            (key_hash(key), key[:KEY_PREFIX_SHOWN], now_us),
+        )
+
+    def has_key(self, key: str) -> bool:
+        row = self._db.reads.execute("SELECT 1 FROM api_keys WHERE key_hash = ?", (key_hash(key),))
+        return row.fetchone() is not None
+
+    # Templates
+
+    def put_template(self, t: TemplateRow) -> None:
+        self._replace("templates", t, ())
+
+    def count_spawn(self, template_id: str, at_us: int) -> None:
+        self._db.writes.execute(
+            "UPDATE templates SET spawn_count = spawn_count + 1, last_spawned_at = ? "
+            "WHERE template_id = ?",
+            (at_us, template_id),
+        )
+
+    def template(self, id_or_alias: str) -> TemplateRow | None:
+        row = self._db.reads.execute(
+            "SELECT * FROM templates WHERE template_id = ? OR alias = ? "
+            "ORDER BY template_id = ? DESC LIMIT 1",
+            (id_or_alias, id_or_alias, id_or_alias),
+        ).fetchone()
+        return None if row is None else _template(row)
+
+    def templates(self) -> list[TemplateRow]:
+        rows = self._db.reads.execute("SELECT * FROM templates ORDER BY created_at, template_id")
+        return [_template(r) for r in rows]
+
+    def delete_template(self, template_id: str) -> None:
+        self._db.writes.execute("DELETE FROM templates WHERE template_id = ?", (template_id,))
+
+    # Sandboxes
+
+    def put_sandbox(self, s: SandboxRow) -> None:
+        self._replace("sandboxes", s, _JSON_COLUMNS)
+
+    def sandboxes(self) -> list[SandboxRow]:
+        rows = self._db.reads.execute("SELECT * FROM sandboxes")
+        return [_sandbox(r) for r in rows]
+
+    def delete_sandbox(self, sandbox_id: str) -> None:
+        self._db.writes.execute("DELETE FROM sandboxes WHERE sandbox_id = ?", (sandbox_id,))
+
+    # Metrics and events
+
+    def add_metric(self, sandbox_id: str, m: MetricSample) -> None:
+        self._db.writes.execute(
+            "INSERT INTO sandbox_metrics VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (sandbox_id, *dataclasses.astuple(m)),
+        )
+
+    def metrics(self, sandbox_id: str, start: int | None, end: int | None) -> list[MetricSample]:
+        rows = self._db.reads.execute(
+            "SELECT ts, cpu_count, cpu_used_pct, mem_used, mem_total, mem_cache, disk_used, "
+            "disk_total FROM sandbox_metrics WHERE sandbox_id = ? AND ts >= ? AND ts <= ? "
+            "ORDER BY ts",
+            (sandbox_id, -1 if start is None else start, 2**62 if end is None else end),
+        )
+        return [MetricSample(*r) for r in rows]
+
+    def add_team_sample(self, ts: int, running: int) -> None:
+        self._db.writes.execute("INSERT INTO team_metrics VALUES (?, ?)", (ts, running))
+
+    def team_samples(self, start: int, end: int) -> list[tuple[int, int]]:
+        rows = self._db.reads.execute(
+            "SELECT ts, running FROM team_metrics WHERE ts >= ? AND ts <= ? ORDER BY ts",
+            (start, end),
+        )
+        return [(r[0], r[1]) for r in rows]
+
+    def add_event(self, at_us: int, sandbox_id: str | None, kind: str, detail: str = "") -> None:
+        self._db.writes.execute(
+            "INSERT INTO events (at, sandbox_id, kind, detail) VALUES (?, ?, ?, ?)",
+            (at_us, sandbox_id, kind, detail),
+        )
+
+    def event_times(self, kind: str, start_us: int, end_us: int) -> list[int]:
+        rows = self._db.reads.execute(
+            "SELECT at FROM events WHERE kind = ? AND at >= ? AND at <= ? ORDER BY at",
+            (kind, start_us, end_us),
+        )
+        return [r[0] for r in rows]
+
+
+def _template(row: sqlite3.Row) -> TemplateRow:
+    values = dict(row)
+    values["public"] = bool(values["public"])
+    return TemplateRow(**values)
+
+
+def _sandbox(row: sqlite3.Row) -> SandboxRow:
+    values = dict(row)
+    for name in _JSON_COLUMNS:
+        values[name] = json.loads(values[name])
+    values["secure"] = bool(values["secure"])
+    values["auto_pause"] = bool(values["auto_pause"])
+    return SandboxRow(**values)
