@@ -107,6 +107,14 @@ class Uploads:
                 if path.name.startswith(_NEW):
                     remove_tree(path)
 
+    async def remove(self) -> None:
+        """Remove every upload (their template is deleted).
+
+        Raises:
+            TeardownError: one would not go.
+        """
+        await to_thread.run_sync(remove_tree, self.dir)
+
     async def receive(
         self, files_hash: str, body: AsyncIterator[bytes], content_length: int | None
     ) -> None:

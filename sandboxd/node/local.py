@@ -1,0 +1,109 @@
+"""The node service in this process: sandboxd.node.service's operations over the lifecycle's
+SandboxManager, its sandboxes handed out as copies (sandboxd.node.models), never themselves."""
+
+from __future__ import annotations
+
+import copy
+from typing import TYPE_CHECKING, Any
+
+from sandboxd.errors import SandboxError, SandboxNotFound
+from sandboxd.lifecycle.egress import update_network
+from sandboxd.lifecycle.sandbox import CreateRequest
+from sandboxd.node.models import LogEntry, SandboxInfo
+from sandboxd.runtime.nspawn import journal
+
+if TYPE_CHECKING:
+    from sandboxd.lifecycle.manager import SandboxManager
+    from sandboxd.lifecycle.sandbox import Sandbox
+    from sandboxd.node.models import SandboxConfig
+    from sandboxd.store.rows import MetricSample
+
+
+class LocalNode:
+    """Implements `sandboxd.node.service.NodeService` with the sandboxes of `manager`."""
+
+    def __init__(self, manager: SandboxManager) -> None:
+        self._manager = manager
+
+    async def create(self, config: SandboxConfig) -> SandboxInfo:
+        request = CreateRequest(
+            config.template,
+            config.timeout_s,
+            config.secure,
+            config.auto_pause,
+            dict(config.metadata),
+            dict(config.env_vars),
+            copy.deepcopy(config.options),
+        )
+        return self._info(await self._manager.create(request))
+
+    async def kill(self, sandbox_id: str) -> None:
+        await self._manager.kill(sandbox_id)
+
+    async def pause(self, sandbox_id: str) -> None:
+        await self._manager.pause(sandbox_id)
+
+    async def resume(self, sandbox_id: str, timeout_s: int) -> SandboxInfo:
+        return self._info(await self._manager.resume(sandbox_id, timeout_s))
+
+    async def connect(self, sandbox_id: str, timeout_s: int) -> tuple[SandboxInfo, bool]:
+        sandbox, resumed = await self._manager.connect(sandbox_id, timeout_s)
+        return self._info(sandbox), resumed
+
+    async def set_timeout(self, sandbox_id: str, timeout_s: int) -> None:
+        await self._manager.set_timeout(sandbox_id, timeout_s)
+
+    async def update_network(self, sandbox_id: str, update: dict[str, Any]) -> None:
+        await update_network(self._manager, sandbox_id, copy.deepcopy(update))
+
+    async def list_sandboxes(self) -> list[SandboxInfo]:
+        return [self._info(s) for s in self._manager.all()]
+
+    async def get(self, sandbox_id: str) -> SandboxInfo | None:
+        sandbox = self._manager.get(sandbox_id)
+        return None if sandbox is None else self._info(sandbox)
+
+    async def metrics(
+        self, sandbox_id: str, start_s: int | None, end_s: int | None
+    ) -> list[MetricSample]:
+        return self._manager.store.metrics(sandbox_id, start_s, end_s)
+
+    async def logs(
+        self,
+        sandbox_id: str,
+        since_us: int | None,
+        until_us: int | None,
+        limit: int,
+        newest_first: bool,
+    ) -> list[LogEntry]:
+        sandbox = self._manager.existing(sandbox_id)
+        try:
+            entries = await journal.read(sandbox.box, since_us, until_us, limit, newest_first)
+        except SandboxError as exc:
+            if self._manager.get(sandbox_id) is None:  # killed meanwhile
+                raise SandboxNotFound(sandbox_id) from exc
+            raise
+        return [LogEntry(e.timestamp_us, e.level, e.logger, e.message) for e in entries]
+
+    def _info(self, sandbox: Sandbox) -> SandboxInfo:
+        row = sandbox.row
+        network = row.options.get("network") or {}
+        public = network.get("allowPublicTraffic") is not False
+        return SandboxInfo(
+            sandbox_id=row.sandbox_id,
+            template_id=row.template_id,
+            alias=row.alias,
+            state=row.state,
+            running=sandbox.running,
+            started_at=row.started_at,
+            end_at=row.end_at,
+            cpu_count=row.cpu_count,
+            memory_mb=row.memory_mb,
+            disk_size_mb=row.disk_size_mb,
+            envd_version=row.envd_version,
+            auto_pause=row.auto_pause,
+            metadata=dict(row.metadata),
+            options=copy.deepcopy(row.options),
+            envd_token=sandbox.token,
+            traffic_token=None if public else self._manager.tokens.traffic(row.sandbox_id),
+        )

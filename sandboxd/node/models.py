@@ -1,0 +1,56 @@
+"""The plain data that crosses the node service (sandboxd.node.service): what the API asks a
+node for and what it renders of the answers. Frozen values, copies of the node's own records:
+changing one changes nothing on the node."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxConfig:
+    """A validated create. `options` are the create's settings the node stores and shows,
+    under their wire names; of them it enforces `allow_internet_access`, `network`'s allowOut
+    (addresses and domains), denyOut, dnsServers, allowPublicTraffic and maskRequestHost, not
+    yet mcp, volumeMounts, autoResume or autoPauseMemory."""
+
+    template: str
+    timeout_s: int
+    secure: bool
+    auto_pause: bool
+    metadata: dict[str, str] = field(default_factory=dict)
+    env_vars: dict[str, str] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxInfo:
+    """One sandbox as the API shows it. Times are µs since the epoch."""
+
+    sandbox_id: str
+    template_id: str
+    alias: str | None
+    state: str  # running or paused, as listed
+    running: bool  # running and reachable: not paused, not being killed
+    started_at: int
+    end_at: int
+    cpu_count: int
+    memory_mb: int
+    disk_size_mb: int
+    envd_version: str
+    auto_pause: bool
+    metadata: dict[str, str]
+    options: dict[str, Any]  # the create's settings (see SandboxConfig), after network updates
+    envd_token: str | None  # envd's access token: secure sandboxes only
+    traffic_token: str | None  # the token its ports ask for, without public traffic
+
+
+@dataclass(frozen=True, slots=True)
+class LogEntry:
+    """One line of a sandbox's log."""
+
+    timestamp_us: int
+    level: str
+    logger: str  # envd's logger, or the process that wrote it (systemd, envd, ...)
+    message: str

@@ -1,0 +1,101 @@
+"""The node service: the operations the control API needs of a machine that runs sandboxes.
+The API depends on this protocol only; `sandboxd.node.local.LocalNode` implements it in-process,
+and a node on another machine can implement it over the wire. Failures are sandboxd.errors'
+domain errors, which the API maps to statuses once (sandboxd/api/errors.py)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from sandboxd.node.models import LogEntry, SandboxConfig, SandboxInfo
+    from sandboxd.store.rows import MetricSample
+
+
+class NodeService(Protocol):
+    async def create(self, config: SandboxConfig) -> SandboxInfo:
+        """Boot (or take a warm) sandbox of the config's template and start its envd.
+
+        Raises:
+            NotAllowed: a timeout of 0 or past the maximum.
+            TemplateNotFound, TemplateError: no such template, or an unusable one.
+            BootError, InitRefused: the sandbox did not come up (nothing of it is left).
+        """
+        ...
+
+    async def kill(self, sandbox_id: str) -> None:
+        """Raises SandboxNotFound; TeardownError: the host could not remove everything (a
+        retry continues)."""
+        ...
+
+    async def pause(self, sandbox_id: str) -> None:
+        """Raises SandboxNotFound; WrongState: already paused; SandboxError: the freeze
+        failed."""
+        ...
+
+    async def resume(self, sandbox_id: str, timeout_s: int) -> SandboxInfo:
+        """Thaw a paused sandbox for `timeout_s`.
+
+        Raises:
+            NotAllowed: the timeout; SandboxNotFound; WrongState: already running;
+            SandboxError: the thaw failed.
+        """
+        ...
+
+    async def connect(self, sandbox_id: str, timeout_s: int) -> tuple[SandboxInfo, bool]:
+        """Resume a paused sandbox, or extend a running one's end (never shorten it); the
+        sandbox, and whether it was resumed.
+
+        Raises:
+            NotAllowed: the timeout; SandboxNotFound; SandboxError: the thaw failed.
+        """
+        ...
+
+    async def set_timeout(self, sandbox_id: str, timeout_s: int) -> None:
+        """End the sandbox `timeout_s` from now, within its maximum length.
+
+        Raises:
+            SandboxNotFound: unknown or paused; NotAllowed: the maximum length is used up.
+        """
+        ...
+
+    async def update_network(self, sandbox_id: str, update: dict[str, Any]) -> None:
+        """Replace a running sandbox's egress rules with `update` (E2B's `PUT
+        /sandboxes/{id}/network` body under its wire names, unset fields left out).
+
+        Raises:
+            SandboxNotFound: unknown or paused.
+            HostError: the rules were refused (the old ones stand).
+        """
+        ...
+
+    async def list_sandboxes(self) -> list[SandboxInfo]:
+        """Every sandbox, running or paused (one whose kill stopped halfway too)."""
+        ...
+
+    async def get(self, sandbox_id: str) -> SandboxInfo | None:
+        """The sandbox (one whose kill stopped halfway too), or None."""
+        ...
+
+    async def metrics(
+        self, sandbox_id: str, start_s: int | None, end_s: int | None
+    ) -> list[MetricSample]:
+        """The sandbox's samples in [start_s, end_s] (None: unbounded), oldest first."""
+        ...
+
+    async def logs(
+        self,
+        sandbox_id: str,
+        since_us: int | None,
+        until_us: int | None,
+        limit: int,
+        newest_first: bool,
+    ) -> list[LogEntry]:
+        """At most `limit` lines of a running or paused sandbox's log in [since_us, until_us],
+        oldest first, or newest first.
+
+        Raises:
+            SandboxNotFound: unknown, or killed meanwhile.
+            SandboxError: its log could not be read.
+        """
+        ...
