@@ -1,1 +1,1 @@
-"""sandboxd's control REST API (E2B's): Starlette routes over the sandbox manager and store."""
+"""sandboxd's control REST API (E2B's): Starlette routes over the node service and the store."""

@@ -1,9 +1,9 @@
 """The control API's ASGI app: `X-API-Key` on every endpoint, every error as
-`{"code","message"}`, and the sandbox manager started and stopped with the app's lifespan."""
+`{"code","message"}`, the endpoints' collaborators given at construction (sandboxd.api.context),
+and the daemon's lifespan given by whoever serves it (sandboxd/daemon/serve.py)."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import re
 from typing import TYPE_CHECKING
@@ -14,19 +14,16 @@ from starlette.exceptions import HTTPException
 from starlette.responses import Response
 from starlette.routing import Route
 
-from sandboxd.api import logs, sandbox_routes, template_routes
+from sandboxd.api import logs, metrics, sandbox_routes, template_routes
 from sandboxd.api.errors import RequestError, error_response, status_of
 from sandboxd.builds import upload_urls
 from sandboxd.errors import SandboxError
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
-
     from starlette.requests import Request
-    from starlette.types import ASGIApp, Message, Receive, Scope, Send
+    from starlette.types import ASGIApp, Lifespan, Message, Receive, Scope, Send
 
-    from sandboxd.builds.builder import Builder
-    from sandboxd.lifecycle.manager import SandboxManager
+    from sandboxd.api.context import ApiContext
     from sandboxd.store.interface import Store
 
 log = logging.getLogger("sandboxd.api")
@@ -108,31 +105,19 @@ async def _health(_: Request) -> Response:
     return Response(status_code=204)
 
 
-def create_app(manager: SandboxManager, store: Store, builder: Builder, domain: str) -> Starlette:
-    """The control API over `manager`, `store` and `builder`, telling clients that sandboxes
-    are reached under `domain`. The app's lifespan starts the manager (adoption, evictor,
-    sampler, warm pool) and the builder (failing the builds a previous sandboxd left running),
-    and stops them (sandboxes keep running; builds fail).
+def create_app(context: ApiContext, lifespan: Lifespan[Starlette] | None = None) -> Starlette:
+    """The control API over `context`'s node, store, templates and builder, with `lifespan`
+    (the daemon's start and stop; None: nothing to start).
 
     The sandbox proxy is not part of it: mount or dispatch to it beside this app.
     """
-
-    @contextlib.asynccontextmanager
-    async def lifespan(_: Starlette) -> AsyncIterator[None]:
-        await manager.start()
-        await builder.recover()
-        try:
-            yield
-        finally:
-            await builder.close()
-            await manager.stop()
-
     app = Starlette(
         routes=[
             Route(HEALTH_PATH, _health, methods=["GET"]),
-            *sandbox_routes.routes(manager, store, domain),
-            *logs.routes(manager),
-            *template_routes.routes(manager.templates, builder, manager.tokens.uploads_key()),
+            *sandbox_routes.routes(),
+            *metrics.routes(),
+            *logs.routes(),
+            *template_routes.routes(),
         ],
         exception_handlers={
             RequestError: _request_error,
@@ -141,6 +126,7 @@ def create_app(manager: SandboxManager, store: Store, builder: Builder, domain: 
         },
         lifespan=lifespan,
     )
-    app.add_middleware(ApiKeyMiddleware, store=store)
+    app.state.context = context
+    app.add_middleware(ApiKeyMiddleware, store=context.store)
     app.add_middleware(LastResortMiddleware)  # the outermost of ours: it sees every failure
     return app

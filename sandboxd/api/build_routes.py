@@ -12,6 +12,7 @@ from starlette.routing import Route
 from sandboxd.api import params
 from sandboxd.api.bodies import read_json
 from sandboxd.api.build_models import AssignTags, NewBuild, RemoveTags
+from sandboxd.api.context import context
 from sandboxd.api.errors import RequestError
 from sandboxd.api.request_models import INT32_MAX
 from sandboxd.builds import upload_urls
@@ -23,76 +24,89 @@ if TYPE_CHECKING:
 
     from sandboxd.builds.builder import Builder
     from sandboxd.store.rows import BuildRow
-    from sandboxd.templates.catalog import Templates
 
 RECIPE_LIMIT = 4 << 20  # a build's steps: thousands of commands fit
 LOG_PAGE = 100  # entries per status call at most, as E2B's
 
 
-def routes(templates: Templates, builder: Builder, secret: bytes) -> list[Route]:
-    async def request_build(request: Request) -> Response:
-        body = await read_json(request, NewBuild)
-        template, build = await templates.request_build(
-            body.name, body.tags, body.cpuCount, body.memoryMB, body.diskSizeMB
-        )
-        names = [template.alias] if template.alias else []
-        return JSONResponse({"templateID": template.template_id, "buildID": build.build_id,
-                             "public": template.public, "names": names, "aliases": names,
-                             "tags": build.tags}, 202)  # fmt: skip
+async def request_build(request: Request) -> Response:
+    body = await read_json(request, NewBuild)
+    template, build = await context(request).templates.request_build(
+        body.name, body.tags, body.cpuCount, body.memoryMB, body.diskSizeMB
+    )
+    names = [template.alias] if template.alias else []
+    return JSONResponse({"templateID": template.template_id, "buildID": build.build_id,
+                         "public": template.public, "names": names, "aliases": names,
+                         "tags": build.tags}, 202)  # fmt: skip
 
-    async def files(request: Request) -> Response:
-        template = templates.get(request.path_params["template_id"])
-        files_hash = request.path_params["files_hash"]
-        present = builder.uploads(template.template_id).present(files_hash)
-        # The URL also when present: a step with `forceUpload` uploads whenever it gets one.
-        path = upload_urls.signed_path(secret, template.template_id, files_hash)
-        url = str(request.base_url).rstrip("/") + path
-        return JSONResponse({"present": present, "url": url}, 201)
 
-    async def upload(request: Request) -> Response:
-        template_id = request.path_params["template_id"]
-        files_hash = request.path_params["files_hash"]
-        query = request.query_params
-        refusal = upload_urls.check(secret, template_id, files_hash, query.get("expires", ""),
-                                    query.get("signature", ""))  # fmt: skip
-        if refusal:
-            raise RequestError(403, refusal)
-        templates.get(template_id)
-        declared = request.headers.get("content-length")
-        length = int(declared) if declared and declared.isdigit() else None
-        await builder.uploads(template_id).receive(files_hash, request.stream(), length)
-        return Response(status_code=200)
+async def files(request: Request) -> Response:
+    api = context(request)
+    template = api.templates.get(request.path_params["template_id"])
+    files_hash = request.path_params["files_hash"]
+    present = api.builder.uploads(template.template_id).present(files_hash)
+    # The URL also when present: a step with `forceUpload` uploads whenever it gets one.
+    path = upload_urls.signed_path(api.uploads_key, template.template_id, files_hash)
+    url = str(request.base_url).rstrip("/") + path
+    return JSONResponse({"present": present, "url": url}, 201)
 
-    async def start_build(request: Request) -> Response:
-        build = templates.build(request.path_params["template_id"], request.path_params["build_id"])
-        recipe = await read_json(request, Recipe, limit=RECIPE_LIMIT)
-        await builder.start(build, recipe)
-        return Response(status_code=202)
 
-    async def status(request: Request) -> Response:
-        template_id = request.path_params["template_id"]
-        build = templates.build(template_id, request.path_params["build_id"])
-        offset = params.query_int(request, "logsOffset", 0, INT32_MAX) or 0
-        asked = params.query_int(request, "limit", 0, INT32_MAX)
-        limit = LOG_PAGE if asked is None else min(asked, LOG_PAGE)
-        return JSONResponse(_status(build, builder, offset, limit))
+async def upload(request: Request) -> Response:
+    api = context(request)
+    template_id = request.path_params["template_id"]
+    files_hash = request.path_params["files_hash"]
+    query = request.query_params
+    refusal = upload_urls.check(api.uploads_key, template_id, files_hash,
+                                query.get("expires", ""), query.get("signature", ""))  # fmt: skip
+    if refusal:
+        raise RequestError(403, refusal)
+    api.templates.get(template_id)
+    declared = request.headers.get("content-length")
+    length = int(declared) if declared and declared.isdigit() else None
+    await api.builder.uploads(template_id).receive(files_hash, request.stream(), length)
+    return Response(status_code=200)
 
-    async def assign_tags(request: Request) -> Response:
-        body = await read_json(request, AssignTags)
-        build = await templates.assign_tags(body.target, body.tags)
-        return JSONResponse({"buildID": build.build_id, "tags": body.tags}, 201)
 
-    async def remove_tags(request: Request) -> Response:
-        body = await read_json(request, RemoveTags)
-        await templates.remove_tags(body.name, body.tags)
-        return Response(status_code=204)
+async def start_build(request: Request) -> Response:
+    api = context(request)
+    path = request.path_params
+    build = api.templates.build(path["template_id"], path["build_id"])
+    recipe = await read_json(request, Recipe, limit=RECIPE_LIMIT)
+    await api.builder.start(build, recipe)
+    return Response(status_code=202)
 
-    async def list_tags(request: Request) -> Response:
-        template = templates.get(request.path_params["template_id"])
-        rows = templates.store.tags(template.template_id)
-        return JSONResponse([{"tag": t.tag, "buildID": t.build_id,
-                              "createdAt": rfc3339(t.created_at)} for t in rows])  # fmt: skip
 
+async def status(request: Request) -> Response:
+    api = context(request)
+    path = request.path_params
+    build = api.templates.build(path["template_id"], path["build_id"])
+    offset = params.query_int(request, "logsOffset", 0, INT32_MAX) or 0
+    asked = params.query_int(request, "limit", 0, INT32_MAX)
+    limit = LOG_PAGE if asked is None else min(asked, LOG_PAGE)
+    return JSONResponse(_status(build, api.builder, offset, limit))
+
+
+async def assign_tags(request: Request) -> Response:
+    body = await read_json(request, AssignTags)
+    build = await context(request).templates.assign_tags(body.target, body.tags)
+    return JSONResponse({"buildID": build.build_id, "tags": body.tags}, 201)
+
+
+async def remove_tags(request: Request) -> Response:
+    body = await read_json(request, RemoveTags)
+    await context(request).templates.remove_tags(body.name, body.tags)
+    return Response(status_code=204)
+
+
+async def list_tags(request: Request) -> Response:
+    templates = context(request).templates
+    template = templates.get(request.path_params["template_id"])
+    rows = templates.store.tags(template.template_id)
+    return JSONResponse([{"tag": t.tag, "buildID": t.build_id,
+                          "createdAt": rfc3339(t.created_at)} for t in rows])  # fmt: skip
+
+
+def routes() -> list[Route]:
     return [
         Route("/v3/templates", request_build, methods=["POST"]),
         Route("/templates/tags", assign_tags, methods=["POST"]),

@@ -13,7 +13,7 @@ from sandboxd.api.errors import RequestError
 if TYPE_CHECKING:
     from starlette.requests import Request
 
-    from sandboxd.lifecycle.sandbox import Sandbox
+    from sandboxd.node.models import SandboxInfo
 
 STATES = ("running", "paused")
 MAX_LIMIT = 100
@@ -68,22 +68,21 @@ def decode_token(token: str, ascending: bool) -> tuple[int, str]:
         raise RequestError(400, "Invalid next token") from None
 
 
-def matches(s: Sandbox, q: Query, template_ids: set[str] | None) -> bool:
-    row = s.row
+def matches(s: SandboxInfo, q: Query, template_ids: set[str] | None) -> bool:
     return (
-        row.state in q.states
-        and all(row.metadata.get(k) == v for k, v in q.metadata.items())
-        and (q.started_after_us is None or row.started_at >= q.started_after_us)
-        and (template_ids is None or row.template_id in template_ids)
+        s.state in q.states
+        and all(s.metadata.get(k) == v for k, v in q.metadata.items())
+        and (q.started_after_us is None or s.started_at >= q.started_after_us)
+        and (template_ids is None or s.template_id in template_ids)
     )
 
 
-def page(sandboxes: list[Sandbox], q: Query) -> tuple[list[Sandbox], str | None]:
+def page(sandboxes: list[SandboxInfo], q: Query) -> tuple[list[SandboxInfo], str | None]:
     """One page in the query's order, and the token of the next (None on the last page).
     Descending: newest startedAt first, ties by id ascending; ascending is its exact reverse."""
 
-    def key(s: Sandbox) -> tuple[int, str]:
-        return s.row.started_at, s.row.sandbox_id
+    def key(s: SandboxInfo) -> tuple[int, str]:
+        return s.started_at, s.sandbox_id
 
     def desc_rank(k: tuple[int, str]) -> tuple[int, str]:
         return -k[0], k[1]

@@ -1,7 +1,7 @@
 """`GET /sandboxes/{id}/logs` (v1: `start` in Unix ms, `limit`; what the E2B CLI's
 `sandbox logs` reads, each line a JSON object with `level` and `logger`) and
 `GET /v2/sandboxes/{id}/logs` (`cursor` in Unix ms, `limit`, `direction` forward or backward),
-from the sandbox's journal (sandboxd/runtime/nspawn/journal.py), running or paused."""
+from the sandbox's log as its node keeps it (sandboxd.node.service), running or paused."""
 
 from __future__ import annotations
 
@@ -12,16 +12,14 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from sandboxd.api import params
+from sandboxd.api.context import context
 from sandboxd.api.errors import RequestError
-from sandboxd.errors import SandboxError, SandboxNotFound
 from sandboxd.ids import rfc3339
-from sandboxd.runtime.nspawn import journal
 
 if TYPE_CHECKING:
     from starlette.requests import Request
 
-    from sandboxd.lifecycle.manager import SandboxManager
-    from sandboxd.runtime.nspawn.journal import LogEntry
+    from sandboxd.node.models import LogEntry
 
 MAX_LIMIT = 1000
 UNIX_MS_MAX = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
@@ -34,43 +32,40 @@ def _entry(e: LogEntry) -> dict[str, Any]:
             "fields": {"logger": e.logger}}  # fmt: skip
 
 
-def routes(manager: SandboxManager) -> list[Route]:
-    async def read(request: Request, since_ms: int | None, until_ms: int | None, limit: int,
-                   newest_first: bool) -> list[LogEntry]:  # fmt: skip
-        sandbox_id = params.sandbox_id(request)
-        sandbox = manager.existing(sandbox_id)
-        since = None if since_ms is None else since_ms * 1000
-        until = None if until_ms is None else until_ms * 1000 + 999
-        try:
-            return await journal.read(sandbox.box, since, until, limit, newest_first)
-        except SandboxError as exc:
-            if manager.get(sandbox_id) is None:  # killed meanwhile
-                raise SandboxNotFound(sandbox_id) from exc
-            raise
+async def _read(request: Request, since_ms: int | None, until_ms: int | None, limit: int,
+                newest_first: bool) -> list[LogEntry]:  # fmt: skip
+    since = None if since_ms is None else since_ms * 1000
+    until = None if until_ms is None else until_ms * 1000 + 999
+    node = context(request).node
+    return await node.logs(params.sandbox_id(request), since, until, limit, newest_first)
 
-    async def logs_v1(request: Request) -> Response:
-        start = params.query_int(request, "start", 0, UNIX_MS_MAX)
-        limit = params.query_int(request, "limit", 1, MAX_LIMIT) or MAX_LIMIT
-        entries = await read(request, start, None, limit, newest_first=False)
-        return JSONResponse({
-            "logs": [{"timestamp": rfc3339(e.timestamp_us),
-                      "line": json.dumps({"level": e.level, "logger": e.logger,
-                                          "message": e.message})} for e in entries],
-            "logEntries": [_entry(e) for e in entries],
-        })  # fmt: skip
 
-    async def logs_v2(request: Request) -> Response:
-        cursor = params.query_int(request, "cursor", 0, UNIX_MS_MAX)
-        limit = params.query_int(request, "limit", 0, MAX_LIMIT)
-        direction = request.query_params.get("direction", "forward")
-        if direction not in DIRECTIONS:
-            raise RequestError(400, f"validation error: direction: {direction!r} is not "
-                                    "forward or backward")  # fmt: skip
-        backward = direction == "backward"
-        entries = await read(request, None if backward else cursor, cursor if backward else None,
-                             MAX_LIMIT if limit is None else limit, newest_first=backward)  # fmt: skip
-        return JSONResponse({"logs": [_entry(e) for e in entries]})
+async def logs_v1(request: Request) -> Response:
+    start = params.query_int(request, "start", 0, UNIX_MS_MAX)
+    limit = params.query_int(request, "limit", 1, MAX_LIMIT) or MAX_LIMIT
+    entries = await _read(request, start, None, limit, newest_first=False)
+    return JSONResponse({
+        "logs": [{"timestamp": rfc3339(e.timestamp_us),
+                  "line": json.dumps({"level": e.level, "logger": e.logger,
+                                      "message": e.message})} for e in entries],
+        "logEntries": [_entry(e) for e in entries],
+    })  # fmt: skip
 
+
+async def logs_v2(request: Request) -> Response:
+    cursor = params.query_int(request, "cursor", 0, UNIX_MS_MAX)
+    limit = params.query_int(request, "limit", 0, MAX_LIMIT)
+    direction = request.query_params.get("direction", "forward")
+    if direction not in DIRECTIONS:
+        raise RequestError(400, f"validation error: direction: {direction!r} is not "
+                                "forward or backward")  # fmt: skip
+    backward = direction == "backward"
+    entries = await _read(request, None if backward else cursor, cursor if backward else None,
+                          MAX_LIMIT if limit is None else limit, newest_first=backward)  # fmt: skip
+    return JSONResponse({"logs": [_entry(e) for e in entries]})
+
+
+def routes() -> list[Route]:
     return [
         Route("/sandboxes/{sandbox_id}/logs", logs_v1, methods=["GET"]),
         Route("/v2/sandboxes/{sandbox_id}/logs", logs_v2, methods=["GET"]),

@@ -1,4 +1,5 @@
-"""Metric queries: sandbox samples and team gauges grouped into buckets whose width grows with
+"""`GET /sandboxes/{id}/metrics` (the node's samples of one sandbox) and `GET
+/teams/{id}/metrics` (the store's gauges of all), grouped into buckets whose width grows with
 the range asked for (the reference's ClickHouse queries: max per bucket, ascending)."""
 
 from __future__ import annotations
@@ -7,9 +8,17 @@ import dataclasses
 import time
 from typing import TYPE_CHECKING, Any
 
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from sandboxd.api import params, responses
+from sandboxd.api.context import context
+from sandboxd.api.errors import RequestError
 from sandboxd.ids import rfc3339
 
 if TYPE_CHECKING:
+    from starlette.requests import Request
+
     from sandboxd.store.interface import Store
     from sandboxd.store.rows import MetricSample
 
@@ -17,6 +26,36 @@ if TYPE_CHECKING:
 STEPS = ((3600, 5), (6 * 3600, 30), (12 * 3600, 60), (24 * 3600, 120), (7 * 86400, 300))
 LONGEST_STEP = 900
 TEAM_DEFAULT_RANGE_S = 7 * 86400
+UNIX_S_MAX = 253_402_300_799  # 9999-12-31T23:59:59Z: the last second RFC 3339 can write
+
+
+async def sandbox(request: Request) -> Response:
+    sandbox_id = params.sandbox_id(request)
+    start, end = _range(request)
+    samples = await context(request).node.metrics(sandbox_id, start, end)
+    return JSONResponse(sandbox_metrics(samples, start, end))
+
+
+async def team(request: Request) -> Response:
+    if request.path_params["team_id"] != responses.TEAM_ID:
+        raise RequestError(403, f"You (team {responses.TEAM_ID}) don't have access to this team")
+    start, end = _range(request)
+    return JSONResponse(team_metrics(context(request).store, start, end))
+
+
+def routes() -> list[Route]:
+    return [
+        Route("/sandboxes/{sandbox_id}/metrics", sandbox, methods=["GET"]),
+        Route("/teams/{team_id}/metrics", team, methods=["GET"]),
+    ]
+
+
+def _range(request: Request) -> tuple[int | None, int | None]:
+    start = params.query_int(request, "start", 0, UNIX_S_MAX)
+    end = params.query_int(request, "end", 0, UNIX_S_MAX)
+    if start is not None and end is not None and start > end:
+        raise RequestError(400, "Invalid time range for metrics")
+    return start, end
 
 
 def step_for(range_s: int) -> int:
@@ -31,10 +70,10 @@ def _stamp(bucket: int) -> dict[str, Any]:
 
 
 def sandbox_metrics(
-    store: Store, sandbox_id: str, start: int | None, end: int | None
+    samples: list[MetricSample], start: int | None, end: int | None
 ) -> list[dict[str, Any]]:
-    """Samples in [start, end] (None: the first or last sample), max per bucket."""
-    samples = store.metrics(sandbox_id, start, end)
+    """`samples` (oldest first) in [start, end] (None: the first or last sample), max per
+    bucket."""
     if not samples:
         return []
     first = samples[0].ts if start is None else start

@@ -4,19 +4,16 @@ decoding ignores them."""
 
 from __future__ import annotations
 
-import ipaddress
 import json
 from typing import Any, Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from sandboxd.api.errors import RequestError
-from sandboxd.host.disk import MIN_DISK_MB
-from sandboxd.network.egress_proxy.names import is_domain_entry, is_name, normalize
+from sandboxd.node.rules import check_disk_mb, check_egress, check_proxy_address
 
 Model = TypeVar("Model", bound=BaseModel)
 INT32_MAX = 2**31 - 1
-ANY_IPV4 = "0.0.0.0/0"
 
 
 class Body(BaseModel):
@@ -41,14 +38,8 @@ class EgressProxy(Body):
 
     @model_validator(mode="after")
     def _check_address(self) -> Self:
-        host, _, port = self.address.rpartition(":")
-        if not (host and port.isdigit() and 0 < int(port) < 65536 and _is_host(host)):
-            raise ValueError(f"address: {self.address!r} is not host:port (IPv4 or a name)")
+        check_proxy_address(self.address)
         return self
-
-
-def _is_host(host: str) -> bool:
-    return _is_ipv4_address(host) or is_name(normalize(host))
 
 
 class _Egress(Body):
@@ -62,22 +53,7 @@ class _Egress(Body):
 
     @model_validator(mode="after")
     def _check_egress(self) -> Self:
-        # As E2B's API (validateEgressRules): addresses must be specified ones (0.0.0.0/0 aside),
-        # denyOut holds no domains, and domains in allowOut need everything else denied.
-        for entry in self.denyOut or []:
-            if not _is_specified_ip(entry):
-                raise ValueError(f"denyOut: {entry!r} is not an IP address or CIDR")
-        for entry in self.allowOut or []:
-            if _is_ip(entry) and not _is_specified_ip(entry):
-                raise ValueError(f"allowOut: {entry!r} is not a usable IP address or CIDR")
-            if not _is_ip(entry) and not is_domain_entry(entry):
-                raise ValueError(f"allowOut: {entry!r} is not an IP address, CIDR or domain")
-        has_domains = any(not _is_ip(entry) for entry in self.allowOut or [])
-        if has_domains and ANY_IPV4 not in (self.denyOut or []):
-            raise ValueError("allowOut: domains need 0.0.0.0/0 in denyOut")
-        for entry in self.dnsServers or []:
-            if not _is_ipv4_address(entry):
-                raise ValueError(f"dnsServers: {entry!r} is not an IPv4 address")
+        check_egress(self.allowOut or [], self.denyOut or [], self.dnsServers or [])
         return self
 
 
@@ -91,33 +67,6 @@ class NetworkUpdate(_Egress):
     rules, a field left out is cleared."""
 
     allow_internet_access: bool | None = None
-
-
-def _is_ip(entry: str) -> bool:
-    try:
-        ipaddress.ip_network(entry, strict=False)
-    except ValueError:
-        return False
-    return True
-
-
-def _is_specified_ip(entry: str) -> bool:
-    """An address or CIDR whose address is not 0.0.0.0 or :: (nftables refuses those), or
-    0.0.0.0/0 itself."""
-    if entry == ANY_IPV4:
-        return True
-    try:
-        return not ipaddress.ip_interface(entry).ip.is_unspecified
-    except ValueError:
-        return False
-
-
-def _is_ipv4_address(entry: str) -> bool:
-    try:
-        ipaddress.IPv4Address(entry)
-    except ValueError:
-        return False
-    return True
 
 
 class NewSandbox(Body):
@@ -194,8 +143,7 @@ class TemplateSizes(Body):
 
     @model_validator(mode="after")
     def _check_sizes(self) -> Self:
-        if self.diskSizeMB is not None and 0 < self.diskSizeMB < MIN_DISK_MB:
-            raise ValueError(f"diskSizeMB: 0 (no limit) or at least {MIN_DISK_MB}")
+        check_disk_mb(self.diskSizeMB)
         if self.cpuCount != 1 and self.cpuCount % 2:
             raise ValueError("cpuCount: must be 1 or even")
         if self.memoryMB % 2:

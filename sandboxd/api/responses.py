@@ -8,8 +8,7 @@ from typing import TYPE_CHECKING, Any
 from sandboxd.ids import rfc3339
 
 if TYPE_CHECKING:
-    from sandboxd.lifecycle.manager import SandboxManager
-    from sandboxd.lifecycle.sandbox import Sandbox
+    from sandboxd.node.models import SandboxInfo
     from sandboxd.store.rows import BuildRow, TemplateRow
 
 # The reference's constant for the deprecated clientID (infra: utils/split.go).
@@ -18,56 +17,53 @@ CLIENT_ID = "6532622b"
 TEAM_ID = "00000000-0000-4000-8000-000000000001"
 
 
-def sandbox(manager: SandboxManager, s: Sandbox, domain: str) -> dict[str, Any]:
+def sandbox(s: SandboxInfo, domain: str) -> dict[str, Any]:
     """`Sandbox` (create, connect, resume). `domain` is serve's: the SDKs' `get_host()` builds
     `{port}-{id}.{domain}` from it, whatever their own E2B_DOMAIN (E2B's `e2b.app` by default)."""
-    row = s.row
     out: dict[str, Any] = {
-        "templateID": row.template_id,
-        "sandboxID": row.sandbox_id,
+        "templateID": s.template_id,
+        "sandboxID": s.sandbox_id,
         "clientID": CLIENT_ID,
-        "envdVersion": row.envd_version,
+        "envdVersion": s.envd_version,
     }
-    if row.alias is not None:
-        out["alias"] = row.alias
-    if s.token is not None:
-        out["envdAccessToken"] = s.token
-    network = row.options.get("network") or {}
-    if network.get("allowPublicTraffic") is False:
-        out["trafficAccessToken"] = manager.tokens.traffic(row.sandbox_id)
+    if s.alias is not None:
+        out["alias"] = s.alias
+    if s.envd_token is not None:
+        out["envdAccessToken"] = s.envd_token
+    if s.traffic_token is not None:
+        out["trafficAccessToken"] = s.traffic_token
     out["domain"] = domain
     return out
 
 
-def listed(s: Sandbox) -> dict[str, Any]:
+def listed(s: SandboxInfo) -> dict[str, Any]:
     """`ListedSandbox` (lists)."""
-    row = s.row
     out: dict[str, Any] = {
-        "templateID": row.template_id,
-        "sandboxID": row.sandbox_id,
+        "templateID": s.template_id,
+        "sandboxID": s.sandbox_id,
         "clientID": CLIENT_ID,
-        "startedAt": rfc3339(row.started_at),
-        "endAt": rfc3339(row.end_at),
-        "cpuCount": row.cpu_count,
-        "memoryMB": row.memory_mb,
-        "diskSizeMB": row.disk_size_mb,
-        "state": row.state,
-        "envdVersion": row.envd_version,
-        "metadata": row.metadata,
+        "startedAt": rfc3339(s.started_at),
+        "endAt": rfc3339(s.end_at),
+        "cpuCount": s.cpu_count,
+        "memoryMB": s.memory_mb,
+        "diskSizeMB": s.disk_size_mb,
+        "state": s.state,
+        "envdVersion": s.envd_version,
+        "metadata": s.metadata,
     }
-    if row.alias is not None:
-        out["alias"] = row.alias
-    if "volumeMounts" in row.options:
-        out["volumeMounts"] = row.options["volumeMounts"]
+    if s.alias is not None:
+        out["alias"] = s.alias
+    if "volumeMounts" in s.options:
+        out["volumeMounts"] = s.options["volumeMounts"]
     return out
 
 
-def detail(s: Sandbox, domain: str) -> dict[str, Any]:
+def detail(s: SandboxInfo, domain: str) -> dict[str, Any]:
     """`SandboxDetail` (GET /sandboxes/{id})."""
-    options = s.row.options
+    options = s.options
     out = listed(s)
-    if s.token is not None:
-        out["envdAccessToken"] = s.token
+    if s.envd_token is not None:
+        out["envdAccessToken"] = s.envd_token
     out["allowInternetAccess"] = options.get("allow_internet_access")
     out["domain"] = domain
     if "network" in options:
@@ -80,7 +76,7 @@ def detail(s: Sandbox, domain: str) -> dict[str, Any]:
     auto_resume = options.get("autoResume") or {}
     out["lifecycle"] = {
         "autoResume": bool(auto_resume.get("enabled")),
-        "onTimeout": "pause" if s.row.auto_pause else "kill",
+        "onTimeout": "pause" if s.auto_pause else "kill",
     }
     return out
 

@@ -1,5 +1,6 @@
 """The sandbox endpoints: create and connect (v1 and v2), get, list (v1 and v2), kill, resume,
-pause, timeout, network rules, and sandbox and team metrics."""
+pause, timeout and network rules, over the node service (sandboxd.node.service). Metrics are
+sandboxd/api/metrics.py's, logs sandboxd/api/logs.py's."""
 
 from __future__ import annotations
 
@@ -10,9 +11,8 @@ from starlette.routing import Route
 
 from sandboxd.api import listing, params, responses
 from sandboxd.api.bodies import CREATE_LIMIT, read_json
+from sandboxd.api.context import context
 from sandboxd.api.errors import RequestError
-from sandboxd.api.idempotency import IdempotentCreates
-from sandboxd.api.metrics import sandbox_metrics, team_metrics
 from sandboxd.api.request_models import (
     ConnectV2,
     NetworkUpdate,
@@ -23,139 +23,136 @@ from sandboxd.api.request_models import (
     Timeout,
 )
 from sandboxd.errors import SandboxNotFound
-from sandboxd.lifecycle.egress import update_network
-from sandboxd.lifecycle.sandbox import CreateRequest
+from sandboxd.node.models import SandboxConfig
 
 if TYPE_CHECKING:
     from starlette.requests import Request
 
-    from sandboxd.lifecycle.manager import SandboxManager
-    from sandboxd.store.interface import Store
 
-UNIX_S_MAX = 253_402_300_799  # 9999-12-31T23:59:59Z: the last second RFC 3339 can write
-
-
-def _request(body: NewSandbox) -> CreateRequest:
-    # Kept under their wire names (shown by GET; CreateRequest says which are enforced).
+def _config(body: NewSandbox) -> SandboxConfig:
+    # Kept under their wire names (shown by GET; SandboxConfig says which are enforced).
     kept = {"network", "allow_internet_access", "mcp", "volumeMounts", "autoResume",
             "autoPauseMemory"}  # fmt: skip
     options: dict[str, Any] = body.model_dump(include=kept, exclude_none=True)
-    return CreateRequest(body.templateID, body.timeout, body.secure, body.autoPause,
+    return SandboxConfig(body.templateID, body.timeout, body.secure, body.autoPause,
                          body.metadata or {}, body.envVars or {}, options)  # fmt: skip
 
 
-def routes(manager: SandboxManager, store: Store, domain: str) -> list[Route]:
-    """`domain`: serve's, where the SDKs reach the sandboxes' ports (`get_host()`)."""
-    idempotent = IdempotentCreates()
+async def _create(request: Request, model: type[NewSandbox]) -> Response:
+    api = context(request)
+    config = _config(await read_json(request, model, limit=CREATE_LIMIT))
+    key = request.headers.get("idempotency-key")
+    if key is None:
+        return JSONResponse(responses.sandbox(await api.node.create(config), api.domain), 201)
 
-    async def _create(request: Request, model: type[NewSandbox]) -> Response:
-        spec = _request(await read_json(request, model, limit=CREATE_LIMIT))
-        key = request.headers.get("idempotency-key")
-        if key is None:
-            return JSONResponse(responses.sandbox(manager, await manager.create(spec), domain), 201)
+    async def create() -> str:
+        return (await api.node.create(config)).sandbox_id
 
-        async def create() -> str:
-            return (await manager.create(spec)).id
+    sandbox_id = await api.creates.run(request.headers["x-api-key"], key, create)
+    sandbox = await api.node.get(sandbox_id)
+    if sandbox is None:
+        raise RequestError(409, f"the sandbox created with this Idempotency-Key "
+                                f"({sandbox_id}) is gone")  # fmt: skip
+    return JSONResponse(responses.sandbox(sandbox, api.domain), 201)
 
-        sandbox_id = await idempotent.run(request.headers["x-api-key"], key, create)
-        sandbox = manager.get(sandbox_id)
-        if sandbox is None:
-            raise RequestError(409, f"the sandbox created with this Idempotency-Key "
-                                    f"({sandbox_id}) is gone")  # fmt: skip
-        return JSONResponse(responses.sandbox(manager, sandbox, domain), 201)
 
-    async def create(request: Request) -> Response:
-        return await _create(request, NewSandbox)
+async def create(request: Request) -> Response:
+    return await _create(request, NewSandbox)
 
-    async def create_v2(request: Request) -> Response:
-        return await _create(request, NewSandboxV2)
 
-    async def get(request: Request) -> Response:
-        sandbox_id = params.sandbox_id(request)
-        sandbox = manager.get(sandbox_id)  # one whose kill stopped halfway is still shown
-        if sandbox is None:
-            raise SandboxNotFound(sandbox_id)
-        return JSONResponse(responses.detail(sandbox, domain))
+async def create_v2(request: Request) -> Response:
+    return await _create(request, NewSandboxV2)
 
-    async def kill(request: Request) -> Response:
-        await manager.kill(params.sandbox_id(request))
-        return Response(status_code=204)
 
-    async def _connect(sandbox_id: str, timeout_s: int) -> Response:
-        sandbox, resumed = await manager.connect(sandbox_id, timeout_s)
-        return JSONResponse(responses.sandbox(manager, sandbox, domain), 201 if resumed else 200)
+async def get(request: Request) -> Response:
+    api = context(request)
+    sandbox_id = params.sandbox_id(request)
+    sandbox = await api.node.get(sandbox_id)  # one whose kill stopped halfway is still shown
+    if sandbox is None:
+        raise SandboxNotFound(sandbox_id)
+    return JSONResponse(responses.detail(sandbox, api.domain))
 
-    async def connect(request: Request) -> Response:
-        sandbox_id = params.sandbox_id(request)
-        return await _connect(sandbox_id, (await read_json(request, Timeout)).timeout)
 
-    async def connect_v2(request: Request) -> Response:
-        sandbox_id = params.sandbox_id(request)
-        body = await read_json(request, ConnectV2, optional=True)
-        if not body.memory:
-            # A frozen container keeps its memory: it cannot boot again from its disk alone.
-            raise RequestError(400, "validation error: memory: false (a cold boot) is not offered")
-        return await _connect(sandbox_id, body.timeout)
+async def kill(request: Request) -> Response:
+    await context(request).node.kill(params.sandbox_id(request))
+    return Response(status_code=204)
 
-    async def resume(request: Request) -> Response:
-        sandbox_id = params.sandbox_id(request)
-        body = await read_json(request, Resume, optional=True)
-        sandbox = await manager.resume(sandbox_id, body.timeout)
-        return JSONResponse(responses.sandbox(manager, sandbox, domain), 201)
 
-    async def pause(request: Request) -> Response:
-        sandbox_id = params.sandbox_id(request)
-        await read_json(request, Pause, optional=True)  # memory: false is not offered
-        await manager.pause(sandbox_id)
-        return Response(status_code=204)
+async def _connect(request: Request, sandbox_id: str, timeout_s: int) -> Response:
+    api = context(request)
+    sandbox, resumed = await api.node.connect(sandbox_id, timeout_s)
+    return JSONResponse(responses.sandbox(sandbox, api.domain), 201 if resumed else 200)
 
-    async def set_timeout(request: Request) -> Response:
-        sandbox_id = params.sandbox_id(request)
-        body = await read_json(request, Timeout)
-        await manager.set_timeout(sandbox_id, body.timeout)
-        return Response(status_code=204)
 
-    async def set_network(request: Request) -> Response:
-        sandbox_id = params.sandbox_id(request)
-        body = await read_json(request, NetworkUpdate)
-        await update_network(manager, sandbox_id, body.model_dump(exclude_none=True))
-        return Response(status_code=204)
+async def connect(request: Request) -> Response:
+    sandbox_id = params.sandbox_id(request)
+    return await _connect(request, sandbox_id, (await read_json(request, Timeout)).timeout)
 
-    async def list_v2(request: Request) -> Response:
-        query = listing.parse(request)
-        template_ids = None
-        if query.template is not None:
-            template = store.template(query.template)
-            template_ids = {template.template_id} if template else set()
-        found = [s for s in manager.all() if listing.matches(s, query, template_ids)]
-        items, token = listing.page(found, query)
-        headers = {}
-        if token is not None:
-            headers["X-Next-Token"] = token
-        if "running" in query.states:
-            headers["X-Total-Running"] = str(sum(s.running for s in found))
-        return JSONResponse([responses.listed(s) for s in items], headers=headers)
 
-    async def list_v1(request: Request) -> Response:
-        wanted = params.metadata_filter(request)
-        found = [s for s in manager.all() if s.running
-                 and all(s.row.metadata.get(k) == v for k, v in wanted.items())]  # fmt: skip
-        found.sort(key=lambda s: (-s.row.started_at, s.row.sandbox_id))
-        return JSONResponse([responses.listed(s) for s in found])
+async def connect_v2(request: Request) -> Response:
+    sandbox_id = params.sandbox_id(request)
+    body = await read_json(request, ConnectV2, optional=True)
+    if not body.memory:
+        # A frozen container keeps its memory: it cannot boot again from its disk alone.
+        raise RequestError(400, "validation error: memory: false (a cold boot) is not offered")
+    return await _connect(request, sandbox_id, body.timeout)
 
-    async def metrics(request: Request) -> Response:
-        sandbox_id = params.sandbox_id(request)
-        start, end = _range(request)
-        return JSONResponse(sandbox_metrics(store, sandbox_id, start, end))
 
-    async def team(request: Request) -> Response:
-        if request.path_params["team_id"] != responses.TEAM_ID:
-            raise RequestError(
-                403, f"You (team {responses.TEAM_ID}) don't have access to this team"
-            )
-        start, end = _range(request)
-        return JSONResponse(team_metrics(store, start, end))
+async def resume(request: Request) -> Response:
+    api = context(request)
+    sandbox_id = params.sandbox_id(request)
+    body = await read_json(request, Resume, optional=True)
+    sandbox = await api.node.resume(sandbox_id, body.timeout)
+    return JSONResponse(responses.sandbox(sandbox, api.domain), 201)
 
+
+async def pause(request: Request) -> Response:
+    sandbox_id = params.sandbox_id(request)
+    await read_json(request, Pause, optional=True)  # memory: false is not offered
+    await context(request).node.pause(sandbox_id)
+    return Response(status_code=204)
+
+
+async def set_timeout(request: Request) -> Response:
+    sandbox_id = params.sandbox_id(request)
+    body = await read_json(request, Timeout)
+    await context(request).node.set_timeout(sandbox_id, body.timeout)
+    return Response(status_code=204)
+
+
+async def set_network(request: Request) -> Response:
+    sandbox_id = params.sandbox_id(request)
+    body = await read_json(request, NetworkUpdate)
+    await context(request).node.update_network(sandbox_id, body.model_dump(exclude_none=True))
+    return Response(status_code=204)
+
+
+async def list_v2(request: Request) -> Response:
+    api = context(request)
+    query = listing.parse(request)
+    template_ids = None
+    if query.template is not None:
+        template = api.store.template(query.template)
+        template_ids = {template.template_id} if template else set()
+    found = [s for s in await api.node.list_sandboxes() if listing.matches(s, query, template_ids)]
+    items, token = listing.page(found, query)
+    headers = {}
+    if token is not None:
+        headers["X-Next-Token"] = token
+    if "running" in query.states:
+        headers["X-Total-Running"] = str(sum(s.running for s in found))
+    return JSONResponse([responses.listed(s) for s in items], headers=headers)
+
+
+async def list_v1(request: Request) -> Response:
+    wanted = params.metadata_filter(request)
+    found = [s for s in await context(request).node.list_sandboxes() if s.running
+             and all(s.metadata.get(k) == v for k, v in wanted.items())]  # fmt: skip
+    found.sort(key=lambda s: (-s.started_at, s.sandbox_id))
+    return JSONResponse([responses.listed(s) for s in found])
+
+
+def routes() -> list[Route]:
     return [
         Route("/sandboxes", create, methods=["POST"]),
         Route("/sandboxes", list_v1, methods=["GET"]),
@@ -169,14 +166,4 @@ def routes(manager: SandboxManager, store: Store, domain: str) -> list[Route]:
         Route("/sandboxes/{sandbox_id}/pause", pause, methods=["POST"]),
         Route("/sandboxes/{sandbox_id}/timeout", set_timeout, methods=["POST"]),
         Route("/sandboxes/{sandbox_id}/network", set_network, methods=["PUT"]),
-        Route("/sandboxes/{sandbox_id}/metrics", metrics, methods=["GET"]),
-        Route("/teams/{team_id}/metrics", team, methods=["GET"]),
     ]
-
-
-def _range(request: Request) -> tuple[int | None, int | None]:
-    start = params.query_int(request, "start", 0, UNIX_S_MAX)
-    end = params.query_int(request, "end", 0, UNIX_S_MAX)
-    if start is not None and end is not None and start > end:
-        raise RequestError(400, "Invalid time range for metrics")
-    return start, end

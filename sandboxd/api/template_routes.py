@@ -6,7 +6,6 @@ sandboxd/api/build_routes.py; E2B's routes sandboxd does not serve answer "not s
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING
 
 from starlette.responses import JSONResponse, Response
@@ -14,73 +13,82 @@ from starlette.routing import Route
 
 from sandboxd.api import build_routes, params, responses, unserved
 from sandboxd.api.bodies import read_json
+from sandboxd.api.context import context
 from sandboxd.api.listing import MAX_LIMIT
 from sandboxd.api.request_models import NewTemplate, TemplateUpdate
-from sandboxd.host.removal import remove_tree
 
 if TYPE_CHECKING:
     from starlette.requests import Request
 
-    from sandboxd.builds.builder import Builder
-    from sandboxd.templates.catalog import Templates
+
+async def list_templates(request: Request) -> Response:
+    return JSONResponse([responses.template(t) for t in context(request).templates.all()])
 
 
-def routes(templates: Templates, builder: Builder, uploads_key: bytes) -> list[Route]:
-    async def list_templates(_: Request) -> Response:
-        return JSONResponse([responses.template(t) for t in templates.all()])
+async def list_v2(request: Request) -> Response:
+    everything = context(request).templates.all()
+    limit = params.query_int(request, "limit", 1, MAX_LIMIT) or MAX_LIMIT
+    after = request.query_params.get("nextToken")
+    start = next((i + 1 for i, t in enumerate(everything) if t.template_id == after), 0)
+    page = everything[start : start + limit]
+    response = JSONResponse([responses.template(t) for t in page])
+    if start + limit < len(everything):
+        response.headers["X-Next-Token"] = page[-1].template_id
+    return response
 
-    async def list_v2(request: Request) -> Response:
-        everything = templates.all()
-        limit = params.query_int(request, "limit", 1, MAX_LIMIT) or MAX_LIMIT
-        after = request.query_params.get("nextToken")
-        start = next((i + 1 for i, t in enumerate(everything) if t.template_id == after), 0)
-        page = everything[start : start + limit]
-        response = JSONResponse([responses.template(t) for t in page])
-        if start + limit < len(everything):
-            response.headers["X-Next-Token"] = page[-1].template_id
-        return response
 
-    async def get_template(request: Request) -> Response:
-        template = templates.get(request.path_params["template_id"])
-        return JSONResponse(
-            responses.template_detail(template, templates.store.builds(template.template_id))
-        )
+async def get_template(request: Request) -> Response:
+    templates = context(request).templates
+    template = templates.get(request.path_params["template_id"])
+    return JSONResponse(
+        responses.template_detail(template, templates.store.builds(template.template_id))
+    )
 
-    async def by_alias(request: Request) -> Response:
-        template = templates.get(request.path_params["alias"])
-        return JSONResponse({"templateID": template.template_id, "public": template.public})
 
-    async def create_v2(request: Request) -> Response:
-        body = await read_json(request, NewTemplate)
-        template = await templates.create_over_base(
-            body.alias, body.cpuCount, body.memoryMB, body.diskSizeMB
-        )
-        return JSONResponse(responses.template(template), 202)
+async def by_alias(request: Request) -> Response:
+    template = context(request).templates.get(request.path_params["alias"])
+    return JSONResponse({"templateID": template.template_id, "public": template.public})
 
-    async def update(request: Request) -> Response:
-        template = templates.get(request.path_params["template_id"])
-        body = await read_json(request, TemplateUpdate, optional=True)
-        if body.public is not None:
-            await templates.set_public(template, body.public)
-        return JSONResponse(None)
 
-    async def update_v2(request: Request) -> Response:
-        """The E2B CLI's `template publish` and `unpublish`: one tenant here, so public is a
-        stored flag, shown in listings, that changes no access; E2B answers the names."""
-        template = templates.get(request.path_params["template_id"])
-        body = await read_json(request, TemplateUpdate, optional=True)
-        if body.public is not None:
-            await templates.set_public(template, body.public)
-        return JSONResponse({"names": responses.template(template)["names"]})
+async def create_v2(request: Request) -> Response:
+    body = await read_json(request, NewTemplate)
+    template = await context(request).templates.create_over_base(
+        body.alias, body.cpuCount, body.memoryMB, body.diskSizeMB
+    )
+    return JSONResponse(responses.template(template), 202)
 
-    async def delete(request: Request) -> Response:
-        template = templates.get(request.path_params["template_id"])
-        await templates.delete(template.template_id)
-        await builder.cancel(template.template_id)
-        await asyncio.to_thread(remove_tree, builder.uploads_dir / template.template_id)
-        await builder.collect()
-        return Response(status_code=204)
 
+async def update(request: Request) -> Response:
+    templates = context(request).templates
+    template = templates.get(request.path_params["template_id"])
+    body = await read_json(request, TemplateUpdate, optional=True)
+    if body.public is not None:
+        await templates.set_public(template, body.public)
+    return JSONResponse(None)
+
+
+async def update_v2(request: Request) -> Response:
+    """The E2B CLI's `template publish` and `unpublish`: one tenant here, so public is a
+    stored flag, shown in listings, that changes no access; E2B answers the names."""
+    templates = context(request).templates
+    template = templates.get(request.path_params["template_id"])
+    body = await read_json(request, TemplateUpdate, optional=True)
+    if body.public is not None:
+        await templates.set_public(template, body.public)
+    return JSONResponse({"names": responses.template(template)["names"]})
+
+
+async def delete(request: Request) -> Response:
+    api = context(request)
+    template = api.templates.get(request.path_params["template_id"])
+    await api.templates.delete(template.template_id)
+    await api.builder.cancel(template.template_id)
+    await api.builder.uploads(template.template_id).remove()
+    await api.builder.collect()
+    return Response(status_code=204)
+
+
+def routes() -> list[Route]:
     # {…:path}: names such as team/name:tag arrive percent-encoded as one segment. The routes
     # by id take any path below /templates: the build routes and the unserved E2B routes go
     # before them, and after the aliases route (`/templates/{id}/tags` would take its paths).
@@ -90,7 +98,7 @@ def routes(templates: Templates, builder: Builder, uploads_key: bytes) -> list[R
         Route("/v2/templates", create_v2, methods=["POST"]),
         Route("/v2/templates/{template_id:path}", update_v2, methods=["PATCH"]),
         Route("/templates/aliases/{alias:path}", by_alias, methods=["GET"]),
-        *build_routes.routes(templates, builder, uploads_key),
+        *build_routes.routes(),
         *unserved.routes(),
         Route("/templates/{template_id:path}", get_template, methods=["GET"]),
         Route("/templates/{template_id:path}", update, methods=["PATCH"]),

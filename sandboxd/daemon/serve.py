@@ -1,10 +1,13 @@
-"""`sandboxd serve`: the state directory's store, secret and base template, the sandbox manager,
-and uvicorn serving the control API. SIGTERM stops serving and leaves the sandboxes running; the
-next start adopts them. Under systemd (Type=notify) it sends READY=1 once it listens and
+"""`sandboxd serve`, the composition root: the state directory's store, secret and base template,
+the sandbox manager behind the node service, the builder, and uvicorn serving the control API
+and the sandboxes' proxy, with the daemon's lifespan. SIGTERM stops serving and leaves the
+sandboxes running; the next start adopts them. Under systemd (Type=notify) it sends READY=1 once it listens and
 STOPPING=1 when it stops."""
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import logging
 import os
 import re
@@ -17,9 +20,10 @@ import uvicorn
 
 from envd.systemd import sd_notify
 from sandboxd.api.app import create_app
+from sandboxd.api.context import ApiContext
 from sandboxd.builds.base_image import BUILD_FILE, build_base
 from sandboxd.builds.builder import DEFAULT_DEADLINE_S, Builder, BuildLimits
-from sandboxd.daemon.listener import create_listener
+from sandboxd.daemon.listener import create_listener, create_proxy
 from sandboxd.daemon.state_dir import SECRET_FILE, open_private, umask
 from sandboxd.errors import HostError, SandboxError
 from sandboxd.host.overlay import require_rootfs
@@ -29,6 +33,7 @@ from sandboxd.network import firewall
 from sandboxd.network.dns_forwarder import DnsForwarder, host_nameservers
 from sandboxd.network.egress_proxy.server import EgressProxy
 from sandboxd.network.slots import NetworkPool, enable_forwarding
+from sandboxd.node.local import LocalNode
 from sandboxd.runtime.nspawn.container import SANDBOX_UMASK
 from sandboxd.runtime.nspawn.runtime import Runtime
 from sandboxd.runtime.nspawn.spec import BootImage
@@ -37,9 +42,14 @@ from sandboxd.templates.catalog import BASE_DISK_MB, register_base
 
 if TYPE_CHECKING:
     import socket
+    from collections.abc import AsyncIterator
     from pathlib import Path
 
+    from starlette.applications import Starlette
+    from starlette.types import Lifespan
+
     from sandboxd.builds.systemd_init import Provision
+    from sandboxd.proxy.relay import SandboxProxy
     from sandboxd.store.interface import Store
 
 log = logging.getLogger("sandboxd.daemon.serve")
@@ -80,22 +90,12 @@ class ServeOptions:
 class _Server(uvicorn.Server):
     """uvicorn telling the service manager when sandboxd serves and when it stops."""
 
-    def __init__(
-        self,
-        config: uvicorn.Config,
-        notify_socket: str | None,
-        dns: DnsForwarder | None,
-        serving: str,
-    ) -> None:
+    def __init__(self, config: uvicorn.Config, notify_socket: str | None, serving: str) -> None:
         super().__init__(config)
         self.notify_socket = notify_socket
-        self.dns = dns
         self.serving = serving  # what the one line logged once it listens says
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        # Its sockets are bound already: queries sent before it relays wait in them.
-        if self.dns is not None:
-            await self.dns.start()
         await super().startup(sockets)
         if self.started:  # the listener is bound: only now does the API answer
             status = f"serving on {self.config.host} port {self.config.port}"
@@ -106,8 +106,63 @@ class _Server(uvicorn.Server):
         sd_notify("STOPPING=1", self.notify_socket)
         log.info("stopping: sandboxes keep running for the next start to adopt")
         await super().shutdown(sockets)
-        if self.dns is not None:
-            await self.dns.close()
+
+
+def daemon_lifespan(
+    manager: SandboxManager, builder: Builder, dns: DnsForwarder | None, proxy: SandboxProxy
+) -> Lifespan[Starlette]:
+    """The daemon's start (before uvicorn listens) and stop (once it no longer does): the DNS
+    forwarder, the manager (adoption, evictor, sampler, warm pool), the builder (failing the
+    builds a previous sandboxd left running), and at the stop the proxy's connections cut.
+    Sandboxes keep running; builds fail."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        async with contextlib.AsyncExitStack() as stack:
+            if dns is not None:  # its sockets are bound already: queries wait in them
+                await dns.start()
+                stack.push_async_callback(dns.close)
+            await manager.start()
+            stack.push_async_callback(manager.stop)
+            await builder.recover()
+            stack.push_async_callback(builder.close)
+            stack.callback(proxy.close)
+            # What start-up made (modules, the app, adopted sandboxes) lives as long as the
+            # process: out of the collector's reach, a full collection is no longer a
+            # 20-30 ms pause of everything served (measured at the first request).
+            gc.collect()
+            gc.freeze()
+            yield
+
+    return lifespan
+
+
+def daemon_config(
+    options: ServeOptions,
+    store: Store,
+    manager: SandboxManager,
+    builder: Builder,
+    dns: DnsForwarder | None,
+) -> uvicorn.Config:
+    """uvicorn's configuration: the control API over the node service in this process, and the
+    listener handing requests for sandboxes to their proxy, with the daemon's lifespan."""
+    proxy = create_proxy(manager, options.domain)
+    context = ApiContext(LocalNode(manager), store, manager.templates, builder, options.domain,
+                         manager.tokens.uploads_key())  # fmt: skip
+    app = create_app(context, daemon_lifespan(manager, builder, dns, proxy))
+    return uvicorn.Config(
+        app,
+        host=options.bind,
+        port=options.port,
+        loop="uvloop",
+        http=create_listener(proxy),
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=5,
+        server_header=False,
+        ssl_certfile=options.tls_cert,
+        ssl_keyfile=options.tls_key,
+    )
 
 
 def base_rootfs(state_dir: Path) -> Path:
@@ -245,21 +300,8 @@ def serve(options: ServeOptions) -> None:
                           envd_artifact=options.envd_artifact, mirror=options.registry_mirror,
                           limits=build_limits(options, state_dir),
                           provision=options.provision)  # fmt: skip
-        app = create_app(manager, store, builder, options.domain)
-        config = uvicorn.Config(
-            app,
-            host=options.bind,
-            port=options.port,
-            loop="uvloop",
-            http=create_listener(app, manager, options.domain),
-            log_config=None,
-            access_log=False,
-            timeout_graceful_shutdown=5,
-            server_header=False,
-            ssl_certfile=options.tls_cert,
-            ssl_keyfile=options.tls_key,
-        )
-        _Server(config, notify_socket, dns, serving_line(options)).run()
+        config = daemon_config(options, store, manager, builder, dns)
+        _Server(config, notify_socket, serving_line(options)).run()
     except OSError as exc:
         raise SandboxError(f"cannot serve: {exc}") from exc
     finally:

@@ -1,0 +1,39 @@
+"""What the control API's endpoints work with, given to the app at construction (serve, the
+composition root, makes them) and kept on `app.state`: the endpoints are module-level functions
+that read it from their request."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from sandboxd.api.idempotency import IdempotentCreates
+
+if TYPE_CHECKING:
+    from starlette.requests import Request
+
+    from sandboxd.builds.builder import Builder
+    from sandboxd.node.service import NodeService
+    from sandboxd.store.interface import Store
+    from sandboxd.templates.catalog import Templates
+
+
+@dataclass(frozen=True)
+class ApiContext:
+    """`node` runs the sandboxes; `store` holds the API keys, templates and metrics; `domain`
+    is where the SDKs reach the sandboxes' ports (`get_host()`); `uploads_key` signs the build
+    context's upload URLs."""
+
+    node: NodeService
+    store: Store
+    templates: Templates
+    builder: Builder
+    domain: str
+    uploads_key: bytes
+    creates: IdempotentCreates = field(default_factory=IdempotentCreates)
+
+
+def context(request: Request) -> ApiContext:
+    """The context of the app serving `request` (set by sandboxd.api.app.create_app)."""
+    found: ApiContext = request.app.state.context
+    return found
