@@ -1,6 +1,6 @@
-"""The sandboxes' lives as the control API sees them: create (from the warm pool or a boot,
-then envd's /init), kill, pause, resume and connect, timeouts, and adoption after a restart.
-Every change is written to the store; the Runtime does the work on the host.
+"""The sandboxes' lives as the node service offers them (sandboxd.node.local): create (from the
+warm pool or a boot, then envd's /init), kill, pause, resume and connect, timeouts, and adoption
+after a restart. Every change is written to the store; the Runtime does the work on the host.
 
 States are `running` and `paused`. A sandbox being killed is gone at once (404, unlisted); one
 being paused or resumed holds its lock, so other transitions wait for it.

@@ -17,11 +17,12 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class CreateRequest:
-    """A validated create: what the API hands the lifecycle. `options` are the create's
-    settings sandboxd stores and shows, under their wire names; of them it enforces
-    `allow_internet_access`, `network`'s allowOut (addresses and domains), denyOut and
-    dnsServers (sandboxd.lifecycle.egress) and its allowPublicTraffic and maskRequestHost
-    (`ingress_of`), not yet mcp, volumeMounts, autoResume or autoPauseMemory."""
+    """A validated create: what the node service hands the lifecycle (its `SandboxConfig`,
+    sandboxd.node.models). `options` are the create's settings sandboxd stores and shows, under
+    their wire names; of them it enforces `allow_internet_access`, `network`'s allowOut
+    (addresses and domains), denyOut and dnsServers (sandboxd.lifecycle.egress) and its
+    allowPublicTraffic and maskRequestHost (`ingress_of`), not yet mcp, volumeMounts,
+    autoResume or autoPauseMemory."""
 
     template: str
     timeout_s: int
