@@ -106,7 +106,7 @@ async def proxied_mib_s(cpu: list[float], url: str, headers: dict[str, str], *ex
 async def copy_relay_mib_s(box: Box, path: str, headers: dict[str, str], *extra: str,
                            stdin: bytes | None = None) -> float:  # fmt: skip
     """curl_mib_s through bench.copy_relay, over a new connection to envd in the sandbox."""
-    upstream = await box.netns.connect(49983)
+    upstream = await box.dialer.connect(49983)
     listener = socket.create_server(("127.0.0.1", 0))
     with upstream, listener:
         fds = (listener.fileno(), upstream.fileno())

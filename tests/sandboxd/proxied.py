@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import uvicorn
 
 from envd.http.signing import file_signature
-from sandboxd.lifecycle.ingress import Ingress
+from sandboxd.lifecycle.ingress import LOCAL_NODE, Ingress, Location
 from sandboxd.proxy.connection_policy import ConnectionPolicy
 from sandboxd.proxy.listener import Listener
 from sandboxd.proxy.relay import SandboxProxy
@@ -30,13 +30,14 @@ if TYPE_CHECKING:
 
 @dataclass
 class MemoryLookup:
-    """Sandboxes by id, as the lifecycle manager will know them."""
+    """Sandboxes by id, as the lifecycle manager knows them."""
 
     running: dict[str, Box] = field(default_factory=dict)
     tokens: dict[str, str] = field(default_factory=dict)  # envd access tokens of secure ones
 
-    def running_box(self, sandbox_id: str) -> Box | None:
-        return self.running.get(sandbox_id)
+    def locate(self, sandbox_id: str) -> Location | None:
+        box = self.running.get(sandbox_id)
+        return None if box is None else Location(LOCAL_NODE, box.dialer)
 
     def ingress(self, sandbox_id: str) -> Ingress:
         return Ingress()  # the proxy's ingress rules are tested through sandboxd serve
@@ -99,7 +100,7 @@ async def envd_init(box: Box, body: dict[str, object]) -> int:
     """POST envd's /init inside the sandbox directly, as the orchestrator does (the proxy
     refuses it); returns the status."""
     payload = json.dumps(body).encode()
-    reader, writer = await box.netns.open_connection(49983)
+    reader, writer = await box.dialer.open_connection(49983)
     try:
         writer.write(
             b"POST /init HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
