@@ -1,7 +1,7 @@
 """The sandbox proxy served for tests and benchmarks: a real uvicorn server with sandboxd's
 listener on a free loopback port, in the caller's event loop (the boxes' namespace fds live in
 this process), over an in-memory SandboxLookup. Requests for no sandbox get a plain 404 from a
-stand-in for the control API."""
+stand-in for the control API, or go to the app a test gives."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from sandboxd.proxy.relay import SandboxProxy
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
-    from starlette.types import Receive, Scope, Send
+    from starlette.types import ASGIApp, Receive, Scope, Send
 
     from sandboxd.runtime.nspawn.runtime import Box
 
@@ -69,18 +69,12 @@ class ServedProxy:
 
 
 @contextlib.asynccontextmanager
-async def serve_proxy(domain: str = "localhost") -> AsyncIterator[ServedProxy]:
-    lookup = MemoryLookup()
-    proxy = SandboxProxy(lookup, domain=domain)
+async def serve_app(app: ASGIApp, http: type[asyncio.Protocol] | str) -> AsyncIterator[str]:
+    """`app` served by uvicorn with the HTTP protocol `http` on a free loopback port, in the
+    caller's event loop; yields its URL."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(
-        control_api_stand_in,
-        http=Listener.serving(proxy, ConnectionPolicy()),
-        lifespan="off",
-        log_level="warning",
-        access_log=False,
-    )
+    config = uvicorn.Config(app, http=http, lifespan="off", log_level="warning", access_log=False)
     server = uvicorn.Server(config)
     task = asyncio.ensure_future(server.serve(sockets=[sock]))
     while not server.started:
@@ -88,12 +82,25 @@ async def serve_proxy(domain: str = "localhost") -> AsyncIterator[ServedProxy]:
             task.result()
         await asyncio.sleep(0.01)
     try:
-        yield ServedProxy(proxy, lookup, f"http://127.0.0.1:{sock.getsockname()[1]}")
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
     finally:
         server.should_exit = True
         await task
-        proxy.close()
         sock.close()
+
+
+@contextlib.asynccontextmanager
+async def serve_proxy(
+    domain: str = "localhost", control_api: ASGIApp = control_api_stand_in
+) -> AsyncIterator[ServedProxy]:
+    """The proxy, with `control_api` answering the requests for no sandbox."""
+    lookup = MemoryLookup()
+    proxy = SandboxProxy(lookup, domain=domain)
+    try:
+        async with serve_app(control_api, Listener.serving(proxy, ConnectionPolicy())) as url:
+            yield ServedProxy(proxy, lookup, url)
+    finally:
+        proxy.close()
 
 
 async def envd_init(box: Box, body: dict[str, object]) -> int:
