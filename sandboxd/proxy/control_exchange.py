@@ -6,8 +6,8 @@ that fails before answering and a closed connection for one that fails after).
 
 Why not hand the request to uvicorn: uvicorn has no public call that takes a request already
 parsed, only its protocol classes, whose constructors and behaviour are its own to change (one
-built per request, fed the request re-encoded, parsed every request twice). What is used of
-uvicorn here is what it gives any HTTP protocol class it is configured with (`Config(http=)`):
+built per request, fed the request re-encoded, parsed every request twice). What the listener
+and this module use of uvicorn is what it gives any HTTP protocol class (`Config(http=)`):
 the `config` (its loaded app, root path, ASGI version), the `server_state` (`connections` and
 `tasks`, which a graceful shutdown waits for; `default_headers`, its Date and Server; the
 request count) and the lifespan's `app_state`, given to each request as `scope["state"]`.
