@@ -4,7 +4,10 @@ connection), B2 download of a 256 MiB hot file (curl) and B4 stdout of `head -c 
 Also the proxy's CPU time per Stat request and per MiB relayed in B2 and B4 (this process's,
 user and system): on a busy machine steadier figures than latency and throughput. And B2 and B4
 through bench.copy_relay, the least work a user-space relay can do (at the proxy's priority),
-against direct: the ceiling for any proxy on this machine.
+against direct: the ceiling for any proxy on this machine. And the listener's control API path:
+requests per second (wrk, one keep-alive connection) to a minimal ASGI app through sandboxd's
+listener, "direct" being the same app served by uvicorn's own httptools protocol; with the
+listener's CPU per request.
 
 "Direct" runs the same client inside the sandbox's network namespace (nsenter -n) against
 127.0.0.1:49983; "proxied" runs it on the host against the proxy (uvicorn, uvloop, httptools,
@@ -37,7 +40,7 @@ from sandboxd.daemon.serve import SERVE_NICE
 from sandboxd.runtime.nspawn.runtime import Box, Runtime
 from sandboxd.runtime.nspawn.spec import BootImage
 from tests.sandboxd.inside import run as run_inside
-from tests.sandboxd.proxied import serve_proxy
+from tests.sandboxd.proxied import control_api_stand_in, serve_app, serve_proxy
 
 MIB = 1 << 20
 SIZE = 256 * MIB
@@ -68,20 +71,35 @@ def header_args(headers: dict[str, str]) -> list[str]:
     return [arg for name, value in headers.items() for arg in ("-H", f"{name}: {value}")]
 
 
-async def stat_p50_ms(box: Box | None, url: str, headers: dict[str, str], lua: Path,
-                      cpu: list[float] | None = None) -> float:  # fmt: skip
-    """wrk's p50; appends this process's CPU µs per request to `cpu` when given."""
+async def wrk(box: Box | None, url: str, headers: dict[str, str], *extra: str,
+              cpu: list[float] | None = None) -> str:  # fmt: skip
+    """wrk's report (one connection, 3 s); appends this process's CPU µs per request to `cpu`
+    when given."""
     start = time.process_time()
-    out = await client(box, "wrk", "-t1", "-c1", "-d3s", "--latency", "-s", str(lua),
-                       *header_args(headers), url)  # fmt: skip
+    out = await client(box, "wrk", "-t1", "-c1", "-d3s", *extra, *header_args(headers), url)
     if cpu is not None:
         requests = re.search(r"^\s+(\d+) requests in", out, re.MULTILINE)
         assert requests, out
         cpu.append((time.process_time() - start) * 1e6 / int(requests.group(1)))
+    return out
+
+
+async def stat_p50_ms(box: Box | None, url: str, headers: dict[str, str], lua: Path,
+                      cpu: list[float] | None = None) -> float:  # fmt: skip
+    """wrk's p50; appends this process's CPU µs per request to `cpu` when given."""
+    out = await wrk(box, url, headers, "--latency", "-s", str(lua), cpu=cpu)
     match = re.search(r"^\s+50%\s+([\d.]+)(us|ms|s)$", out, re.MULTILINE)
     assert match, out
     scale = {"us": 0.001, "ms": 1.0, "s": 1000.0}[match.group(2)]
     return float(match.group(1)) * scale
+
+
+async def requests_per_s(url: str, cpu: list[float] | None = None) -> float:
+    """wrk's rate of GET `url` from the host."""
+    out = await wrk(None, url, {}, cpu=cpu)
+    match = re.search(r"^Requests/sec:\s+([\d.]+)$", out, re.MULTILINE)
+    assert match, out
+    return float(match.group(1))
 
 
 async def curl_mib_s(box: Box | None, url: str, headers: dict[str, str], *extra: str,
@@ -106,7 +124,7 @@ async def proxied_mib_s(cpu: list[float], url: str, headers: dict[str, str], *ex
 async def copy_relay_mib_s(box: Box, path: str, headers: dict[str, str], *extra: str,
                            stdin: bytes | None = None) -> float:  # fmt: skip
     """curl_mib_s through bench.copy_relay, over a new connection to envd in the sandbox."""
-    upstream = await box.netns.connect(49983)
+    upstream = await box.dialer.connect(49983)
     listener = socket.create_server(("127.0.0.1", 0))
     with upstream, listener:
         fds = (listener.fileno(), upstream.fileno())
@@ -128,7 +146,16 @@ def stdout_request() -> bytes:
     return b"\0" + struct.pack(">I", len(payload)) + payload
 
 
-async def one_round(box: Box, proxy_url: str, lua: Path) -> dict[str, tuple[float, float]]:
+async def control_rows(proxy_url: str, plain_url: str) -> dict[str, tuple[float, float]]:
+    """The control API's stand-in through the listener, against `plain_url`: the same app
+    served by uvicorn's own protocol."""
+    cpu: list[float] = []
+    rate = (await requests_per_s(plain_url + "/"), await requests_per_s(proxy_url + "/", cpu))
+    return {"control API (req/s)": rate, "proxy CPU, control (us/req)": (0.0, cpu[0])}
+
+
+async def one_round(box: Box, proxy_url: str, plain_url: str,
+                    lua: Path) -> dict[str, tuple[float, float]]:  # fmt: skip
     routed = {"E2b-Sandbox-Id": box.id, "E2b-Sandbox-Port": "49983"}
     stat = "/filesystem.Filesystem/Stat"
     download = f"/files?path={PAYLOAD}&username=root"
@@ -161,6 +188,7 @@ async def one_round(box: Box, proxy_url: str, lua: Path) -> dict[str, tuple[floa
         rows["B4 stdout, proto (MiB/s)"][0],
         await copy_relay_mib_s(box, start, proto, "--data-binary", "@-", stdin=stdout_request()),
     )
+    rows.update(await control_rows(proxy_url, plain_url))
     rows["proxy CPU, Stat (us/req)"] = (0.0, stat_cpu[0])
     rows["proxy CPU, B2 (ms/MiB)"] = (0.0, b2_cpu[0])
     rows["proxy CPU, B4 (ms/MiB)"] = (0.0, b4_cpu[0])
@@ -179,9 +207,9 @@ async def bench(template: Path, runs: int, work: Path) -> None:
     os.setpriority(os.PRIO_PROCESS, 0, SERVE_NICE)  # this thread's: the proxy's event loop
     try:
         run_inside(box, f"head -c {SIZE} /dev/urandom > {PAYLOAD}")
-        async with serve_proxy() as served:
+        async with serve_proxy() as served, serve_app(control_api_stand_in, "httptools") as plain:
             served.lookup.running[box.id] = box
-            rounds = [await one_round(box, served.url, lua) for _ in range(runs)]
+            rounds = [await one_round(box, served.url, plain, lua) for _ in range(runs)]
     finally:
         await runtime.kill(box)
         for mount in {runtime.host.unified, *runtime.host.v1.values()}:

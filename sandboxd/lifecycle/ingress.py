@@ -1,11 +1,29 @@
-"""A sandbox's rules for requests the proxy lets in to its own ports, from its create's
-`network` options: plain data the lifecycle keeps with each sandbox and the proxy applies."""
+"""What the proxy needs of the lifecycle to let a request in to a sandbox: where the sandbox runs
+(`Location`) and its rules for requests to its own ports (`Ingress`, from its create's `network`
+options). Plain data the lifecycle keeps with each sandbox and the proxy applies; a lookup on
+another machine can hand the same."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sandboxd.runtime.dialer import Dialer
 
 MASK_PORT = "${PORT}"
+# The node of a sandbox run by this process's own lifecycle.
+LOCAL_NODE = "local"
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a running sandbox is reached: the node that runs it, and a dialer to its ports from
+    here (for a sandbox on another machine, one that connects through that node). Two are equal
+    while the sandbox runs on as it did; a pause and resume make a new one."""
+
+    node: str
+    dialer: Dialer
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from sandboxd.lifecycle.adoption import adopt
 from sandboxd.lifecycle.egress import apply_network, restore_proxied
 from sandboxd.lifecycle.envd_init import init_envd
 from sandboxd.lifecycle.evictor import EXPIRE_RETRY_S, Evictor
-from sandboxd.lifecycle.ingress import Ingress
+from sandboxd.lifecycle.ingress import LOCAL_NODE, Ingress, Location
 from sandboxd.lifecycle.sampler import MetricsSampler
 from sandboxd.lifecycle.sandbox import Sandbox, ingress_of
 from sandboxd.lifecycle.template_boxes import TemplateBoxes
@@ -75,9 +75,11 @@ class SandboxManager:
 
     # SandboxLookup
 
-    def running_box(self, sandbox_id: str) -> Box | None:
+    def locate(self, sandbox_id: str) -> Location | None:
         sandbox = self._sandboxes.get(sandbox_id)
-        return sandbox.box if sandbox is not None and sandbox.running else None
+        if sandbox is None or not sandbox.running:
+            return None
+        return Location(LOCAL_NODE, sandbox.box.dialer)
 
     def ingress(self, sandbox_id: str) -> Ingress:
         sandbox = self._sandboxes.get(sandbox_id)

@@ -3,11 +3,10 @@ everything else, to the control API (an ASGI app served by uvicorn).
 
 uvicorn runs the server (sockets, lifespan, signals, graceful shutdown) with `Listener` as
 its HTTP protocol class. A Listener parses the requests of one connection with httptools.
-Requests for a sandbox are relayed below ASGI (sandboxd/proxy/relay.py). Each control API request
-goes, re-encoded, to a fresh uvicorn HttpToolsProtocol of its own, over a transport that
-writes to this connection and tells when its response is complete; uvicorn is driven only
-through the asyncio Protocol interface, never its internals. Responses leave in the order of
-the requests: a request that arrives while an earlier one is answered waits, and reading stops.
+Requests for a sandbox are relayed below ASGI (sandboxd/proxy/relay.py); each control API request
+is run on the control API's ASGI app here (sandboxd/proxy/control_exchange.py). Responses leave
+in the order of the requests: a request that arrives while an earlier one is answered waits,
+and reading stops.
 """
 
 from __future__ import annotations
@@ -29,7 +28,7 @@ from sandboxd.proxy.connection_policy import (
     TOO_SLOW,
     ConnectionPolicy,
 )
-from sandboxd.proxy.control_exchange import ControlExchange
+from sandboxd.proxy.control_exchange import ControlApp, ControlExchange
 from sandboxd.proxy.exchange import Request
 from sandboxd.proxy.routing import RequestHead
 
@@ -53,13 +52,13 @@ class Listener(asyncio.Protocol):
     proxy: ClassVar[SandboxProxy]
     policy: ClassVar[ConnectionPolicy]
     refusals: ClassVar[RefusalLog]
-    # Every open Listener (uvicorn's own set also holds the control API's protocols).
+    # Every open Listener of this class (uvicorn's `connections` is every server's).
     open: ClassVar[set[Listener]]
 
-    # uvicorn's protocol-class signature; the same arguments build the control API's protocol.
+    # uvicorn's protocol-class signature (sandboxd/proxy/control_exchange.py: what of it is used).
     def __init__(self, config: Any, server_state: Any, app_state: dict[str, Any],
                  _loop: asyncio.AbstractEventLoop | None = None) -> None:  # fmt: skip
-        self.uvicorn = (config, server_state, app_state)
+        self.control = ControlApp(config, server_state, app_state)
         self.connections: set[Any] = server_state.connections
         self.transport: asyncio.Transport | None = None
         self._parser = httptools.HttpRequestParser(self)
@@ -95,6 +94,7 @@ class Listener(asyncio.Protocol):
             self.transport.close()
             return
         self.transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH)
+        self.control.connected(transport)
         self.connections.add(self)
         self.open.add(self)
         self._idle()
@@ -158,6 +158,8 @@ class Listener(asyncio.Protocol):
     def shutdown(self) -> None:
         """uvicorn's graceful shutdown: close now if idle, or once the response is sent."""
         self._close_after = True
+        if isinstance(self._answering, ControlExchange):
+            self._answering.keep_alive = False  # a head not yet sent says so, as uvicorn's
         if self._answering is None:
             self._close()
 
@@ -267,8 +269,8 @@ class Listener(asyncio.Protocol):
     def _begin(self, exchange: Exchange) -> None:
         self._answering = exchange
         exchange.start()
-        if not self._writable:  # still full from the response before (told once started: a
-            exchange.client_writable(False)  # control exchange has no server to tell before)
+        if not self._writable:  # still full from the response before
+            exchange.client_writable(False)
 
     def _set_deadline(self, seconds: float) -> None:
         self._clear_deadline()

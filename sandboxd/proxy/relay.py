@@ -46,8 +46,7 @@ from sandboxd.proxy.routing import (
 from sandboxd.proxy.upstream import COPY_BELOW, FRAMING_HEADERS, UpstreamConnection, UpstreamPool
 
 if TYPE_CHECKING:
-    from sandboxd.lifecycle.ingress import Ingress
-    from sandboxd.runtime.nspawn.runtime import Box
+    from sandboxd.lifecycle.ingress import Ingress, Location
 
 log = logging.getLogger("sandboxd.proxy.relay")
 
@@ -87,8 +86,8 @@ class SandboxProxy:
             return Answer(client, request, *plain_answer(400, refusal))
         if is_envd_control_path(target, head.path):
             return Answer(client, request, *plain_answer(404, "404 page not found"))
-        box = self.lookup.running_box(target.sandbox_id)
-        if box is None:
+        location = self.lookup.locate(target.sandbox_id)
+        if location is None:
             return Answer(client, request, *sandbox_not_found(target))
         host = None
         if target.port != ENVD_PORT:
@@ -98,7 +97,7 @@ class SandboxProxy:
                     {"sandboxId": target.sandbox_id, "message": refusal, "code": 403},
                     b"403 Forbidden"))  # fmt: skip
             host = ingress.host_for(target.port)
-        return Relay(self, client, request, box, target, host)
+        return Relay(self, client, request, location, target, host)
 
     def cut(self, sandbox_id: str) -> None:
         """End every open proxied connection of the sandbox at transport level (on kill and
@@ -114,10 +113,10 @@ class SandboxProxy:
 class Relay:
     """One request relayed to a port inside a sandbox, and its response back."""
 
-    def __init__(self, proxy: SandboxProxy, client: Client, request: Request, box: Box,
-                 target: Target, host: bytes | None = None) -> None:  # fmt: skip
+    def __init__(self, proxy: SandboxProxy, client: Client, request: Request,
+                 location: Location, target: Target, host: bytes | None = None) -> None:  # fmt: skip
         self.proxy, self.client, self.request = proxy, client, request
-        self.box, self.target = box, target
+        self.location, self.target = location, target
         self.upstream: UpstreamConnection | None = None
         self.head, self.chunked = _request_head(request, target, host)
         # Bytes not yet written: the head and body, until the connection is made or the end of
@@ -134,7 +133,7 @@ class Relay:
     # Exchange
 
     def start(self) -> None:
-        upstream = self.proxy.pool.take_idle(self.box.id, self.target.port)
+        upstream = self.proxy.pool.take_idle(self.target)
         if upstream is not None:
             self.reused = True
             self._send(upstream)
@@ -220,7 +219,7 @@ class Relay:
     # internals
 
     def _sandbox_running(self) -> bool:
-        return self.proxy.lookup.running_box(self.target.sandbox_id) is self.box
+        return self.proxy.lookup.locate(self.target.sandbox_id) == self.location
 
     def _retryable(self) -> bool:
         return (
@@ -239,7 +238,7 @@ class Relay:
 
     async def _connect(self) -> None:
         try:
-            upstream = await self.proxy.pool.connect(self.box, self.target.port)
+            upstream = await self.proxy.pool.connect(self.location, self.target)
         except OSError:
             self._finish()
             self._answer_502("The sandbox is running but port is not open")
@@ -274,7 +273,7 @@ class Relay:
         """E2B's 502: the sandbox is gone (killed or paused meanwhile), or `message` about
         its port."""
         target = self.target
-        if self.proxy.lookup.running_box(target.sandbox_id) is None:
+        if self.proxy.lookup.locate(target.sandbox_id) is None:
             answer = sandbox_not_found(target)
         else:
             answer = json_answer({"sandboxId": target.sandbox_id, "port": target.port,

@@ -27,8 +27,7 @@ from sandboxd.ids import is_sandbox_id
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from sandboxd.lifecycle.ingress import Ingress
-    from sandboxd.runtime.nspawn.runtime import Box
+    from sandboxd.lifecycle.ingress import Ingress, Location
 
 # envd's routes only E2B's orchestrator may call (reference: internal_routes.go).
 ENVD_CONTROL_PATHS = frozenset(
@@ -41,10 +40,11 @@ TRAFFIC_TOKEN_HEADER = b"e2b-traffic-access-token"
 
 
 class SandboxLookup(Protocol):
-    """What the proxy asks the lifecycle manager about sandboxes."""
+    """What the proxy asks about sandboxes: the lifecycle manager of this machine, or whatever
+    knows the sandboxes of several (plain data in and out)."""
 
-    def running_box(self, sandbox_id: str) -> Box | None:
-        """The running sandbox's box; None when unknown, killed or paused."""
+    def locate(self, sandbox_id: str) -> Location | None:
+        """Where the running sandbox is; None when unknown, killed or paused."""
         ...
 
     def ingress(self, sandbox_id: str) -> Ingress:

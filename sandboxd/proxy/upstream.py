@@ -1,7 +1,6 @@
 """HTTP/1.1 connections to ports inside sandboxes, kept alive and reused per (sandbox, port).
 
-A connection is an asyncio BufferedProtocol over a socket made in the sandbox's network
-namespace: the loop reads into the pool's read buffer (no bytes object made and copied per
+A connection is an asyncio BufferedProtocol over a socket the sandbox's dialer made: the loop reads into the pool's read buffer (no bytes object made and copied per
 read), and the response's bytes go from there to the client's transport as they arrive,
 unchanged (head and framing included): httptools only follows where the response ends, with no
 Python object per body chunk. When the client's transport has too much to send, reading from
@@ -18,7 +17,8 @@ from typing import TYPE_CHECKING, Protocol, cast
 import httptools
 
 if TYPE_CHECKING:
-    from sandboxd.runtime.nspawn.runtime import Box
+    from sandboxd.lifecycle.ingress import Location
+    from sandboxd.proxy.routing import Target
 
 IDLE_TIMEOUT_S = 60.0
 # What one read may take: a download's reads came to 0.66 MiB on average with it (uvloop's own
@@ -232,8 +232,8 @@ class UpstreamPool:
         self._idle: dict[tuple[str, int], list[UpstreamConnection]] = {}
         self._open: dict[str, set[UpstreamConnection]] = {}
 
-    def take_idle(self, sandbox_id: str, port: int) -> UpstreamConnection | None:
-        idle = self._idle.get((sandbox_id, port))
+    def take_idle(self, target: Target) -> UpstreamConnection | None:
+        idle = self._idle.get((target.sandbox_id, target.port))
         while idle:
             connection = idle.pop()
             if not connection.closed:
@@ -241,22 +241,23 @@ class UpstreamPool:
             self._forget(connection)  # the sandbox's server closed it while idle
         return None
 
-    async def connect(self, box: Box, port: int) -> UpstreamConnection:
-        """A new connection to 127.0.0.1:`port` in the sandbox's network namespace.
+    async def connect(self, location: Location, target: Target) -> UpstreamConnection:
+        """A new connection to the target's port, through the dialer of where it runs.
 
         Raises:
-            OSError: refused (nothing listens), or the sandbox's namespace is gone.
+            OSError: refused (nothing listens), or the sandbox is gone.
         """
-        sock = await box.netns.connect(port)
+        sandbox_id, port = target.sandbox_id, target.port
+        sock = await location.dialer.connect(port)
         loop = asyncio.get_running_loop()
         try:
             _, connection = await loop.create_connection(
-                lambda: UpstreamConnection(box.id, port, self._read_buffer), sock=sock
+                lambda: UpstreamConnection(sandbox_id, port, self._read_buffer), sock=sock
             )
         except BaseException:
             sock.close()
             raise
-        self._open.setdefault(box.id, set()).add(connection)
+        self._open.setdefault(sandbox_id, set()).add(connection)
         return connection
 
     def release(self, connection: UpstreamConnection) -> None:
