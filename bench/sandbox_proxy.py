@@ -29,15 +29,20 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import uvloop
 
 from envd._gen.process.process_pb import ProcessConfig, StartRequest
 from sandboxd.daemon.serve import SERVE_NICE
-from sandboxd.runtime.nspawn.runtime import Box, Runtime
-from sandboxd.runtime.nspawn.spec import BootImage
+from sandboxd.guest.readiness import ENVD_UNIT, envd_ready
+from sandboxd.runtime.nspawn.runtime import NspawnRuntime
+from sandboxd.runtime.spec import BootImage
 from tests.sandboxd.inside import run as run_inside
 from tests.sandboxd.proxied import serve_proxy
+
+if TYPE_CHECKING:
+    from sandboxd.runtime.nspawn.box import NspawnBox
 
 MIB = 1 << 20
 SIZE = 256 * MIB
@@ -45,7 +50,7 @@ PAYLOAD = "/tmp/bench-payload.bin"
 ENVD = "http://127.0.0.1:49983"
 
 
-async def client(box: Box | None, *argv: str, stdin: bytes | None = None) -> str:
+async def client(box: NspawnBox | None, *argv: str, stdin: bytes | None = None) -> str:
     """Run a client on the host, or inside the sandbox's network namespace when `box`."""
     prefix = ["nsenter", "-t", str(box.leader_pid), "-n"] if box else []
     proc = await asyncio.create_subprocess_exec(
@@ -68,7 +73,7 @@ def header_args(headers: dict[str, str]) -> list[str]:
     return [arg for name, value in headers.items() for arg in ("-H", f"{name}: {value}")]
 
 
-async def stat_p50_ms(box: Box | None, url: str, headers: dict[str, str], lua: Path,
+async def stat_p50_ms(box: NspawnBox | None, url: str, headers: dict[str, str], lua: Path,
                       cpu: list[float] | None = None) -> float:  # fmt: skip
     """wrk's p50; appends this process's CPU µs per request to `cpu` when given."""
     start = time.process_time()
@@ -84,7 +89,7 @@ async def stat_p50_ms(box: Box | None, url: str, headers: dict[str, str], lua: P
     return float(match.group(1)) * scale
 
 
-async def curl_mib_s(box: Box | None, url: str, headers: dict[str, str], *extra: str,
+async def curl_mib_s(box: NspawnBox | None, url: str, headers: dict[str, str], *extra: str,
                      stdin: bytes | None = None) -> float:  # fmt: skip
     out = await client(box, "curl", "-sS", "-o", "/dev/null", "-w",
                        "%{size_download} %{time_total}", *header_args(headers), *extra, url,
@@ -103,7 +108,7 @@ async def proxied_mib_s(cpu: list[float], url: str, headers: dict[str, str], *ex
     return mib_s
 
 
-async def copy_relay_mib_s(box: Box, path: str, headers: dict[str, str], *extra: str,
+async def copy_relay_mib_s(box: NspawnBox, path: str, headers: dict[str, str], *extra: str,
                            stdin: bytes | None = None) -> float:  # fmt: skip
     """curl_mib_s through bench.copy_relay, over a new connection to envd in the sandbox."""
     upstream = await box.netns.connect(49983)
@@ -128,7 +133,7 @@ def stdout_request() -> bytes:
     return b"\0" + struct.pack(">I", len(payload)) + payload
 
 
-async def one_round(box: Box, proxy_url: str, lua: Path) -> dict[str, tuple[float, float]]:
+async def one_round(box: NspawnBox, proxy_url: str, lua: Path) -> dict[str, tuple[float, float]]:
     routed = {"E2b-Sandbox-Id": box.id, "E2b-Sandbox-Port": "49983"}
     stat = "/filesystem.Filesystem/Stat"
     download = f"/files?path={PAYLOAD}&username=root"
@@ -174,7 +179,12 @@ async def bench(template: Path, runs: int, work: Path) -> None:
         'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
         f"wrk.body = {json.dumps(body)}\n"
     )
-    runtime = Runtime(work / "sandboxes", cgroup_parent=f"sandboxd-bench-{uuid.uuid4().hex[:6]}")
+    runtime = NspawnRuntime(
+        work / "sandboxes",
+        cgroup_parent=f"sandboxd-bench-{uuid.uuid4().hex[:6]}",
+        probe=envd_ready,
+        guest_unit=ENVD_UNIT,
+    )
     box = await runtime.boot(uuid.uuid4().hex[:16], BootImage((template,)))
     os.setpriority(os.PRIO_PROCESS, 0, SERVE_NICE)  # this thread's: the proxy's event loop
     try:

@@ -1,7 +1,7 @@
 """`GET /sandboxes/{id}/logs` (v1: `start` in Unix ms, `limit`; what the E2B CLI's
 `sandbox logs` reads, each line a JSON object with `level` and `logger`) and
 `GET /v2/sandboxes/{id}/logs` (`cursor` in Unix ms, `limit`, `direction` forward or backward),
-from the sandbox's journal (sandboxd/runtime/nspawn/journal.py), running or paused."""
+from the sandbox's log (`Runtime.logs`: under nspawn, its journal), running or paused."""
 
 from __future__ import annotations
 
@@ -15,13 +15,12 @@ from sandboxd.api import params
 from sandboxd.api.errors import RequestError
 from sandboxd.errors import SandboxError, SandboxNotFound
 from sandboxd.ids import rfc3339
-from sandboxd.runtime.nspawn import journal
 
 if TYPE_CHECKING:
     from starlette.requests import Request
 
     from sandboxd.lifecycle.manager import SandboxManager
-    from sandboxd.runtime.nspawn.journal import LogEntry
+    from sandboxd.runtime.engine import LogEntry
 
 MAX_LIMIT = 1000
 UNIX_MS_MAX = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
@@ -42,7 +41,7 @@ def routes(manager: SandboxManager) -> list[Route]:
         since = None if since_ms is None else since_ms * 1000
         until = None if until_ms is None else until_ms * 1000 + 999
         try:
-            return await journal.read(sandbox.box, since, until, limit, newest_first)
+            return await manager.runtime.logs(sandbox.box, since, until, limit, newest_first)
         except SandboxError as exc:
             if manager.get(sandbox_id) is None:  # killed meanwhile
                 raise SandboxNotFound(sandbox_id) from exc

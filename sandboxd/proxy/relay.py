@@ -47,7 +47,7 @@ from sandboxd.proxy.upstream import COPY_BELOW, FRAMING_HEADERS, UpstreamConnect
 
 if TYPE_CHECKING:
     from sandboxd.lifecycle.ingress import Ingress
-    from sandboxd.runtime.nspawn.runtime import Box
+    from sandboxd.runtime.engine import Box
 
 log = logging.getLogger("sandboxd.proxy.relay")
 

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from sandboxd.lifecycle.ingress import Ingress
-    from sandboxd.runtime.nspawn.runtime import Box
+    from sandboxd.runtime.engine import Box
 
 # envd's routes only E2B's orchestrator may call (reference: internal_routes.go).
 ENVD_CONTROL_PATHS = frozenset(

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Protocol, cast
 import httptools
 
 if TYPE_CHECKING:
-    from sandboxd.runtime.nspawn.runtime import Box
+    from sandboxd.runtime.engine import Box
 
 IDLE_TIMEOUT_S = 60.0
 # What one read may take: a download's reads came to 0.66 MiB on average with it (uvloop's own
@@ -247,7 +247,7 @@ class UpstreamPool:
         Raises:
             OSError: refused (nothing listens), or the sandbox's namespace is gone.
         """
-        sock = await box.netns.connect(port)
+        sock = await box.dialer.connect(port)
         loop = asyncio.get_running_loop()
         try:
             _, connection = await loop.create_connection(

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
     from starlette.types import Receive, Scope, Send
 
-    from sandboxd.runtime.nspawn.runtime import Box
+    from sandboxd.runtime.engine import Box
 
 
 @dataclass
@@ -99,7 +99,7 @@ async def envd_init(box: Box, body: dict[str, object]) -> int:
     """POST envd's /init inside the sandbox directly, as the orchestrator does (the proxy
     refuses it); returns the status."""
     payload = json.dumps(body).encode()
-    reader, writer = await box.netns.open_connection(49983)
+    reader, writer = await box.dialer.open_connection(49983)
     try:
         writer.write(
             b"POST /init HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
