@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("sandboxd.runtime.nspawn.steps")
 
 CONSOLE_LOG = "console.log"
+RESOLV_CONF = "etc/resolv.conf"
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,7 @@ def unit_overrides(unit: str) -> dict[str, str]:
 def written_by_sandboxd(unit: str) -> tuple[str, ...]:
     """What the steps write into every writable layer (Resolver and UnitOverrides for `unit`),
     relative to the root."""
-    return ("etc/resolv.conf", *unit_overrides(unit))
+    return (RESOLV_CONF, *unit_overrides(unit))
 
 
 @dataclass(frozen=True)
@@ -215,8 +216,7 @@ class Resolver:
     def make(self, spec: SandboxSpec, dirs: SandboxDirs) -> None:
         if spec.net is None:
             return
-        _owned_file(dirs.upper, "etc/resolv.conf", resolv_conf.text([spec.net.host_ip]),
-                    spec.uid_base)  # fmt: skip
+        _owned_file(dirs.upper, RESOLV_CONF, resolv_conf.text([spec.net.host_ip]), spec.uid_base)
 
     def undo(self, spec: SandboxSpec | Leftover, dirs: SandboxDirs) -> None:
         """Nothing of its own to undo: the file is in the writable layer."""
