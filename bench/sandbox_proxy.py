@@ -32,15 +32,20 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import uvloop
 
 from envd._gen.process.process_pb import ProcessConfig, StartRequest
 from sandboxd.daemon.serve import SERVE_NICE
-from sandboxd.runtime.nspawn.runtime import Box, Runtime
-from sandboxd.runtime.nspawn.spec import BootImage
+from sandboxd.guest.readiness import ENVD_UNIT, envd_ready
+from sandboxd.runtime.nspawn.runtime import NspawnRuntime
+from sandboxd.runtime.spec import BootImage
 from tests.sandboxd.inside import run as run_inside
 from tests.sandboxd.proxied import control_api_stand_in, serve_app, serve_proxy
+
+if TYPE_CHECKING:
+    from sandboxd.runtime.nspawn.box import NspawnBox
 
 MIB = 1 << 20
 SIZE = 256 * MIB
@@ -48,7 +53,7 @@ PAYLOAD = "/tmp/bench-payload.bin"
 ENVD = "http://127.0.0.1:49983"
 
 
-async def client(box: Box | None, *argv: str, stdin: bytes | None = None) -> str:
+async def client(box: NspawnBox | None, *argv: str, stdin: bytes | None = None) -> str:
     """Run a client on the host, or inside the sandbox's network namespace when `box`."""
     prefix = ["nsenter", "-t", str(box.leader_pid), "-n"] if box else []
     proc = await asyncio.create_subprocess_exec(
@@ -71,7 +76,7 @@ def header_args(headers: dict[str, str]) -> list[str]:
     return [arg for name, value in headers.items() for arg in ("-H", f"{name}: {value}")]
 
 
-async def wrk(box: Box | None, url: str, headers: dict[str, str], *extra: str,
+async def wrk(box: NspawnBox | None, url: str, headers: dict[str, str], *extra: str,
               cpu: list[float] | None = None) -> str:  # fmt: skip
     """wrk's report (one connection, 3 s); appends this process's CPU µs per request to `cpu`
     when given."""
@@ -84,7 +89,7 @@ async def wrk(box: Box | None, url: str, headers: dict[str, str], *extra: str,
     return out
 
 
-async def stat_p50_ms(box: Box | None, url: str, headers: dict[str, str], lua: Path,
+async def stat_p50_ms(box: NspawnBox | None, url: str, headers: dict[str, str], lua: Path,
                       cpu: list[float] | None = None) -> float:  # fmt: skip
     """wrk's p50; appends this process's CPU µs per request to `cpu` when given."""
     out = await wrk(box, url, headers, "--latency", "-s", str(lua), cpu=cpu)
@@ -102,7 +107,7 @@ async def requests_per_s(url: str, cpu: list[float] | None = None) -> float:
     return float(match.group(1))
 
 
-async def curl_mib_s(box: Box | None, url: str, headers: dict[str, str], *extra: str,
+async def curl_mib_s(box: NspawnBox | None, url: str, headers: dict[str, str], *extra: str,
                      stdin: bytes | None = None) -> float:  # fmt: skip
     out = await client(box, "curl", "-sS", "-o", "/dev/null", "-w",
                        "%{size_download} %{time_total}", *header_args(headers), *extra, url,
@@ -121,7 +126,7 @@ async def proxied_mib_s(cpu: list[float], url: str, headers: dict[str, str], *ex
     return mib_s
 
 
-async def copy_relay_mib_s(box: Box, path: str, headers: dict[str, str], *extra: str,
+async def copy_relay_mib_s(box: NspawnBox, path: str, headers: dict[str, str], *extra: str,
                            stdin: bytes | None = None) -> float:  # fmt: skip
     """curl_mib_s through bench.copy_relay, over a new connection to envd in the sandbox."""
     upstream = await box.dialer.connect(49983)
@@ -154,7 +159,7 @@ async def control_rows(proxy_url: str, plain_url: str) -> dict[str, tuple[float,
     return {"control API (req/s)": rate, "proxy CPU, control (us/req)": (0.0, cpu[0])}
 
 
-async def one_round(box: Box, proxy_url: str, plain_url: str,
+async def one_round(box: NspawnBox, proxy_url: str, plain_url: str,
                     lua: Path) -> dict[str, tuple[float, float]]:  # fmt: skip
     routed = {"E2b-Sandbox-Id": box.id, "E2b-Sandbox-Port": "49983"}
     stat = "/filesystem.Filesystem/Stat"
@@ -202,7 +207,12 @@ async def bench(template: Path, runs: int, work: Path) -> None:
         'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
         f"wrk.body = {json.dumps(body)}\n"
     )
-    runtime = Runtime(work / "sandboxes", cgroup_parent=f"sandboxd-bench-{uuid.uuid4().hex[:6]}")
+    runtime = NspawnRuntime(
+        work / "sandboxes",
+        cgroup_parent=f"sandboxd-bench-{uuid.uuid4().hex[:6]}",
+        probe=envd_ready,
+        guest_unit=ENVD_UNIT,
+    )
     box = await runtime.boot(uuid.uuid4().hex[:16], BootImage((template,)))
     os.setpriority(os.PRIO_PROCESS, 0, SERVE_NICE)  # this thread's: the proxy's event loop
     try:

@@ -26,12 +26,15 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from sandboxd.runtime.nspawn.runtime import Box, Runtime
-from sandboxd.runtime.nspawn.spec import BootImage
+from sandboxd.guest.readiness import ENVD_UNIT, envd_ready
+from sandboxd.runtime.nspawn.runtime import NspawnRuntime
 from sandboxd.runtime.nspawn.steps import SandboxDirs
+from sandboxd.runtime.spec import BootImage
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable
+
+    from sandboxd.runtime.nspawn.box import NspawnBox
 
 T = TypeVar("T")
 
@@ -51,7 +54,7 @@ async def _timed(samples: list[float], step: Awaitable[T]) -> T:
     return result
 
 
-def _systemctl_show(box: Box, *args: str) -> dict[str, str]:
+def _systemctl_show(box: NspawnBox, *args: str) -> dict[str, str]:
     out = subprocess.run(
         ["nsenter", "-t", str(box.leader_pid), "-a", "systemctl", "show", *args],
         capture_output=True,
@@ -61,7 +64,7 @@ def _systemctl_show(box: Box, *args: str) -> dict[str, str]:
     return dict(line.split("=", 1) for line in out.split())
 
 
-def boot_timeline(box: Box, started: float) -> dict[str, float]:
+def boot_timeline(box: NspawnBox, started: float) -> dict[str, float]:
     """Seconds from `started` (time.monotonic()) to PID 1's start, envd's exec and envd's
     READY=1, as the container's systemd recorded them."""
     manager = _systemctl_show(box, "-p", "UserspaceTimestampMonotonic")
@@ -84,7 +87,7 @@ def _allocated_kib(path: Path) -> float:
 
 
 async def lifecycle(
-    rt: Runtime, template: Path, runs: int, disk_mb: int
+    rt: NspawnRuntime, template: Path, runs: int, disk_mb: int
 ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     """Seconds per step, and KiB per boot (upper dir, disk image on the host)."""
     times: dict[str, list[float]] = {"boot": [], "boot, no disk limit": [], "boot CPU": [],
@@ -112,7 +115,7 @@ async def lifecycle(
     return times, sizes
 
 
-async def idle_memory(rt: Runtime, template: Path, count: int, settle_s: float) -> list[int]:
+async def idle_memory(rt: NspawnRuntime, template: Path, count: int, settle_s: float) -> list[int]:
     boxes = [await rt.boot(uuid.uuid4().hex[:16], BootImage((template,))) for _ in range(count)]
     try:
         await asyncio.sleep(settle_s)
@@ -134,7 +137,12 @@ async def main() -> None:
 
         args.template = ensure_base_template()
     with tempfile.TemporaryDirectory(prefix="sandboxd-bench-") as state:
-        rt = Runtime(Path(state) / "sandboxes", cgroup_parent=f"sandboxd-bench-{uuid.uuid4().hex}")
+        rt = NspawnRuntime(
+            Path(state) / "sandboxes",
+            cgroup_parent=f"sandboxd-bench-{uuid.uuid4().hex}",
+            probe=envd_ready,
+            guest_unit=ENVD_UNIT,
+        )
         try:
             times, sizes = await lifecycle(rt, args.template, args.runs, args.disk_mb)
             memory = await idle_memory(rt, args.template, args.idle, settle_s=5)

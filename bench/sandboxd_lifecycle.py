@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from bench.sdk_process import SdkProcess
-from sandboxd.guest.client import health_status
+from sandboxd.guest.readiness import envd_ready
 from sandboxd.host.cgroups import CgroupHost
 from sandboxd.host.removal import remove_tree
 from tests.sandboxd.serving import API_KEY, NO_NETWORK, Sandboxd
@@ -96,7 +96,7 @@ async def pool_full(server: Sandboxd, size: int, live: set[str], timeout_s: floa
                 except (LookupError, OSError):
                     continue
                 try:
-                    ready += await health_status(netns, timeout_s=0.5) == 204
+                    ready += await envd_ready(netns, timeout_s=0.5)
                 finally:
                     netns.close()
         if ready >= size:

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from sandboxd.builds.uploads import Uploads
     from sandboxd.guest.commands import Command
     from sandboxd.host.cgroups import Limits
-    from sandboxd.runtime.nspawn.runtime import Box
+    from sandboxd.runtime.engine import Box
     from sandboxd.templates.image import TemplateImage
 
 

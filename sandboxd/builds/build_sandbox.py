@@ -9,12 +9,10 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING
 
-from sandboxd.builds.snapshot import WRITTEN_BY_SANDBOXD, layer_from_upper
 from sandboxd.errors import SandboxError
 from sandboxd.guest import commands
 from sandboxd.guest.client import OwnSandboxesEnvd
 from sandboxd.ids import new_sandbox_id
-from sandboxd.runtime.nspawn.steps import SandboxDirs
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
@@ -23,7 +21,7 @@ if TYPE_CHECKING:
     from sandboxd.builds.layer_dirs import LayerDirs
     from sandboxd.guest.commands import Command
     from sandboxd.host.cgroups import Limits
-    from sandboxd.runtime.nspawn.runtime import Box, Runtime
+    from sandboxd.runtime.engine import Box, Runtime
     from sandboxd.templates.image import TemplateImage
 
 log = logging.getLogger("sandboxd.builds.build_sandbox")
@@ -47,7 +45,7 @@ class BuildSandboxes:
         """A build sandbox of `image`, killed on the way out, whatever happened."""
         box = await self.runtime.boot(new_sandbox_id(), image.boot_image, limits, disk_mb)
         try:
-            async with self._envd.reaching(box.id, box.netns):
+            async with self._envd.reaching(box.id, box.dialer):
                 yield box
         finally:
             try:
@@ -63,9 +61,8 @@ class BuildSandboxes:
         """The sandbox's writable layer so far, as the layer `name` (the sandbox frozen, so
         that nothing it left running writes meanwhile)."""
         await self.runtime.freeze(box)
-        upper, uid_base = SandboxDirs(box.dir).upper, box.uid_base
 
         def fill(dest: Path) -> None:
-            layer_from_upper(upper, uid_base, dest, WRITTEN_BY_SANDBOXD)
+            self.runtime.export_diff(box, dest)
 
         await asyncio.to_thread(layers.make, name, fill)

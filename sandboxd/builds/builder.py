@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
     from sandboxd.builds.recipe import Recipe
     from sandboxd.builds.systemd_init import Provision
-    from sandboxd.runtime.nspawn.runtime import Runtime
+    from sandboxd.runtime.engine import Runtime
     from sandboxd.store.interface import Store
     from sandboxd.store.rows import BuildRow, LogLine
     from sandboxd.templates.catalog import Templates

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sandboxd.host.removal import remove_tree
-from sandboxd.runtime.nspawn.spec import read_record
+from sandboxd.runtime.spec import read_record
 
 if TYPE_CHECKING:
     from sandboxd.store.interface import Store

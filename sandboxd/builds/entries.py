@@ -1,7 +1,8 @@
 """What writing a layer from another tree needs, for COPY steps (copy_layer) and for a build
-sandbox's writable layer (snapshot): a layer made beside its place and renamed into it (whole or
-absent), file contents copied in the kernel, directories reached by fd without following a
-symlink, and directory times set once nothing more is written into them."""
+sandbox's writable layer (sandboxd.runtime.nspawn.export): a layer made beside its place and
+renamed into it (whole or absent), file contents copied in the kernel, directories reached by
+fd without following a symlink, and directory times set once nothing more is written into
+them."""
 
 from __future__ import annotations
 

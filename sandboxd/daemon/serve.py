@@ -26,7 +26,7 @@ from sandboxd.builds.builder import DEFAULT_DEADLINE_S, Builder, BuildLimits
 from sandboxd.daemon.listener import create_listener, create_proxy
 from sandboxd.daemon.state_dir import SECRET_FILE, open_private, umask
 from sandboxd.errors import HostError, SandboxError
-from sandboxd.host.overlay import require_rootfs
+from sandboxd.guest.readiness import ENVD_UNIT, envd_ready
 from sandboxd.ids import now_us
 from sandboxd.lifecycle.manager import SandboxManager
 from sandboxd.network import firewall
@@ -34,9 +34,9 @@ from sandboxd.network.dns_forwarder import DnsForwarder, host_nameservers
 from sandboxd.network.egress_proxy.server import EgressProxy
 from sandboxd.network.slots import NetworkPool, enable_forwarding
 from sandboxd.node.local import LocalNode
-from sandboxd.runtime.nspawn.container import SANDBOX_UMASK
-from sandboxd.runtime.nspawn.runtime import Runtime
-from sandboxd.runtime.nspawn.spec import BootImage
+from sandboxd.runtime.nspawn.container import SANDBOX_UMASK, require_rootfs
+from sandboxd.runtime.nspawn.runtime import NspawnRuntime
+from sandboxd.runtime.spec import BootImage
 from sandboxd.store.sqlite.store import SqliteStore
 from sandboxd.templates.catalog import BASE_DISK_MB, register_base
 
@@ -292,8 +292,9 @@ def serve(options: ServeOptions) -> None:
             dns = DnsForwarder(options.network.cidr,
                                [upstream] if upstream else host_nameservers())  # fmt: skip
             firewall.install(options.network.cidr, dns=dns.offered, proxy_port=proxy.port)
-        runtime = Runtime(state_dir / "sandboxes", cgroup_parent=options.cgroup_parent,
-                          network=options.network, egress_proxy=proxy)  # fmt: skip
+        runtime = NspawnRuntime(state_dir / "sandboxes", cgroup_parent=options.cgroup_parent,
+                                network=options.network, egress_proxy=proxy,
+                                probe=envd_ready, guest_unit=ENVD_UNIT)  # fmt: skip
         manager = SandboxManager(store, runtime, server_secret(state_dir),
                                  options.max_timeout_s, options.pool)  # fmt: skip
         builder = Builder(store, manager.templates, runtime, state_dir,

@@ -3,14 +3,12 @@ is sandboxd's own): `EnvdClient`, as the orchestrator talks to envd (/init, /met
 streamed answers of the commands sandboxd runs in its sandboxes), httpcore's
 connection pool over sockets made in each sandbox's network namespace, the URL's host being the
 sandbox id (`http://ID:49983/init`), so that the pool keeps each sandbox's connections apart and
-the host routes nothing anywhere; and `health_status`, the boot's probe of a sandbox that has no
-id the pool could resolve yet."""
+the host routes nothing anywhere. (The boot's readiness probe is sandboxd.guest.readiness.)"""
 
 # httpcore's network interface takes `timeout` arguments; these classes implement it.
 # ruff: noqa: ASYNC109
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 from typing import TYPE_CHECKING, Any
@@ -24,11 +22,10 @@ if TYPE_CHECKING:
     import ssl
     from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Iterator
 
-    from sandboxd.host.netns import NetNamespace
+    from sandboxd.runtime.dialer import Dialer
 
 
 ENVD_PORT = 49983
-_HEALTH = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
 
 
 class EnvdUnreachable(Exception):
@@ -77,7 +74,7 @@ class _SocketStream(httpcore.AsyncNetworkStream):
 class _NetnsBackend(httpcore.AsyncNetworkBackend):
     """connect_tcp(host=sandbox id) → a socket to 127.0.0.1:port in that sandbox."""
 
-    def __init__(self, resolve: Callable[[str], NetNamespace | None]) -> None:
+    def __init__(self, resolve: Callable[[str], Dialer | None]) -> None:
         self._resolve = resolve
 
     async def connect_tcp(
@@ -112,7 +109,7 @@ class _NetnsBackend(httpcore.AsyncNetworkBackend):
 class EnvdClient:
     """Requests to envd in the sandbox `resolve(sandbox_id)` finds."""
 
-    def __init__(self, resolve: Callable[[str], NetNamespace | None]) -> None:
+    def __init__(self, resolve: Callable[[str], Dialer | None]) -> None:
         self._pool = httpcore.AsyncConnectionPool(
             max_connections=None,
             max_keepalive_connections=256,
@@ -241,11 +238,11 @@ class OwnSandboxesEnvd:
     while in its `reaching` block, whose end closes the pooled connections into it."""
 
     def __init__(self) -> None:
-        self._netns: dict[str, NetNamespace] = {}
+        self._netns: dict[str, Dialer] = {}
         self.client = EnvdClient(self._netns.get)
 
     @contextlib.asynccontextmanager
-    async def reaching(self, sandbox_id: str, netns: NetNamespace) -> AsyncIterator[EnvdClient]:
+    async def reaching(self, sandbox_id: str, netns: Dialer) -> AsyncIterator[EnvdClient]:
         self._netns[sandbox_id] = netns
         try:
             yield self.client
@@ -255,24 +252,3 @@ class OwnSandboxesEnvd:
 
     async def aclose(self) -> None:
         await self.client.aclose()
-
-
-async def health_status(netns: NetNamespace, port: int = ENVD_PORT, timeout_s: float = 1) -> int:
-    """The HTTP status of envd's `/health` (204 once envd listens; its unit is Type=notify, so
-    this is also "started"), or 0 when nothing answered in `timeout_s` (refused, reset, not
-    HTTP, or a frozen sandbox)."""
-    writer: asyncio.StreamWriter | None = None
-    try:
-        async with asyncio.timeout(timeout_s):
-            reader, writer = await netns.open_connection(port)
-            writer.write(_HEALTH)
-            status_line = await reader.readline()
-    except (OSError, TimeoutError):
-        return 0
-    finally:
-        if writer is not None:
-            writer.close()
-    parts = status_line.split()
-    if len(parts) < 2 or not parts[0].startswith(b"HTTP/") or not parts[1].isdigit():
-        return 0
-    return int(parts[1])

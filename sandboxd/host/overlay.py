@@ -5,21 +5,16 @@ sandbox's writes land only in its upper directory."""
 from __future__ import annotations
 
 import contextlib
-import os
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sandboxd.builds import layer_view
 from sandboxd.errors import TemplateError
 from sandboxd.host import libc
 from sandboxd.host.removal import remove_tree, unmount
-from sandboxd.runtime.nspawn.container import ENVD_LAUNCHER
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
-
-    from sandboxd.runtime.nspawn.spec import BootImage
 
 # The overlay option string is comma-separated and lowerdir takes ':'-separated layers.
 _UNSAFE = frozenset(",:\n\\ ")
@@ -85,22 +80,3 @@ def _check_paths(*paths: Path) -> None:
 
 def _lowerdir(lowers: Sequence[Path]) -> str:
     return ":".join(str(p) for p in reversed(lowers))  # overlayfs lists the top one first
-
-
-def require_rootfs(image: BootImage) -> None:
-    """Raises TemplateError unless `image`'s layers are directories and one of them has what
-    its init starts: /sbin/init (systemd), or the envd layer's launcher (envd)."""
-    if not image.layers:
-        raise TemplateError("an image of no layers")
-    for layer in image.layers:
-        if not layer.is_dir():
-            raise TemplateError(f"no template root filesystem at {layer}")
-    # Found as a layer has it (a link too: nspawn says what is wrong with it), or through the
-    # stack, the image's links resolved inside it: a layer above the image's (systemd's,
-    # sandboxd.builds.systemd_init) has /sbin/init under the image's /sbin link, as usr/sbin.
-    needed = "/sbin/init" if image.init == "systemd" else ENVD_LAUNCHER
-    if not any(os.path.lexists(layer / needed.lstrip("/")) for layer in image.layers) and (
-        layer_view.resolve(image.layers, needed) is None
-    ):
-        where = ", ".join(str(layer) for layer in image.layers)
-        raise TemplateError(f"no {needed} in the template's layers ({where})")

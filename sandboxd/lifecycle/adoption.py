@@ -18,7 +18,7 @@ from sandboxd.lifecycle.sandbox import Sandbox, ingress_of
 
 if TYPE_CHECKING:
     from sandboxd.lifecycle.tokens import Tokens
-    from sandboxd.runtime.nspawn.runtime import Runtime
+    from sandboxd.runtime.engine import Runtime
     from sandboxd.store.interface import Store
 
 log = logging.getLogger("sandboxd.lifecycle.adoption")

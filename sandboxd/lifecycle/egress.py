@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING, Any
 from sandboxd.errors import SandboxError, SandboxNotFound
 from sandboxd.network.egress_proxy.names import is_domain_entry, normalize
 from sandboxd.network.firewall import OPEN, Egress, Tunnel
-from sandboxd.network.live_rules import set_egress, set_resolvers
+from sandboxd.network.live_rules import set_egress
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from sandboxd.lifecycle.manager import SandboxManager
     from sandboxd.lifecycle.sandbox import Sandbox
-    from sandboxd.runtime.nspawn.runtime import Box, Runtime
+    from sandboxd.runtime.engine import Box, Runtime
 
 log = logging.getLogger("sandboxd.lifecycle.egress")
 
@@ -75,9 +75,9 @@ async def apply_network(runtime: Runtime, box: Box, options: dict[str, Any]) -> 
         HostError: nftables refused, or resolv.conf could not be written.
     """
     if (egress := egress_of(options)) is not None:
-        await asyncio.to_thread(set_egress, box, egress, runtime.egress_proxy)
+        await asyncio.to_thread(set_egress, box.net, egress, runtime.egress_proxy)
     if (dns := dns_servers_of(options)) is not None:
-        await asyncio.to_thread(set_resolvers, box, dns)
+        await asyncio.to_thread(runtime.set_resolvers, box, dns)
 
 
 async def restore_proxied(manager: SandboxManager, sandboxes: Iterable[Sandbox]) -> None:
@@ -88,7 +88,7 @@ async def restore_proxied(manager: SandboxManager, sandboxes: Iterable[Sandbox])
         if egress is not None and (egress.domains or egress.tunnel):
             try:
                 await asyncio.to_thread(
-                    set_egress, sandbox.box, egress, manager.runtime.egress_proxy
+                    set_egress, sandbox.box.net, egress, manager.runtime.egress_proxy
                 )
             except SandboxError:  # its old redirect goes to no proxy: refused, not let through
                 log.exception("sandbox %s: its proxied egress was not restored", sandbox.id)
@@ -128,8 +128,8 @@ async def update_network(manager: SandboxManager, sandbox_id: str, update: dict[
             raise SandboxNotFound(sandbox_id)
         options = with_update(sandbox.row.options, update)
         egress = egress_of(options) or OPEN
-        await asyncio.to_thread(set_egress, sandbox.box, egress, manager.runtime.egress_proxy)
+        await asyncio.to_thread(set_egress, sandbox.box.net, egress, manager.runtime.egress_proxy)
         if (dns := dns_servers_of(options)) != dns_servers_of(sandbox.row.options):
-            await asyncio.to_thread(set_resolvers, sandbox.box, dns)
+            await asyncio.to_thread(manager.runtime.set_resolvers, sandbox.box, dns)
         sandbox.row.options = options
         await manager.store.write(functools.partial(manager.store.put_sandbox, sandbox.row))

@@ -41,9 +41,9 @@ from sandboxd.templates.catalog import Templates
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
 
-    from sandboxd.host.netns import NetNamespace
     from sandboxd.lifecycle.sandbox import CreateRequest
-    from sandboxd.runtime.nspawn.runtime import Box, Runtime
+    from sandboxd.runtime.dialer import Dialer
+    from sandboxd.runtime.engine import Box, Runtime
     from sandboxd.store.interface import Store
 
 log = logging.getLogger("sandboxd.lifecycle")
@@ -99,10 +99,10 @@ class SandboxManager:
         """Call `callback(id)` whenever a sandbox stops serving (killed, paused, expired)."""
         self._gone_callbacks.append(callback)
 
-    def _netns_of(self, sandbox_id: str) -> NetNamespace | None:
+    def _netns_of(self, sandbox_id: str) -> Dialer | None:
         sandbox = self._sandboxes.get(sandbox_id) or self._starting.get(sandbox_id)
         if sandbox is not None:
-            return sandbox.box.netns
+            return sandbox.box.dialer
         return None
 
     def _gone(self, sandbox_id: str) -> None:
@@ -174,7 +174,7 @@ class SandboxManager:
         if self.runtime.egress_proxy is not None:
             await self.runtime.egress_proxy.close()
         for sandbox in self._sandboxes.values():
-            sandbox.box.netns.close()
+            self.runtime.release(sandbox.box)
 
     # Create
 

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from sandboxd.host.cgroups import Limits
-    from sandboxd.runtime.nspawn.runtime import Box, Runtime
+    from sandboxd.runtime.engine import Box, Runtime
     from sandboxd.templates.image import TemplateImage
 
     Boot = Callable[[TemplateImage, Limits, int], Awaitable[Box]]

@@ -11,7 +11,7 @@ from sandboxd.lifecycle.ingress import Ingress
 from sandboxd.store.rows import SandboxRow
 
 if TYPE_CHECKING:
-    from sandboxd.runtime.nspawn.runtime import Box
+    from sandboxd.runtime.engine import Box
     from sandboxd.store.rows import TemplateRow
 
 

@@ -16,7 +16,7 @@ from sandboxd.lifecycle.pool import WarmPool
 
 if TYPE_CHECKING:
     from sandboxd.host.cgroups import Limits
-    from sandboxd.runtime.nspawn.runtime import Box, Runtime
+    from sandboxd.runtime.engine import Box, Runtime
     from sandboxd.templates.image import TemplateImage
 
 log = logging.getLogger("sandboxd.lifecycle.template_boxes")
@@ -47,7 +47,7 @@ class TemplateBoxes:
         if not (image.start_cmd or image.ready_cmd):
             return box
         try:
-            async with self._envd.reaching(box.id, box.netns) as envd:
+            async with self._envd.reaching(box.id, box.dialer) as envd:
                 await start_and_wait(envd, box.id, image)
         except (SandboxError, EnvdUnreachable) as exc:
             try:

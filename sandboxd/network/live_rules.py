@@ -1,27 +1,25 @@
-"""A running sandbox's network changed while it runs: its egress rules (the firewall's chains
-and the domain proxy's view, together) and its resolv.conf. Nothing for a sandbox without a
-network (serve with `--no-network`)."""
+"""A running sandbox's egress rules changed while it runs: the firewall's chains and the domain
+proxy's view, together. Nothing for a sandbox without a network (serve with `--no-network`).
+(Its resolv.conf is in its filesystem, which its runtime writes: `Runtime.set_resolvers`.)"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sandboxd.errors import HostError
-from sandboxd.network import firewall, resolv_conf
-from sandboxd.runtime.nspawn.steps import SandboxDirs
+from sandboxd.network import firewall
 
 if TYPE_CHECKING:
     from sandboxd.network.egress_proxy.server import EgressProxy
-    from sandboxd.runtime.nspawn.runtime import Box
+    from sandboxd.network.slots import NetSlot
 
 
-def set_egress(box: Box, egress: firewall.Egress, proxy: EgressProxy | None) -> None:
-    """Replace the sandbox's egress rules; `proxy`: serve's domain proxy, if it has one.
+def set_egress(net: NetSlot | None, egress: firewall.Egress, proxy: EgressProxy | None) -> None:
+    """Replace the egress rules of the sandbox on slot `net` (None: no network); `proxy`:
+    serve's domain proxy, if it has one.
 
     Raises:
         HostError: nftables refused (the old rules stand, in the proxy's view too).
     """
-    net = box.spec.net
     if net is None:
         return
     if proxy is None:
@@ -35,19 +33,3 @@ def set_egress(box: Box, egress: firewall.Egress, proxy: EgressProxy | None) -> 
     except BaseException:
         proxy.restore(net, before)
         raise
-
-
-def set_resolvers(box: Box, nameservers: list[str] | None) -> None:
-    """Name `nameservers` in the sandbox's /etc/resolv.conf (None: its gateway, serve's DNS
-    forwarder).
-
-    Raises:
-        HostError: the file could not be written (the sandbox's /etc is not a directory).
-    """
-    if box.spec.net is None:
-        return
-    try:
-        resolv_conf.rewrite(SandboxDirs(box.dir).root, nameservers or [box.spec.net.host_ip],
-                            box.uid_base)  # fmt: skip
-    except OSError as e:
-        raise HostError(f"sandbox {box.id}: cannot write its resolv.conf: {e}") from e

@@ -11,36 +11,26 @@ import logging
 from typing import TYPE_CHECKING
 
 from sandboxd.errors import HostError, TeardownError
-from sandboxd.ids import is_sandbox_id
 from sandboxd.network import firewall, slots
-from sandboxd.runtime.nspawn.spec import read_record
 
 if TYPE_CHECKING:
-    from pathlib import Path
+    from collections.abc import Iterable
+
+    from sandboxd.network.slots import NetSlot
 
 log = logging.getLogger("sandboxd.network.sweep")
 
 
-def recorded_links(sandboxes_dir: Path) -> set[str]:
-    """The host ends the records under `sandboxes_dir` name in this namespace."""
-    here = slots.own_netns_inode()
-    names = set()
-    if sandboxes_dir.is_dir():
-        for box in sandboxes_dir.iterdir():
-            spec = read_record(box) if is_sandbox_id(box.name) else None
-            if spec is not None and spec.net is not None and spec.net.netns == here:
-                names.add(spec.net.ifname)
-    return names
-
-
-def sweep(sandboxes_dir: Path) -> list[str]:
-    """Remove the orphans; returns their interface names. Call before any boot (a boot makes
-    its link and chain after its record, but the pool's refills must not race the listing).
+def sweep(recorded: Iterable[NetSlot]) -> list[str]:
+    """Remove the orphans: what no slot of `recorded` (every sandbox record's) accounts for;
+    returns their interface names. Call before any boot (a boot makes its link and chain after
+    its record, but the pool's refills must not race the listing).
 
     Raises:
         TeardownError: netlink or nft refused a removal (the rest are still tried first).
     """
-    keep = recorded_links(sandboxes_dir)
+    here = slots.own_netns_inode()
+    keep = {slot.ifname for slot in recorded if slot.netns == here}
     try:
         orphans = sorted({*slots.sandbox_links(), *firewall.sandbox_entries()} - keep)
     except HostError as e:

@@ -10,7 +10,6 @@ from sandboxd.errors import SandboxError, SandboxNotFound
 from sandboxd.lifecycle.egress import update_network
 from sandboxd.lifecycle.sandbox import CreateRequest
 from sandboxd.node.models import LogEntry, SandboxInfo
-from sandboxd.runtime.nspawn import journal
 
 if TYPE_CHECKING:
     from sandboxd.lifecycle.manager import SandboxManager
@@ -78,7 +77,8 @@ class LocalNode:
     ) -> list[LogEntry]:
         sandbox = self._manager.existing(sandbox_id)
         try:
-            entries = await journal.read(sandbox.box, since_us, until_us, limit, newest_first)
+            runtime = self._manager.runtime
+            entries = await runtime.logs(sandbox.box, since_us, until_us, limit, newest_first)
         except SandboxError as exc:
             if self._manager.get(sandbox_id) is None:  # killed meanwhile
                 raise SandboxNotFound(sandbox_id) from exc

@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sandboxd.guest.commands import LOGIN_BASH, Command
-from sandboxd.runtime.nspawn.spec import BootImage
+from sandboxd.runtime.spec import BootImage
 
 if TYPE_CHECKING:
-    from sandboxd.runtime.nspawn.spec import Init
+    from sandboxd.runtime.spec import Init
 
 # A template's ENV that lets its sandboxes use io_uring, which every other sandbox is refused
 # (docs/sandboxd.md, "System calls"): the one switch the SDKs' Template can set (set_envs).

@@ -13,7 +13,7 @@ from sandboxd.builds.base_image import ensure_stage
 from sandboxd.builds.envd_layer import envd_layer
 from sandboxd.builds.provision import provision
 from sandboxd.host.removal import remove_tree
-from sandboxd.runtime.nspawn.spec import BootImage
+from sandboxd.runtime.spec import BootImage
 from tests.builds.artifact_cache import ensure_artifact
 from tests.builds.build_serve import (
     build_net,

@@ -1,7 +1,7 @@
 """Images that are not ours booted with envd as the container's program (BootImage init "envd":
 nspawn's stub init, envd from the envd layer, the image's provisioning layer): a busybox:glibc
 tree and Debian's debootstrap stage, each checked over the wire through sandboxd's proxy, killed
-without a trace, and adopted again by a new Runtime."""
+without a trace, and adopted again by a new NspawnRuntime."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 
-from sandboxd.guest.client import health_status
-from sandboxd.runtime.nspawn.runtime import Runtime
+from sandboxd.guest.readiness import ENVD_UNIT, envd_ready
+from sandboxd.runtime.nspawn.runtime import NspawnRuntime
 from tests.builds.wire import as_user, output, routed, run
 from tests.sandboxd.inside import Traces, processes_seen_from
 from tests.sandboxd.proxied import serve_proxy
@@ -22,8 +22,8 @@ from tests.waiting import wait_until_async
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
-    from sandboxd.runtime.nspawn.runtime import Box
-    from sandboxd.runtime.nspawn.spec import BootImage
+    from sandboxd.runtime.nspawn.box import NspawnBox
+    from sandboxd.runtime.spec import BootImage
 
 pytestmark = [pytest.mark.root, pytest.mark.anyio]
 
@@ -39,8 +39,8 @@ def image(request: pytest.FixtureRequest) -> BootImage:
 
 @pytest.fixture
 async def client(
-    runtime: Runtime, image: BootImage
-) -> AsyncIterator[tuple[httpx.AsyncClient, Box]]:
+    runtime: NspawnRuntime, image: BootImage
+) -> AsyncIterator[tuple[httpx.AsyncClient, NspawnBox]]:
     box = await runtime.boot(uuid.uuid4().hex[:16], image)
     async with serve_proxy() as served:
         served.lookup.running[box.id] = box
@@ -49,7 +49,7 @@ async def client(
 
 
 async def test_envd_is_the_stub_init_s_one_child_and_answers(
-    client: tuple[httpx.AsyncClient, Box],
+    client: tuple[httpx.AsyncClient, NspawnBox],
 ) -> None:
     http, box = client
     seen = processes_seen_from(box)
@@ -64,7 +64,7 @@ async def test_envd_is_the_stub_init_s_one_child_and_answers(
 
 
 async def test_commands_run_as_user_and_as_root(
-    client: tuple[httpx.AsyncClient, Box], image: BootImage
+    client: tuple[httpx.AsyncClient, NspawnBox], image: BootImage
 ) -> None:
     http, box = client
     code, out = await run(http, box, "id; pwd; echo $HOME", "user")
@@ -80,7 +80,7 @@ async def test_commands_run_as_user_and_as_root(
 
 
 async def test_tmp_run_and_dev_shm_are_there_and_writable(
-    client: tuple[httpx.AsyncClient, Box],
+    client: tuple[httpx.AsyncClient, NspawnBox],
 ) -> None:
     http, box = client
     script = (
@@ -89,7 +89,9 @@ async def test_tmp_run_and_dev_shm_are_there_and_writable(
     assert await run(http, box, script, "user") == (0, "")
 
 
-async def test_files_go_up_and_down_as_the_user(client: tuple[httpx.AsyncClient, Box]) -> None:
+async def test_files_go_up_and_down_as_the_user(
+    client: tuple[httpx.AsyncClient, NspawnBox],
+) -> None:
     http, box = client
     params = {"path": "/home/user/up/hello.txt", "username": "user"}
     headers = {**routed(box), **as_user("user")}
@@ -102,7 +104,9 @@ async def test_files_go_up_and_down_as_the_user(client: tuple[httpx.AsyncClient,
     assert out.split() == ["user:user", "user:user"]
 
 
-async def test_orphans_are_reaped_by_the_stub_init(client: tuple[httpx.AsyncClient, Box]) -> None:
+async def test_orphans_are_reaped_by_the_stub_init(
+    client: tuple[httpx.AsyncClient, NspawnBox],
+) -> None:
     http, box = client
     orphan = int(await output(http, box, "sleep 1000 > /dev/null 2>&1 & echo $!", "user"))
     status = await output(http, box, f"grep PPid /proc/{orphan}/status", "root")
@@ -115,7 +119,7 @@ async def test_orphans_are_reaped_by_the_stub_init(client: tuple[httpx.AsyncClie
     await wait_until_async(reaped, 30, "the killed orphan to be reaped (not left a zombie)")
 
 
-async def test_a_kill_leaves_nothing(runtime: Runtime, busybox_image: BootImage) -> None:
+async def test_a_kill_leaves_nothing(runtime: NspawnRuntime, busybox_image: BootImage) -> None:
     box = await runtime.boot(uuid.uuid4().hex[:16], busybox_image)
     traces = Traces.of(box)
     await runtime.kill(box)
@@ -123,11 +127,16 @@ async def test_a_kill_leaves_nothing(runtime: Runtime, busybox_image: BootImage)
 
 
 async def test_a_new_runtime_adopts_an_envd_init_sandbox(
-    runtime: Runtime, busybox_image: BootImage
+    runtime: NspawnRuntime, busybox_image: BootImage
 ) -> None:
     box = await runtime.boot(uuid.uuid4().hex[:16], busybox_image)
-    box.netns.close()  # "restart": the old Runtime's handles go
-    again = Runtime(runtime.sandboxes_dir, cgroup_parent=runtime.cgroup_parent)
+    runtime.release(box)  # "restart": the old runtime's handles go
+    again = NspawnRuntime(
+        runtime.sandboxes_dir,
+        cgroup_parent=runtime.cgroup_parent,
+        probe=envd_ready,
+        guest_unit=ENVD_UNIT,
+    )
     (adopted,) = again.adopt()
     assert (adopted.id, adopted.leader_pid, adopted.image) == (
         box.id,
@@ -135,7 +144,7 @@ async def test_a_new_runtime_adopts_an_envd_init_sandbox(
         busybox_image,
     )
     assert adopted.spec == box.spec
-    assert await health_status(adopted.netns) == 204
+    assert await envd_ready(adopted.dialer)
     traces = Traces.of(adopted)
     await again.kill(adopted)
     assert traces.left() == []

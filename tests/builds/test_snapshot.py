@@ -1,4 +1,4 @@
-"""A build sandbox's writable layer made into a template layer (sandboxd.builds.snapshot): a
+"""A build sandbox's writable layer made into a template layer (sandboxd.runtime.nspawn.export): a
 real overlay as a sandbox has it (the image's layer idmapped into the sandbox's range, an upper
 directory owned by the range), changed by a process that is root in the sandbox's user
 namespace (files, deletions, an opaque directory, a hard link, a symlink, a capability), then
@@ -18,18 +18,22 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from sandboxd.builds.snapshot import WRITTEN_BY_SANDBOXD, layer_from_upper
 from sandboxd.errors import TemplateError
+from sandboxd.guest.readiness import ENVD_UNIT
 from sandboxd.host import libc
 from sandboxd.host.removal import detach_mounts
 from sandboxd.host.userns import mapped_namespace
 from sandboxd.images.tar_tree import OPAQUE_XATTR
+from sandboxd.runtime.nspawn.export import layer_from_upper
+from sandboxd.runtime.nspawn.steps import written_by_sandboxd
 from tests.builds.overlays import deep_trees, make_deep, read_deep, tree, writable
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
 pytestmark = pytest.mark.root
+
+WRITTEN_BY_SANDBOXD = written_by_sandboxd(ENVD_UNIT)
 
 # Above systemd's container range (where sandboxes' ranges are): no sandbox has these ids.
 UID_BASE = 0x70010000

@@ -11,7 +11,7 @@ from tests.client import frames, start_request
 if TYPE_CHECKING:
     import httpx
 
-    from sandboxd.runtime.nspawn.runtime import Box
+    from sandboxd.runtime.engine import Box
 
 
 def routed(box: Box) -> dict[str, str]:

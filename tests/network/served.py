@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 from pyroute2 import IPRoute
 
-from sandboxd.runtime.nspawn.spec import read_record
+from sandboxd.runtime.spec import read_record
 from tests.network.fake_internet import DNS_ADDRESS
 from tests.sandboxd.serving import Sandboxd, kill_sandboxes
 from tests.sandboxd.template_cache import ensure_base_template

@@ -17,10 +17,11 @@ import pytest
 from pyroute2 import IPRoute
 
 from sandboxd.errors import BootError
+from sandboxd.guest.readiness import ENVD_UNIT, envd_ready
 from sandboxd.network import firewall
 from sandboxd.network.slots import NetworkPool
-from sandboxd.runtime.nspawn.runtime import Runtime
-from sandboxd.runtime.nspawn.spec import BootImage, read_record
+from sandboxd.runtime.nspawn.runtime import NspawnRuntime
+from sandboxd.runtime.spec import BootImage, read_record
 from tests.network.fake_internet import DNS_ADDRESS, NAMES, UPLINK_ADDRESS
 from tests.network.in_sandbox import script
 from tests.network.served import (
@@ -303,10 +304,17 @@ def test_a_failed_boot_leaves_nothing(
     server: UplinkSandboxd, net: FakeInternet, tmp_path: Path
 ) -> None:
     """A boot that fails after its network was made (no time at all to answer /health) undoes
-    it: a Runtime of its own beside serve's, in `uplink` (where serve installed the table)."""
+    it: an NspawnRuntime of its own beside serve's, in `uplink` (where serve installed the table)."""
     state, parent = tmp_path / "state", f"{server.cgroup_parent}-failing"
     pool = NetworkPool(ipaddress.IPv4Network(POOL), DNS_ADDRESS)
-    runtime = Runtime(state / "sandboxes", parent, boot_timeout_s=0, network=pool)
+    runtime = NspawnRuntime(
+        state / "sandboxes",
+        parent,
+        boot_timeout_s=0,
+        network=pool,
+        probe=envd_ready,
+        guest_unit=ENVD_UNIT,
+    )
 
     async def boot() -> None:
         with pytest.raises(BootError, match="no answer from"):

@@ -1,5 +1,5 @@
 """Fixtures for the sandbox runtime: the base template (built once, cached by its sources) and a
-Runtime whose sandboxes and cgroups are this session's own and are all removed afterwards, even
+runtime whose sandboxes and cgroups are this session's own and are all removed afterwards, even
 when a test fails half-way."""
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from sandboxd.guest.readiness import ENVD_UNIT, envd_ready
 from sandboxd.host.cgroups import CgroupHost
-from sandboxd.runtime.nspawn.runtime import Runtime
+from sandboxd.runtime.nspawn.runtime import NspawnRuntime
 from tests.sandboxd.template_cache import ensure_base_template
 
 if TYPE_CHECKING:
@@ -36,10 +37,14 @@ def cgroup_parent() -> Iterator[str]:
 
 
 @pytest.fixture
-async def runtime(tmp_path: Path, cgroup_parent: str) -> AsyncIterator[Runtime]:
-    """A Runtime on a fresh directory; every sandbox left under it is killed afterwards."""
-    rt = Runtime(tmp_path / "sandboxes", cgroup_parent=cgroup_parent)
+async def runtime(tmp_path: Path, cgroup_parent: str) -> AsyncIterator[NspawnRuntime]:
+    """A NspawnRuntime on a fresh directory; every sandbox left under it is killed afterwards."""
+    rt = NspawnRuntime(
+        tmp_path / "sandboxes", cgroup_parent=cgroup_parent, probe=envd_ready, guest_unit=ENVD_UNIT
+    )
     yield rt
     # adopt() removes what is not running and hands back what is: kill that too.
-    for box in Runtime(rt.sandboxes_dir, cgroup_parent=cgroup_parent).adopt():
+    for box in NspawnRuntime(
+        rt.sandboxes_dir, cgroup_parent=cgroup_parent, probe=envd_ready, guest_unit=ENVD_UNIT
+    ).adopt():
         await rt.kill(box)

@@ -12,13 +12,14 @@ from typing import TYPE_CHECKING
 
 from sandboxd.host import uid_ranges
 from sandboxd.host.removal import mounts_under
-from sandboxd.runtime.nspawn.spec import RECORD
+from sandboxd.runtime.spec import RECORD
 
 if TYPE_CHECKING:
-    from sandboxd.runtime.nspawn.runtime import Box, Runtime
+    from sandboxd.runtime.nspawn.box import NspawnBox
+    from sandboxd.runtime.nspawn.runtime import NspawnRuntime
 
 
-def run(box: Box, script: str) -> str:
+def run(box: NspawnBox, script: str) -> str:
     """`sh -c script` in all of the sandbox's namespaces; its stdout (it must exit 0)."""
     done = subprocess.run(
         ["nsenter", "-t", str(box.leader_pid), "-a", "sh", "-c", script],
@@ -31,7 +32,7 @@ def run(box: Box, script: str) -> str:
     return done.stdout
 
 
-def processes_seen_from(box: Box) -> dict[int, str]:
+def processes_seen_from(box: NspawnBox) -> dict[int, str]:
     """pid → command name of every process the sandbox can see."""
     listing = run(box, 'for p in /proc/[0-9]*; do echo "${p#/proc/} $(cat $p/comm)"; done')
     seen = {}
@@ -101,7 +102,7 @@ class Traces:
     netns_inode: int
 
     @classmethod
-    def of(cls, box: Box) -> Traces:
+    def of(cls, box: NspawnBox) -> Traces:
         return cls(
             box.id,
             box.dir,
@@ -140,7 +141,7 @@ def loop_devices_of(box_dir: Path) -> list[str]:
     ]  # fmt: skip
 
 
-def sandbox_ids_left(runtime: Runtime) -> list[str]:
+def sandbox_ids_left(runtime: NspawnRuntime) -> list[str]:
     """Sandboxes with a directory or a cgroup under the runtime."""
     ids: set[str] = set()
     if runtime.sandboxes_dir.exists():

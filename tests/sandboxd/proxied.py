@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
     from starlette.types import ASGIApp, Receive, Scope, Send
 
-    from sandboxd.runtime.nspawn.runtime import Box
+    from sandboxd.runtime.engine import Box
 
 
 @dataclass

@@ -22,13 +22,14 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from sandboxd.guest.client import EnvdClient
+from sandboxd.guest.readiness import ENVD_UNIT, envd_ready
 from sandboxd.host import uid_ranges
 from sandboxd.host.cgroups import CgroupHost, SandboxCgroups
 from sandboxd.host.netns import NetNamespace
 from sandboxd.host.removal import remove_tree
 from sandboxd.runtime.nspawn import container
-from sandboxd.runtime.nspawn.runtime import Runtime
-from sandboxd.runtime.nspawn.spec import RECORD
+from sandboxd.runtime.nspawn.runtime import NspawnRuntime
+from sandboxd.runtime.spec import RECORD
 from tests.sandboxd.inside import loop_devices_of
 from tests.waiting import wait_until
 
@@ -48,7 +49,12 @@ def kill_sandboxes(state_dir: Path, cgroup_parent: str) -> None:
     and remove its cgroup parent."""
 
     async def kill_all() -> None:
-        runtime = Runtime(state_dir / "sandboxes", cgroup_parent=cgroup_parent)
+        runtime = NspawnRuntime(
+            state_dir / "sandboxes",
+            cgroup_parent=cgroup_parent,
+            probe=envd_ready,
+            guest_unit=ENVD_UNIT,
+        )
         for box in runtime.adopt():
             await runtime.kill(box)
 

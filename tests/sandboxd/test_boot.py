@@ -5,6 +5,7 @@ boot that fails leaves nothing behind."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import subprocess
@@ -15,12 +16,12 @@ from typing import TYPE_CHECKING
 import pytest
 
 from sandboxd.errors import BootError, SandboxError, TemplateError
-from sandboxd.guest.client import health_status
+from sandboxd.guest.readiness import ENVD_UNIT, envd_ready
 from sandboxd.host.cgroups import Limits, SandboxCgroups
 from sandboxd.runtime.nspawn import container
-from sandboxd.runtime.nspawn.runtime import Runtime
-from sandboxd.runtime.nspawn.spec import RECORD, BootImage
+from sandboxd.runtime.nspawn.runtime import NspawnRuntime
 from sandboxd.runtime.nspawn.steps import SandboxDirs
+from sandboxd.runtime.spec import RECORD, BootImage
 from tests.sandboxd.inside import processes_seen_from, run, sandbox_ids_left
 from tests.waiting import wait_until_async
 
@@ -44,10 +45,10 @@ def host_sleeper() -> Iterator[subprocess.Popen[bytes]]:
 
 
 async def test_boot_answers_health_through_the_sandbox_namespace(
-    runtime: Runtime, base_template: Path
+    runtime: NspawnRuntime, base_template: Path
 ) -> None:
     box = await runtime.boot(new_id(), BootImage((base_template,)))
-    assert await health_status(box.netns) == 204
+    assert await envd_ready(box.dialer)
     # The same port on the host's loopback is someone else's (or nobody's): the sandbox's
     # envd is reachable only from inside its namespace.
     assert box.netns.inode != os.stat("/proc/self/ns/net").st_ino
@@ -60,7 +61,7 @@ async def test_boot_answers_health_through_the_sandbox_namespace(
 
 
 async def test_sandboxes_see_neither_each_other_nor_the_host(
-    runtime: Runtime, base_template: Path, host_sleeper: subprocess.Popen[bytes]
+    runtime: NspawnRuntime, base_template: Path, host_sleeper: subprocess.Popen[bytes]
 ) -> None:
     a, b = await asyncio.gather(
         runtime.boot(new_id(), BootImage((base_template,))),
@@ -85,7 +86,7 @@ async def test_sandboxes_see_neither_each_other_nor_the_host(
 
 
 async def test_limits_are_written_to_the_sandbox_cgroups(
-    runtime: Runtime, base_template: Path
+    runtime: NspawnRuntime, base_template: Path
 ) -> None:
     limits = Limits(memory_bytes=256 << 20, cpus=0.5, pids=150)
     box = await runtime.boot(new_id(), BootImage((base_template,)), limits)
@@ -109,7 +110,9 @@ async def test_limits_are_written_to_the_sandbox_cgroups(
     assert usage.cpu_usec > 0
 
 
-async def test_envd_gets_its_priority_from_the_host(runtime: Runtime, base_template: Path) -> None:
+async def test_envd_gets_its_priority_from_the_host(
+    runtime: NspawnRuntime, base_template: Path
+) -> None:
     """In its user namespace the container cannot give envd nice -20 (the unit's setting is
     reset by the boot's drop-in); sandboxd gives it from the host, to every thread."""
     box = await runtime.boot(new_id(), BootImage((base_template,)))
@@ -123,7 +126,7 @@ async def test_envd_gets_its_priority_from_the_host(runtime: Runtime, base_templ
 
 
 async def test_envd_metrics_report_the_sandbox_not_the_host(
-    runtime: Runtime, base_template: Path
+    runtime: NspawnRuntime, base_template: Path
 ) -> None:
     limits = Limits(memory_bytes=384 << 20, cpus=1, pids=500)
     box = await runtime.boot(new_id(), BootImage((base_template,)), limits, disk_mb=256)
@@ -139,13 +142,15 @@ async def test_envd_metrics_report_the_sandbox_not_the_host(
     assert grown["disk_used"] >= metrics["disk_used"] + (60 << 20)
 
 
-async def test_a_missing_template_leaves_nothing(runtime: Runtime, tmp_path: Path) -> None:
+async def test_a_missing_template_leaves_nothing(runtime: NspawnRuntime, tmp_path: Path) -> None:
     with pytest.raises(TemplateError, match="no template root filesystem"):
         await runtime.boot(new_id(), BootImage((tmp_path / "no-such-rootfs",)))
     assert sandbox_ids_left(runtime) == []
 
 
-async def test_a_template_nspawn_refuses_leaves_nothing(runtime: Runtime, tmp_path: Path) -> None:
+async def test_a_template_nspawn_refuses_leaves_nothing(
+    runtime: NspawnRuntime, tmp_path: Path
+) -> None:
     broken = tmp_path / "broken"
     (broken / "sbin").mkdir(parents=True)
     (broken / "sbin/init").symlink_to("/nowhere")
@@ -158,23 +163,28 @@ async def test_envd_never_answering_times_out_and_leaves_nothing(
     tmp_path: Path, cgroup_parent: str, base_template: Path
 ) -> None:
     # Nothing listens on port 1 inside: the boot succeeds but "envd" never answers.
-    rt = Runtime(tmp_path / "sandboxes", cgroup_parent, boot_timeout_s=3, envd_port=1)
-    with pytest.raises(BootError, match=r"no answer from envd's /health after 3 s"):
+    never = functools.partial(envd_ready, port=1)
+    rt = NspawnRuntime(
+        tmp_path / "sandboxes", cgroup_parent, boot_timeout_s=3, probe=never, guest_unit=ENVD_UNIT
+    )
+    with pytest.raises(BootError, match=r"no answer from the guest agent after 3 s"):
         await rt.boot(new_id(), BootImage((base_template,)))
     assert sandbox_ids_left(rt) == []
 
 
-async def test_bad_and_duplicate_ids_are_refused(runtime: Runtime, base_template: Path) -> None:
+async def test_bad_and_duplicate_ids_are_refused(
+    runtime: NspawnRuntime, base_template: Path
+) -> None:
     for bad in ("", "has-dash", "UPPER", "a" * 64, "../x"):
         with pytest.raises(SandboxError, match="only a-z and 0-9"):
             await runtime.boot(bad, BootImage((base_template,)))
     box = await runtime.boot(new_id(), BootImage((base_template,)))
     with pytest.raises(SandboxError, match="already exists"):
         await runtime.boot(box.id, BootImage((base_template,)))
-    assert await health_status(box.netns) == 204  # the refused boot touched nothing of it
+    assert await envd_ready(box.dialer)  # the refused boot touched nothing of it
 
 
-async def _container_init_up(runtime: Runtime, sandbox_id: str) -> None:
+async def _container_init_up(runtime: NspawnRuntime, sandbox_id: str) -> None:
     """Until the container's PID 1 runs: the boot is then waiting for envd, which starts some
     hundreds of milliseconds later, after systemd's early units."""
     cgroups = SandboxCgroups(runtime.host, runtime.cgroup_parent, sandbox_id)
@@ -190,7 +200,7 @@ async def _container_init_up(runtime: Runtime, sandbox_id: str) -> None:
 # boots got faster than any safe guess).
 @pytest.mark.parametrize("cancel_at", ["at once", "launching", "waiting for envd"])
 async def test_a_cancelled_boot_leaves_nothing(
-    runtime: Runtime, base_template: Path, cancel_at: str
+    runtime: NspawnRuntime, base_template: Path, cancel_at: str
 ) -> None:
     sandbox_id = new_id()
     boot = asyncio.ensure_future(runtime.boot(sandbox_id, BootImage((base_template,))))

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from sandboxd.host.budget import LIMITS
-from sandboxd.runtime.nspawn.spec import BootImage
+from sandboxd.runtime.spec import BootImage
 from tests.sandboxd.inside import run
 from tests.sandboxd.test_escape import as_root, new_id
 from tests.waiting import wait_until
@@ -24,7 +24,8 @@ from tests.waiting import wait_until
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from sandboxd.runtime.nspawn.runtime import Box, Runtime
+    from sandboxd.runtime.nspawn.box import NspawnBox
+    from sandboxd.runtime.nspawn.runtime import NspawnRuntime
 
 pytestmark = [pytest.mark.root, pytest.mark.anyio]
 
@@ -92,7 +93,7 @@ USERNS_HOG = (
 )
 
 
-def hog(box: Box, program: str) -> tuple[int, int]:
+def hog(box: NspawnBox, program: str) -> tuple[int, int]:
     """Start `program` as root in `box`, in a session of its own so that it outlives the
     command; (how many it took, the errno that stopped it) once it has written them."""
     source = textwrap.dedent(program.format(held=HELD))
@@ -118,7 +119,7 @@ def inotify_init_errno() -> int:
 
 
 async def test_one_sandbox_taking_every_inotify_instance_leaves_the_host_and_a_neighbour_theirs(
-    runtime: Runtime, base_template: Path
+    runtime: NspawnRuntime, base_template: Path
 ) -> None:
     hogging = await runtime.boot(new_id(), BootImage((base_template,)))
     neighbour = await runtime.boot(new_id(), BootImage((base_template,)))
@@ -137,7 +138,7 @@ async def test_one_sandbox_taking_every_inotify_instance_leaves_the_host_and_a_n
 
 
 async def test_one_sandbox_making_every_user_namespace_it_can_leaves_room_to_boot_another(
-    runtime: Runtime, base_template: Path
+    runtime: NspawnRuntime, base_template: Path
 ) -> None:
     hogging = await runtime.boot(new_id(), BootImage((base_template,)))
 

@@ -23,13 +23,16 @@ from sandboxd.guest.commands import (
     start,
     wait_ready,
 )
-from sandboxd.runtime.nspawn.runtime import Box, Runtime
-from sandboxd.runtime.nspawn.spec import BootImage
+from sandboxd.guest.readiness import ENVD_UNIT, envd_ready
+from sandboxd.runtime.nspawn.runtime import NspawnRuntime
+from sandboxd.runtime.spec import BootImage
 from tests.waiting import wait_until_async
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator, Mapping
     from pathlib import Path
+
+    from sandboxd.runtime.nspawn.box import NspawnBox
 
 pytestmark = [pytest.mark.root, pytest.mark.anyio]
 
@@ -37,11 +40,14 @@ pytestmark = [pytest.mark.root, pytest.mark.anyio]
 @pytest.fixture(scope="module")
 def box(
     tmp_path_factory: pytest.TempPathFactory, base_template: Path, cgroup_parent: str
-) -> Iterator[Box]:
+) -> Iterator[NspawnBox]:
     """One sandbox for the module: every test's commands leave it as a fresh boot would be,
     except for files under /tmp and the servers on their own ports."""
-    runtime = Runtime(
-        tmp_path_factory.mktemp("envd-process") / "sandboxes", cgroup_parent=cgroup_parent
+    runtime = NspawnRuntime(
+        tmp_path_factory.mktemp("envd-process") / "sandboxes",
+        cgroup_parent=cgroup_parent,
+        probe=envd_ready,
+        guest_unit=ENVD_UNIT,
     )
     booted = asyncio.run(runtime.boot(uuid.uuid4().hex[:16], BootImage((base_template,))))
     try:
@@ -51,7 +57,7 @@ def box(
 
 
 @pytest.fixture
-async def client(box: Box) -> AsyncIterator[EnvdClient]:
+async def client(box: NspawnBox) -> AsyncIterator[EnvdClient]:
     envd = EnvdClient(lambda _: box.netns)
     yield envd
     await envd.aclose()
@@ -76,7 +82,7 @@ def sh(
     return Command(script, LOGIN_BASH, user=user, cwd=cwd, env=env or {})
 
 
-async def test_output_goes_to_its_stream_in_order(client: EnvdClient, box: Box) -> None:
+async def test_output_goes_to_its_stream_in_order(client: EnvdClient, box: NspawnBox) -> None:
     out = Output()
     script = "for i in $(seq 1 200); do echo out$i; echo err$i >&2; done"
     assert await run(client, box.id, sh(script), on_output=out) == 0
@@ -85,14 +91,14 @@ async def test_output_goes_to_its_stream_in_order(client: EnvdClient, box: Box) 
     assert {kind for kind, _ in out.events} == {"stdout", "stderr"}
 
 
-async def test_exit_codes(client: EnvdClient, box: Box) -> None:
+async def test_exit_codes(client: EnvdClient, box: NspawnBox) -> None:
     assert await run(client, box.id, sh("true")) == 0
     assert await run(client, box.id, sh("echo failing; exit 3")) == 3
     # Killed by a signal: envd's -1 (Go's ProcessState), no exit status.
     assert await run(client, box.id, sh("kill -KILL $$")) == -1
 
 
-async def test_env_cwd_and_shell(client: EnvdClient, box: Box) -> None:
+async def test_env_cwd_and_shell(client: EnvdClient, box: NspawnBox) -> None:
     out = Output()
     command = sh('echo "$GREETING" && pwd && echo "$0"', env={"GREETING": "hi there"}, cwd="/etc")
     assert await run(client, box.id, command, on_output=out) == 0
@@ -104,7 +110,7 @@ async def test_env_cwd_and_shell(client: EnvdClient, box: Box) -> None:
     assert await detect_shell(client, box.id) == LOGIN_BASH
 
 
-async def test_user_and_root(client: EnvdClient, box: Box) -> None:
+async def test_user_and_root(client: EnvdClient, box: NspawnBox) -> None:
     as_user, as_root = Output(), Output()
     assert await run(client, box.id, sh("id -u; pwd", user="user"), on_output=as_user) == 0
     assert await run(client, box.id, sh("id -u; pwd"), on_output=as_root) == 0
@@ -114,7 +120,7 @@ async def test_user_and_root(client: EnvdClient, box: Box) -> None:
     assert as_root.of("stdout") == b"0\n/root\n"
 
 
-async def test_megabytes_of_output_arrive_whole(client: EnvdClient, box: Box) -> None:
+async def test_megabytes_of_output_arrive_whole(client: EnvdClient, box: NspawnBox) -> None:
     out = Output()
     script = "seq 1 600000; seq 1 200000 >&2; echo done"
     assert await run(client, box.id, sh(script), on_output=out) == 0
@@ -124,7 +130,7 @@ async def test_megabytes_of_output_arrive_whole(client: EnvdClient, box: Box) ->
     assert out.of("stderr") == "".join(f"{i}\n" for i in range(1, 200001)).encode()
 
 
-async def test_refusals_carry_envds_words(client: EnvdClient, box: Box) -> None:
+async def test_refusals_carry_envds_words(client: EnvdClient, box: NspawnBox) -> None:
     with pytest.raises(CommandError, match=r"unauthenticated: invalid username: 'nobody-here'"):
         await run(client, box.id, sh("true", user="nobody-here"))
     with pytest.raises(CommandError, match=r"invalid_argument: cwd '/no/such/dir' does not exist"):
@@ -133,7 +139,7 @@ async def test_refusals_carry_envds_words(client: EnvdClient, box: Box) -> None:
         await start(client, box.id, sh("true", user="nobody-here"))
 
 
-async def test_a_missing_shell_is_exit_127(client: EnvdClient, box: Box) -> None:
+async def test_a_missing_shell_is_exit_127(client: EnvdClient, box: NspawnBox) -> None:
     # envd execs through a shell of its own, so a missing program is the shell's 127 and
     # its message, as a missing command inside the script would be.
     out = Output()
@@ -142,7 +148,7 @@ async def test_a_missing_shell_is_exit_127(client: EnvdClient, box: Box) -> None
     assert b"/bin/no-such-shell: not found" in out.of("stderr")
 
 
-async def test_unreachable_envd(box: Box) -> None:
+async def test_unreachable_envd(box: NspawnBox) -> None:
     nowhere = EnvdClient(lambda _: None)
     try:
         with pytest.raises(EnvdUnreachable, match="is not running"):
@@ -151,7 +157,7 @@ async def test_unreachable_envd(box: Box) -> None:
         await nowhere.aclose()
 
 
-async def test_timeout_kills_the_command(client: EnvdClient, box: Box) -> None:
+async def test_timeout_kills_the_command(client: EnvdClient, box: NspawnBox) -> None:
     with pytest.raises(CommandTimedOut, match=r"still running after 0\.3 s"):
         await run(client, box.id, sh("sleep 876543"), timeout_s=0.3)
 
@@ -163,7 +169,7 @@ async def test_timeout_kills_the_command(client: EnvdClient, box: Box) -> None:
     await wait_until_async(killed, 30, "envd to kill the timed-out command")
 
 
-async def test_started_server_keeps_serving(client: EnvdClient, box: Box) -> None:
+async def test_started_server_keeps_serving(client: EnvdClient, box: NspawnBox) -> None:
     await run(client, box.id, sh("mkdir -p /tmp/site && echo served > /tmp/site/index.txt"))
     server = sh("exec python3 -m http.server 8123 --bind 127.0.0.1", cwd="/tmp/site", user="user")
     pid = await start(client, box.id, server)
@@ -183,7 +189,7 @@ async def test_started_server_keeps_serving(client: EnvdClient, box: Box) -> Non
     assert owner.of("stdout").strip() == b"user"
 
 
-async def test_wait_ready_retries_until_success(client: EnvdClient, box: Box) -> None:
+async def test_wait_ready_retries_until_success(client: EnvdClient, box: NspawnBox) -> None:
     # Succeeds at the fourth attempt, then no more attempts are made.
     ready = sh(
         "n=$(cat /tmp/ready-count 2>/dev/null || echo 0); echo $((n + 1)) > /tmp/ready-count; "
@@ -195,7 +201,9 @@ async def test_wait_ready_retries_until_success(client: EnvdClient, box: Box) ->
     assert out.of("stdout") == b"4\n"
 
 
-async def test_wait_ready_times_out_with_the_last_output(client: EnvdClient, box: Box) -> None:
+async def test_wait_ready_times_out_with_the_last_output(
+    client: EnvdClient, box: NspawnBox
+) -> None:
     never = sh("echo not listening yet; echo port 9 closed >&2; exit 1")
     with pytest.raises(NotReady, match=r"within 0\.5 s \(\d+ attempts\)") as caught:
         await wait_ready(client, box.id, never, timeout_s=0.5)
@@ -207,14 +215,14 @@ async def test_wait_ready_times_out_with_the_last_output(client: EnvdClient, box
         await wait_ready(client, box.id, sh("echo hanging; sleep 765432"), timeout_s=0.5)
 
 
-async def test_wait_ready_does_not_retry_a_refusal(client: EnvdClient, box: Box) -> None:
+async def test_wait_ready_does_not_retry_a_refusal(client: EnvdClient, box: NspawnBox) -> None:
     with pytest.raises(CommandError, match="does not exist") as caught:
         await wait_ready(client, box.id, sh("true", cwd="/no/such/dir"), timeout_s=30)
     assert not isinstance(caught.value, NotReady)
 
 
 async def test_after_init_the_token_and_the_sandbox_env(
-    runtime: Runtime, base_template: Path
+    runtime: NspawnRuntime, base_template: Path
 ) -> None:
     """A sandbox as sandboxd's creates leave it: /init set a token, env vars and a workdir."""
     box = await runtime.boot(uuid.uuid4().hex[:16], BootImage((base_template,)))

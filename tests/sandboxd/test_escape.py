@@ -20,17 +20,18 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from sandboxd.guest.client import health_status
+from sandboxd.guest.readiness import envd_ready
 from sandboxd.host.cgroups import Limits
 from sandboxd.host.uid_ranges import FIRST_BASE, RANGE_SIZE
-from sandboxd.runtime.nspawn.spec import BootImage
 from sandboxd.runtime.nspawn.steps import SandboxDirs
+from sandboxd.runtime.spec import BootImage
 from tests.sandboxd.inside import run
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from sandboxd.runtime.nspawn.runtime import Box, Runtime
+    from sandboxd.runtime.nspawn.box import NspawnBox
+    from sandboxd.runtime.nspawn.runtime import NspawnRuntime
 
 pytestmark = [pytest.mark.root, pytest.mark.anyio]
 
@@ -48,7 +49,7 @@ def new_id() -> str:
     return uuid.uuid4().hex[:16]
 
 
-def as_root(box: Box, script: str) -> tuple[int | None, str]:
+def as_root(box: NspawnBox, script: str) -> tuple[int | None, str]:
     """(exit code, stdout + stderr) of `sh -c script` started by envd as root (a command of
     the SDK's `commands.run(..., user="root")`): in the sandbox's cgroups, namespaces and
     system-call filter. The exit code is None when a signal ended it. Asserts that it ran."""
@@ -99,7 +100,7 @@ def _sysctls_now() -> dict[str, str]:
 
 
 async def test_sandbox_root_is_an_unprivileged_host_uid_of_its_own_range(
-    runtime: Runtime, base_template: Path
+    runtime: NspawnRuntime, base_template: Path
 ) -> None:
     a = await runtime.boot(new_id(), BootImage((base_template,)))
     b = await runtime.boot(new_id(), BootImage((base_template,)))
@@ -125,7 +126,7 @@ async def test_sandbox_root_is_an_unprivileged_host_uid_of_its_own_range(
 
 
 async def test_files_the_sandbox_writes_belong_to_its_range_on_the_host(
-    runtime: Runtime, base_template: Path
+    runtime: NspawnRuntime, base_template: Path
 ) -> None:
     box = await runtime.boot(new_id(), BootImage((base_template,)))
     status, out = as_root(box, "echo x > /root/by-root && su user -c 'echo y > /home/user/by-user'")
@@ -139,7 +140,7 @@ async def test_files_the_sandbox_writes_belong_to_its_range_on_the_host(
 
 
 async def test_core_pattern_and_host_sysctls_stay_after_a_proc_sys_remount(
-    runtime: Runtime, base_template: Path, marker: Path, host_sysctls: dict[str, str]
+    runtime: NspawnRuntime, base_template: Path, marker: Path, host_sysctls: dict[str, str]
 ) -> None:
     box = await runtime.boot(new_id(), BootImage((base_template,)))
     # The sandbox's script, by its host path (what /proc/self/mountinfo gave away before).
@@ -163,14 +164,16 @@ async def test_core_pattern_and_host_sysctls_stay_after_a_proc_sys_remount(
     assert "Permission denied" in out or "Read-only" in out, out
 
 
-async def test_sys_cannot_be_remounted_read_write(runtime: Runtime, base_template: Path) -> None:
+async def test_sys_cannot_be_remounted_read_write(
+    runtime: NspawnRuntime, base_template: Path
+) -> None:
     box = await runtime.boot(new_id(), BootImage((base_template,)))
     status, out = as_root(box, "mount -o remount,rw /sys && touch /sys/kernel/escaped")
     assert status != 0, out
 
 
 async def test_no_new_cgroup_hierarchy_and_no_release_agent(
-    runtime: Runtime, base_template: Path, marker: Path
+    runtime: NspawnRuntime, base_template: Path, marker: Path
 ) -> None:
     box = await runtime.boot(new_id(), BootImage((base_template,)))
     status, out = as_root(box, "mkdir -p /tmp/cg && mount -t cgroup -o none,name=escape cg /tmp/cg")
@@ -194,7 +197,7 @@ async def test_no_new_cgroup_hierarchy_and_no_release_agent(
 
 
 async def test_the_hosts_root_block_device_cannot_be_made_or_read(
-    runtime: Runtime, base_template: Path
+    runtime: NspawnRuntime, base_template: Path
 ) -> None:
     box = await runtime.boot(new_id(), BootImage((base_template,)))
     device = os.stat("/").st_dev
@@ -210,7 +213,7 @@ async def test_the_hosts_root_block_device_cannot_be_made_or_read(
 
 
 async def test_the_sandbox_cannot_raise_its_own_limits(
-    runtime: Runtime, base_template: Path
+    runtime: NspawnRuntime, base_template: Path
 ) -> None:
     limits = Limits(memory_bytes=256 * MIB, cpus=1, pids=300)
     box = await runtime.boot(new_id(), BootImage((base_template,)), limits)
@@ -233,14 +236,16 @@ async def test_the_sandbox_cannot_raise_its_own_limits(
         assert int((memory / "memory.limit_in_bytes").read_text()) == 256 * MIB
 
 
-async def test_the_clock_cannot_be_set(runtime: Runtime, base_template: Path) -> None:
+async def test_the_clock_cannot_be_set(runtime: NspawnRuntime, base_template: Path) -> None:
     box = await runtime.boot(new_id(), BootImage((base_template,)))
     status, out = as_root(box, "date -s '2001-01-01 00:00:00'")
     assert status != 0, out
     assert time.time() > 1_700_000_000  # the host's clock is where it was
 
 
-async def test_the_hosts_loopback_is_out_of_reach(runtime: Runtime, base_template: Path) -> None:
+async def test_the_hosts_loopback_is_out_of_reach(
+    runtime: NspawnRuntime, base_template: Path
+) -> None:
     box = await runtime.boot(new_id(), BootImage((base_template,)))
     with socket.create_server(("127.0.0.1", 0)) as listener:
         port = listener.getsockname()[1]
@@ -252,7 +257,7 @@ async def test_the_hosts_loopback_is_out_of_reach(runtime: Runtime, base_templat
 
 
 async def test_memory_beyond_the_limit_is_oom_killed_inside_and_the_sandbox_lives(
-    runtime: Runtime, base_template: Path
+    runtime: NspawnRuntime, base_template: Path
 ) -> None:
     box = await runtime.boot(
         new_id(), BootImage((base_template,)), Limits(memory_bytes=256 * MIB, pids=1000)
@@ -261,11 +266,11 @@ async def test_memory_beyond_the_limit_is_oom_killed_inside_and_the_sandbox_live
         box, "python3 -c 'b = bytearray(512 << 20); b[::4096] = b\"x\" * len(b[::4096])'"
     )
     assert status != 0, out
-    assert await health_status(box.netns) == 204
+    assert await envd_ready(box.dialer)
 
 
 async def test_a_write_past_the_disk_size_ends_in_enospc_inside(
-    runtime: Runtime, base_template: Path
+    runtime: NspawnRuntime, base_template: Path
 ) -> None:
     disk_mb = 128
     box = await runtime.boot(new_id(), BootImage((base_template,)), disk_mb=disk_mb)
@@ -274,13 +279,13 @@ async def test_a_write_past_the_disk_size_ends_in_enospc_inside(
     assert "No space left" in out
     image = SandboxDirs(box.dir).disk_image
     assert image.stat().st_blocks * 512 <= disk_mb * MIB  # what the host gave, at most
-    assert await health_status(box.netns) == 204
+    assert await envd_ready(box.dialer)
     # statfs of / inside reports the sandbox's disk, not the host's.
     total_kib = int(as_root(box, "df -k --output=size / | tail -1")[1].split()[-1])
     assert total_kib * 1024 <= disk_mb * MIB
 
 
-async def test_the_system_call_filter_stays(runtime: Runtime, base_template: Path) -> None:
+async def test_the_system_call_filter_stays(runtime: NspawnRuntime, base_template: Path) -> None:
     box = await runtime.boot(new_id(), BootImage((base_template,)))
     status = Path(f"/proc/{box.leader_pid}/status").read_text()
     assert "Seccomp:\t2" in status
@@ -298,7 +303,7 @@ print(libc.syscall(425, 1, params), ctypes.get_errno())
 """
 
 
-async def test_io_uring_is_refused(runtime: Runtime, base_template: Path) -> None:
+async def test_io_uring_is_refused(runtime: NspawnRuntime, base_template: Path) -> None:
     """nspawn's filter allows io_uring; sandboxd's command line takes it out (EPERM)."""
     box = await runtime.boot(new_id(), BootImage((base_template,)))
     code, out = as_root(box, f"python3 -c '{IO_URING_SETUP}'")

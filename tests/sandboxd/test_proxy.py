@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from envd.http.signing import file_signature
-from sandboxd.runtime.nspawn.spec import BootImage
+from sandboxd.runtime.spec import BootImage
 from tests.client import AS_USER, frames, start_request
 from tests.sandboxd.inside import run
 from tests.sandboxd.proxied import CONTROL_API_STAND_IN, ServedProxy, envd_init, serve_proxy
@@ -29,7 +29,8 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator
     from pathlib import Path
 
-    from sandboxd.runtime.nspawn.runtime import Box, Runtime
+    from sandboxd.runtime.nspawn.box import NspawnBox
+    from sandboxd.runtime.nspawn.runtime import NspawnRuntime
 
 pytestmark = [pytest.mark.root, pytest.mark.anyio]
 
@@ -38,18 +39,20 @@ STREAM = {"content-type": "application/connect+json", **AS_USER}
 
 
 @pytest.fixture
-async def served(runtime: Runtime, base_template: Path) -> AsyncIterator[tuple[ServedProxy, Box]]:
+async def served(
+    runtime: NspawnRuntime, base_template: Path
+) -> AsyncIterator[tuple[ServedProxy, NspawnBox]]:
     box = await runtime.boot(uuid.uuid4().hex[:16], BootImage((base_template,)))
     async with serve_proxy() as served:
         served.lookup.running[box.id] = box
         yield served, box
 
 
-def routed(box: Box, port: int = 49983) -> dict[str, str]:
+def routed(box: NspawnBox, port: int = 49983) -> dict[str, str]:
     return {"e2b-sandbox-id": box.id, "e2b-sandbox-port": str(port)}
 
 
-def established_to_envd(box: Box) -> int:
+def established_to_envd(box: NspawnBox) -> int:
     """TCP connections envd has open inside the sandbox."""
     out = subprocess.run(
         ["nsenter", "-t", str(box.leader_pid), "-n", "ss", "-Htn", "state", "established",
@@ -59,7 +62,7 @@ def established_to_envd(box: Box) -> int:
     return len(out.splitlines())
 
 
-async def test_health_through_the_routing_headers(served: tuple[ServedProxy, Box]) -> None:
+async def test_health_through_the_routing_headers(served: tuple[ServedProxy, NspawnBox]) -> None:
     proxy, box = served
     async with httpx.AsyncClient(base_url=proxy.url) as client:
         for _ in range(3):  # the second and third go over the kept-alive connection
@@ -69,7 +72,7 @@ async def test_health_through_the_routing_headers(served: tuple[ServedProxy, Box
 
 
 async def test_requests_with_a_body_reuse_the_kept_alive_connection(
-    served: tuple[ServedProxy, Box],
+    served: tuple[ServedProxy, NspawnBox],
 ) -> None:
     proxy, box = served
     stat = {**routed(box), **AS_USER, "content-type": "application/json"}
@@ -82,7 +85,7 @@ async def test_requests_with_a_body_reuse_the_kept_alive_connection(
             assert established_to_envd(box) == 1
 
 
-def raw_routing(proxy: ServedProxy, box: Box, port: int = 49983) -> tuple[bytes, bytes]:
+def raw_routing(proxy: ServedProxy, box: NspawnBox, port: int = 49983) -> tuple[bytes, bytes]:
     """The proxy's host:port and the routing header lines to `port` (envd's by default) in
     `box`, for raw requests."""
     host = proxy.url.removeprefix("http://").encode()
@@ -124,7 +127,7 @@ async def read_responses(reader: asyncio.StreamReader, count: int) -> list[tuple
 
 
 async def test_control_api_and_sandbox_requests_pipelined_on_one_connection(
-    served: tuple[ServedProxy, Box],
+    served: tuple[ServedProxy, NspawnBox],
 ) -> None:
     """As a shared client pool (the JS SDK's fetch) may send them: answered in order."""
     proxy, box = served
@@ -152,7 +155,7 @@ async def test_control_api_and_sandbox_requests_pipelined_on_one_connection(
 
 
 async def test_head_http_1_0_and_expect_continue_keep_their_meaning(
-    served: tuple[ServedProxy, Box],
+    served: tuple[ServedProxy, NspawnBox],
 ) -> None:
     proxy, box = served
     host, routing = raw_routing(proxy, box)
@@ -185,7 +188,7 @@ async def test_head_http_1_0_and_expect_continue_keep_their_meaning(
 
 
 async def test_upload_and_download_of_64_mib_stream_through(
-    served: tuple[ServedProxy, Box],
+    served: tuple[ServedProxy, NspawnBox],
 ) -> None:
     proxy, box = served
     data = os.urandom(64 * MIB)
@@ -209,7 +212,7 @@ async def test_upload_and_download_of_64_mib_stream_through(
 
 
 async def test_a_connect_server_stream_arrives_event_by_event(
-    served: tuple[ServedProxy, Box],
+    served: tuple[ServedProxy, NspawnBox],
 ) -> None:
     proxy, box = served
     # Each line waits for input that is sent only once the line before it has arrived: a proxy
@@ -239,7 +242,7 @@ async def test_a_connect_server_stream_arrives_event_by_event(
 
 
 async def test_a_client_leaving_mid_stream_closes_envd_s_connection(
-    served: tuple[ServedProxy, Box],
+    served: tuple[ServedProxy, NspawnBox],
 ) -> None:
     proxy, box = served
     async with (
@@ -257,7 +260,7 @@ async def test_a_client_leaving_mid_stream_closes_envd_s_connection(
 
 
 async def test_cut_aborts_open_streams_and_health_then_answers_502(
-    served: tuple[ServedProxy, Box],
+    served: tuple[ServedProxy, NspawnBox],
 ) -> None:
     proxy, box = served
     async with httpx.AsyncClient(base_url=proxy.url, timeout=30) as client:
@@ -283,7 +286,7 @@ async def read_to_the_end(reader: asyncio.StreamReader) -> None:
         pass
 
 
-async def test_a_cut_stream_is_reset_not_ended(served: tuple[ServedProxy, Box]) -> None:
+async def test_a_cut_stream_is_reset_not_ended(served: tuple[ServedProxy, NspawnBox]) -> None:
     """A clean close in the middle of a chunked body read as a protocol error to the Python
     SDK 2.45 ("unexpected EOF during chunked read"), which probes /health, and so reports the
     kill, only after a transport failure: the client must see a reset."""
@@ -306,7 +309,7 @@ async def test_a_cut_stream_is_reset_not_ended(served: tuple[ServedProxy, Box]) 
             await asyncio.wait_for(read_to_the_end(reader), 10)
 
 
-async def test_errors_as_e2b_s_proxy_answers_them(served: tuple[ServedProxy, Box]) -> None:
+async def test_errors_as_e2b_s_proxy_answers_them(served: tuple[ServedProxy, NspawnBox]) -> None:
     proxy, box = served
     async with httpx.AsyncClient(base_url=proxy.url) as client:
         r = await client.get("/health", headers={"e2b-sandbox-id": "nosuchsandbox",
@@ -329,7 +332,7 @@ async def test_errors_as_e2b_s_proxy_answers_them(served: tuple[ServedProxy, Box
 
 
 async def test_the_proxy_s_own_answers_keep_the_connection_usable(
-    served: tuple[ServedProxy, Box],
+    served: tuple[ServedProxy, NspawnBox],
 ) -> None:
     proxy, box = served
     host, routing = raw_routing(proxy, box)
@@ -372,7 +375,7 @@ while True:
 
 
 async def test_a_request_on_a_connection_its_server_closed_is_sent_again(
-    served: tuple[ServedProxy, Box],
+    served: tuple[ServedProxy, NspawnBox],
 ) -> None:
     proxy, box = served
     script = box.dir / "root/root/one_answer.py"  # the sandbox's /root, seen from the host
@@ -406,7 +409,7 @@ async def port_answers(client: httpx.AsyncClient) -> bool:
 
 
 async def test_an_upgrade_with_a_body_is_relayed_without_it(
-    served: tuple[ServedProxy, Box],
+    served: tuple[ServedProxy, NspawnBox],
 ) -> None:
     """httptools hands on no body after an upgrade's head (the bytes are the new protocol's):
     the request goes up without its length, so the sandbox's server does not wait for it."""
@@ -439,7 +442,7 @@ HTTPServer(("127.0.0.1", 8082), Handler).serve_forever()
 
 
 async def test_a_head_answered_with_a_body_ends_the_connection(
-    served: tuple[ServedProxy, Box],
+    served: tuple[ServedProxy, NspawnBox],
 ) -> None:
     proxy, box = served
     (box.dir / "root/root/head_body.py").write_text(HEAD_WITH_A_BODY)
@@ -457,7 +460,7 @@ async def test_a_head_answered_with_a_body_ends_the_connection(
 
 
 async def test_envd_control_paths_are_refused_after_cleaning(
-    served: tuple[ServedProxy, Box],
+    served: tuple[ServedProxy, NspawnBox],
 ) -> None:
     proxy, box = served
     async with httpx.AsyncClient(base_url=proxy.url) as client:
@@ -470,7 +473,7 @@ async def test_envd_control_paths_are_refused_after_cleaning(
 
 
 async def test_a_fragment_cannot_carry_a_control_path_past_the_proxy(
-    served: tuple[ServedProxy, Box],
+    served: tuple[ServedProxy, NspawnBox],
 ) -> None:
     """envd's server drops a fragment: `/init#x` was classified as a path of its own here and
     served as `/init` there (a new access token and env vars set by anyone)."""
@@ -487,7 +490,7 @@ async def test_a_fragment_cannot_carry_a_control_path_past_the_proxy(
 
 
 async def test_a_connection_header_naming_framing_headers_is_refused(
-    served: tuple[ServedProxy, Box],
+    served: tuple[ServedProxy, NspawnBox],
 ) -> None:
     """Dropping Content-Length as hop-by-hop while relaying the body made envd read the body
     as a second request: a smuggled /init ran, and the client got two answers to one."""
@@ -508,7 +511,7 @@ async def test_a_connection_header_naming_framing_headers_is_refused(
     assert established_to_envd(box) == 0
 
 
-async def test_host_routing(served: tuple[ServedProxy, Box]) -> None:
+async def test_host_routing(served: tuple[ServedProxy, NspawnBox]) -> None:
     proxy, box = served
     port = proxy.url.rsplit(":", 1)[1]
     async with httpx.AsyncClient(base_url=proxy.url) as client:
@@ -519,7 +522,7 @@ async def test_host_routing(served: tuple[ServedProxy, Box]) -> None:
 
 
 async def test_a_signed_files_url_without_headers_finds_its_sandbox(
-    served: tuple[ServedProxy, Box],
+    served: tuple[ServedProxy, NspawnBox],
 ) -> None:
     proxy, box = served
     token = uuid.uuid4().hex

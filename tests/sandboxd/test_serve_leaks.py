@@ -16,7 +16,7 @@ import pytest
 
 from sandboxd.host import uid_ranges
 from sandboxd.runtime.nspawn.container import PROPAGATE_DIR
-from sandboxd.runtime.nspawn.spec import RECORD
+from sandboxd.runtime.spec import RECORD
 from tests.sandboxd.inside import loop_devices_of, net_namespaces_held, start_time
 from tests.sandboxd.serving import NO_NETWORK, running_sandboxd
 from tests.waiting import wait_until

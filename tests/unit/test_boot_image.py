@@ -10,9 +10,8 @@ import pytest
 
 from sandboxd.errors import TemplateError
 from sandboxd.host.cgroups import Limits
-from sandboxd.host.overlay import require_rootfs
-from sandboxd.runtime.nspawn.container import ENVD_LAUNCHER, command
-from sandboxd.runtime.nspawn.spec import BootImage, SandboxSpec, read_record, write_record
+from sandboxd.runtime.nspawn.container import ENVD_LAUNCHER, command, require_rootfs
+from sandboxd.runtime.spec import BootImage, SandboxSpec, read_record, write_record
 
 
 def test_a_record_keeps_its_init_and_older_records_are_systemd(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from sandboxd.lifecycle.egress import egress_of, with_update
 from sandboxd.network.dns_forwarder import host_nameservers
 from sandboxd.network.firewall import Egress, Tunnel
 from sandboxd.network.slots import NetworkPool, parse_pool
-from sandboxd.runtime.nspawn.spec import SandboxSpec
+from sandboxd.runtime.spec import SandboxSpec
 
 POOL = NetworkPool(ipaddress.IPv4Network("10.11.0.0/16"), "198.51.100.53")
 

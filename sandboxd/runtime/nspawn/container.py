@@ -15,7 +15,8 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sandboxd.errors import BootError, HostError
+from sandboxd.builds import layer_view
+from sandboxd.errors import BootError, HostError, TemplateError
 from sandboxd.host import budget
 from sandboxd.host.removal import remove_tree
 from sandboxd.host.uid_ranges import RANGE_SIZE
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from sandboxd.host.cgroups import SandboxCgroups
-    from sandboxd.runtime.nspawn.spec import Init
+    from sandboxd.runtime.spec import BootImage, Init
 
 PROPAGATE_DIR = Path("/run/systemd/nspawn/propagate")
 
@@ -50,6 +51,25 @@ ENVD_INIT_OPTIONS = (f"--rlimit=NOFILE={ENVD_NOFILE}", "--rlimit=CORE=infinity")
 # surface behind much of recent years' local privilege escalations, that nspawn's own filter
 # allows. A blocked call fails with EPERM (docs/sandboxd.md, "System calls").
 NO_IO_URING = "--system-call-filter=~io_uring_setup io_uring_enter io_uring_register"
+
+
+def require_rootfs(image: BootImage) -> None:
+    """Raises TemplateError unless `image`'s layers are directories and one of them has what
+    its init starts: /sbin/init (systemd), or the envd layer's launcher (envd)."""
+    if not image.layers:
+        raise TemplateError("an image of no layers")
+    for layer in image.layers:
+        if not layer.is_dir():
+            raise TemplateError(f"no template root filesystem at {layer}")
+    # Found as a layer has it (a link too: nspawn says what is wrong with it), or through the
+    # stack, the image's links resolved inside it: a layer above the image's (systemd's,
+    # sandboxd.builds.systemd_init) has /sbin/init under the image's /sbin link, as usr/sbin.
+    needed = "/sbin/init" if image.init == "systemd" else ENVD_LAUNCHER
+    if not any(os.path.lexists(layer / needed.lstrip("/")) for layer in image.layers) and (
+        layer_view.resolve(image.layers, needed) is None
+    ):
+        where = ", ".join(str(layer) for layer in image.layers)
+        raise TemplateError(f"no {needed} in the template's layers ({where})")
 
 
 def command(

@@ -26,14 +26,14 @@ import re
 import shutil
 import stat
 import tempfile
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sandboxd.errors import HostError, SandboxError
 from sandboxd.host import libc
+from sandboxd.runtime.engine import LogEntry
 
 if TYPE_CHECKING:
-    from sandboxd.runtime.nspawn.runtime import Box
+    from sandboxd.runtime.nspawn.box import NspawnBox
 
 # syslog priorities as E2B's log levels
 LEVELS = {0: "error", 1: "error", 2: "error", 3: "error", 4: "warn", 5: "info", 6: "info",
@@ -55,15 +55,7 @@ _NO_LINKS = libc.RESOLVE_IN_ROOT | libc.RESOLVE_NO_SYMLINKS | libc.RESOLVE_NO_MA
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
 
 
-@dataclass(frozen=True)
-class LogEntry:
-    timestamp_us: int
-    level: str
-    logger: str  # envd's logger, or the process that wrote it (systemd, envd, ...)
-    message: str
-
-
-async def read(box: Box, since_us: int | None, until_us: int | None, limit: int,
+async def read(box: NspawnBox, since_us: int | None, until_us: int | None, limit: int,
                newest_first: bool) -> list[LogEntry]:  # fmt: skip
     """At most `limit` entries in [since_us, until_us], oldest first, or newest first.
 
@@ -104,7 +96,7 @@ def _argv(listing: str, since_us: int | None, until_us: int | None, limit: int,
     return argv
 
 
-def _journal_files(box: Box) -> list[int]:
+def _journal_files(box: NspawnBox) -> list[int]:
     """O_PATH fds of the sandbox's journal files (regular files named *.journal or *.journal~
     in a directory of its `/run/log/journal`), the MAX_FILES most recently written."""
     try:
@@ -169,7 +161,7 @@ def _names(directory: int) -> list[str]:
         return [entry.name for entry in itertools.islice(entries, MAX_NAMES)]
 
 
-async def _run(box: Box, argv: list[str], files: list[int], limit: int) -> list[LogEntry]:
+async def _run(box: NspawnBox, argv: list[str], files: list[int], limit: int) -> list[LogEntry]:
     """The first `limit` entries journalctl writes; it is stopped once it has written them."""
     proc = await asyncio.create_subprocess_exec(
         *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,

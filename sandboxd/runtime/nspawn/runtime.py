@@ -1,12 +1,13 @@
-"""The sandbox runtime the API drives: boot a template into a sandbox, freeze and thaw it,
-connect to its ports, read its usage, kill it, and adopt the running ones after a restart.
+"""The nspawn engine behind the runtime protocol (sandboxd.runtime.engine): boot a template into
+a sandbox, freeze and thaw it, read its usage and logs, export its writable layer, kill it, and
+adopt the running ones after a restart.
 
 Each sandbox is `SANDBOXES_DIR/ID` (its record, disk, layers, overlay root and console log),
 the cgroups `PARENT/ID` in every hierarchy and the claim of its uid range; nothing else on the
-host is made, and nothing of the host is bound into it. Its record (sandboxd.runtime.nspawn.spec) says what it
-is made of and drives every undo (sandboxd.runtime.nspawn.steps). The cgroup tree and the directory are
-the whole truth: a new `Runtime` on the same directory finds every sandbox again with
-`adopt()`.
+host is made, and nothing of the host is bound into it. Its record (sandboxd.runtime.spec) says
+what it is made of and drives every undo (sandboxd.runtime.nspawn.steps). The cgroup tree and
+the directory are the whole truth: a new `NspawnRuntime` on the same directory finds every
+sandbox again with `adopt()`.
 """
 
 from __future__ import annotations
@@ -16,84 +17,49 @@ import contextlib
 import dataclasses
 import logging
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sandboxd.errors import BootError, SandboxError, TeardownError
-from sandboxd.guest.client import ENVD_PORT, health_status
+from sandboxd.errors import BootError, HostError, SandboxError, TeardownError
 from sandboxd.host import uid_ranges
 from sandboxd.host.cgroups import CgroupHost, Limits, SandboxCgroups, Usage, existing_sandboxes
 from sandboxd.host.netns import NetNamespace
-from sandboxd.host.overlay import require_rootfs
 from sandboxd.host.removal import mounts_under, remove_tree
 from sandboxd.host.sysctl import ensure_host_limits
 from sandboxd.ids import is_sandbox_id
-from sandboxd.network import sweep
-from sandboxd.runtime.nspawn import container
-from sandboxd.runtime.nspawn.spec import RECORD, BootImage, SandboxSpec, read_record, write_record
-from sandboxd.runtime.nspawn.steps import SandboxDirs, boot_steps, make_all, undo_all
+from sandboxd.network import resolv_conf, sweep
+from sandboxd.runtime.nspawn import container, journal
+from sandboxd.runtime.nspawn.box import NspawnBox, envd_pids, own, running
+from sandboxd.runtime.nspawn.export import layer_from_upper
+from sandboxd.runtime.nspawn.steps import (
+    SandboxDirs,
+    boot_steps,
+    make_all,
+    undo_all,
+    written_by_sandboxd,
+)
+from sandboxd.runtime.spec import RECORD, Leftover, SandboxSpec, read_record, write_record
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     from sandboxd.network.egress_proxy.server import EgressProxy
     from sandboxd.network.slots import NetworkPool
-    from sandboxd.runtime.dialer import Dialer
+    from sandboxd.runtime.dialer import ReadinessProbe
+    from sandboxd.runtime.engine import Box, LogEntry
+    from sandboxd.runtime.spec import BootImage
 
 log = logging.getLogger("sandboxd.runtime.nspawn.runtime")
 
 POLL_S = 0.01
-ENVD_UNIT = "envd.service"
 DISK_IMAGES = "disk-images"
 
 
-@dataclass
-class Box:
-    """One running (or frozen) sandbox. Owned by the Runtime that booted or adopted it; call
-    `Runtime.kill` to end it (that also closes `netns`)."""
-
-    spec: SandboxSpec
-    dir: Path
-    nspawn_pid: int
-    leader_pid: int
-    netns: NetNamespace
-    cgroups: SandboxCgroups
-
-    @property
-    def id(self) -> str:
-        return self.spec.id
-
-    @property
-    def dialer(self) -> Dialer:
-        """How to reach ports inside (what callers above the runtime use, not `netns`)."""
-        return self.netns
-
-    @property
-    def image(self) -> BootImage:
-        return BootImage(self.spec.layers, self.spec.init, self.spec.io_uring)
-
-    @property
-    def limits(self) -> Limits:
-        return self.spec.limits
-
-    @property
-    def uid_base(self) -> int:
-        assert self.spec.uid_base is not None  # noqa: S101  # a booted sandbox has its range
-        return self.spec.uid_base
-
-    @property
-    def console_log(self) -> Path:
-        return SandboxDirs(self.dir).console_log
-
-    @property
-    def frozen(self) -> bool:
-        return self.cgroups.frozen()
-
-
-class Runtime:
+class NspawnRuntime:
     """Sandboxes under `sandboxes_dir`, with cgroups under `cgroup_parent` in each hierarchy.
+    `probe` says whether a sandbox's guest agent serves yet, `guest_unit` names its systemd
+    unit (both from sandboxd.guest: the engine knows nothing of what runs inside).
 
-    Two Runtimes must not share a directory or a cgroup parent at the same time (a restarted
+    Two of them must not share a directory or a cgroup parent at the same time (a restarted
     sandboxd adopts its predecessor's sandboxes; it does not run beside it).
     """
 
@@ -102,20 +68,25 @@ class Runtime:
         sandboxes_dir: Path,
         cgroup_parent: str = "sandboxd",
         boot_timeout_s: float = 30,
-        envd_port: int = ENVD_PORT,
         network: NetworkPool | None = None,
         egress_proxy: EgressProxy | None = None,
+        *,
+        probe: ReadinessProbe,
+        guest_unit: str,
     ) -> None:
         self.sandboxes_dir = sandboxes_dir.absolute()
         self.cgroup_parent = cgroup_parent
         self.boot_timeout_s = boot_timeout_s
-        self.envd_port = envd_port
+        self.probe = probe
+        self.guest_unit = guest_unit
         self.network = network  # None: each sandbox has only its loopback
         self.egress_proxy = egress_proxy  # None: domains in allowOut allow nothing
         self.host = CgroupHost.detect()
         ensure_host_limits()
         # Beside the sandboxes, not among them: adopt() reads every entry there as a sandbox.
-        self.steps = boot_steps(self.host, cgroup_parent, self.sandboxes_dir.parent / DISK_IMAGES)
+        self.steps = boot_steps(
+            self.host, cgroup_parent, self.sandboxes_dir.parent / DISK_IMAGES, guest_unit
+        )
 
     def _cgroups(self, sandbox_id: str) -> SandboxCgroups:
         return SandboxCgroups(self.host, self.cgroup_parent, sandbox_id)
@@ -125,10 +96,10 @@ class Runtime:
 
     async def boot(
         self, sandbox_id: str, image: BootImage, limits: Limits | None = None, disk_mb: int = 0
-    ) -> Box:
+    ) -> NspawnBox:
         """Boot `image` (read-only layers and how envd starts in them) as sandbox `sandbox_id`,
         in a user namespace of a uid range of its own, with a writable layer of `disk_mb` (0: no
-        limit); return once envd inside answers `/health` with 204.
+        limit); return once `probe` finds its guest agent ready.
 
         Raises:
             SandboxError: the id is malformed or already in use (nothing was touched).
@@ -164,7 +135,7 @@ class Runtime:
         if disk_mb < 0:
             raise SandboxError(f"disk size {disk_mb} MiB: 0 (no limit) or more")
         image = dataclasses.replace(image, layers=tuple(p.absolute() for p in image.layers))
-        require_rootfs(image)
+        container.require_rootfs(image)
         box_dir = self.sandboxes_dir / sandbox_id
         self.sandboxes_dir.mkdir(parents=True, exist_ok=True)
         try:
@@ -184,12 +155,11 @@ class Runtime:
         the claim reads the other sandboxes' records and the record is fsynced. Returns the
         spec."""
         record = self._dirs(sandbox_id).dir / RECORD
-        unclaimed = SandboxSpec(sandbox_id, image.layers, limits, None, disk_mb, init=image.init,
-                                io_uring=image.io_uring)  # fmt: skip
 
         def recorded(uid_base: int) -> SandboxSpec:
             net = self.network.slot(uid_base) if self.network else None
-            spec = dataclasses.replace(unclaimed, uid_base=uid_base, net=net)
+            spec = SandboxSpec(sandbox_id, image.layers, limits, uid_base, disk_mb, net,
+                               image.init, image.io_uring)  # fmt: skip
             write_record(record.parent, spec)
             return spec
 
@@ -197,8 +167,8 @@ class Runtime:
         make_all(self.steps, spec, self._dirs(sandbox_id))
         return spec
 
-    async def _await_boot(self, spec: SandboxSpec, started: float) -> Box:
-        """Find nspawn and the container's leader, then poll envd's /health every 10 ms."""
+    async def _await_boot(self, spec: SandboxSpec, started: float) -> NspawnBox:
+        """Find nspawn and the container's leader, then probe its guest agent every 10 ms."""
         sandbox_id = spec.id
         cgroups = self._cgroups(sandbox_id)
         deadline = started + self.boot_timeout_s
@@ -211,22 +181,24 @@ class Runtime:
                 await asyncio.sleep(POLL_S)
         assert nspawn_pid is not None  # noqa: S101  # found together with the leader
         netns = NetNamespace(leader)
-        box = Box(spec, self.sandboxes_dir / sandbox_id, nspawn_pid, leader, netns, cgroups)
+        box = NspawnBox.of(
+            spec, self.sandboxes_dir / sandbox_id, cgroups, nspawn_pid, leader, netns
+        )
         # envd's priority is given as soon as its process shows (it spends its start-up
         # importing, which a busy host's other work would otherwise slow down).
         prioritised = False
         try:
             while True:
-                prioritised = prioritised or cgroups.prioritise(_envd_pids(box))
-                if await health_status(netns, self.envd_port, timeout_s=1) == 204:
+                prioritised = prioritised or cgroups.prioritise(envd_pids(box, self.guest_unit))
+                if await self.probe(netns):
                     break
-                self._check_boot(sandbox_id, cgroups, deadline, "envd's /health")
+                self._check_boot(sandbox_id, cgroups, deadline, "the guest agent")
                 await asyncio.sleep(POLL_S)
         except BaseException:
             netns.close()
             raise
         if not prioritised:
-            cgroups.prioritise(_envd_pids(box))
+            cgroups.prioritise(envd_pids(box, self.guest_unit))
         return box
 
     def _check_boot(
@@ -291,7 +263,7 @@ class Runtime:
         Raises:
             TeardownError: something could not be removed; calling `kill` again retries.
         """
-        box.netns.close()
+        self.release(box)
         if self.egress_proxy is not None and box.spec.net is not None:
             self.egress_proxy.forget(box.spec.net)
         await asyncio.to_thread(self._teardown, box.id)
@@ -301,15 +273,19 @@ class Runtime:
         what can be undone knowing only the id), then remove the directory and the record in
         it, and last the claim of the uid range the record held."""
         dirs = self._dirs(sandbox_id)
-        spec = read_record(dirs.dir) or SandboxSpec.unknown(sandbox_id)
+        spec = read_record(dirs.dir) or Leftover(sandbox_id)
         undo_all(self.steps, spec, dirs)
         if left := mounts_under(dirs.dir):
             raise TeardownError(f"sandbox {sandbox_id}: still mounted: {', '.join(left)}")
         remove_tree(dirs.dir)
-        if spec.uid_base is not None:
+        if isinstance(spec, SandboxSpec):
             uid_ranges.release(dirs.dir / RECORD, spec.uid_base)
 
-    def adopt(self) -> list[Box]:
+    def release(self, box: Box) -> None:
+        """Close the sandbox's pinned network namespace; the sandbox runs on."""
+        own(box).netns.close()
+
+    def adopt(self) -> list[NspawnBox]:
         """The sandboxes a previous sandboxd left running (frozen ones included), found from
         the cgroup tree and the sandboxes directory. Leftovers of sandboxes that are no longer
         running (nspawn gone, half-made boots) are removed.
@@ -319,7 +295,7 @@ class Runtime:
         ids = set(existing_sandboxes(self.host, self.cgroup_parent))
         if self.sandboxes_dir.is_dir():
             ids.update(p.name for p in self.sandboxes_dir.iterdir() if is_sandbox_id(p.name))
-        boxes: list[Box] = []
+        boxes: list[NspawnBox] = []
         for sandbox_id in sorted(ids):
             box = self._find(sandbox_id)
             if box is not None:
@@ -332,20 +308,11 @@ class Runtime:
                 log.exception("sandbox %s: could not remove its leftovers", sandbox_id)
         return boxes
 
-    def _find(self, sandbox_id: str) -> Box | None:
-        cgroups = self._cgroups(sandbox_id)
+    def _find(self, sandbox_id: str) -> NspawnBox | None:
         spec = read_record(self.sandboxes_dir / sandbox_id)
-        if spec is None or spec.uid_base is None:
+        if spec is None:
             return None
-        nspawn_pid = container.supervisor(cgroups)
-        leader = container.leader(nspawn_pid) if nspawn_pid else None
-        if nspawn_pid is None or leader is None:
-            return None
-        try:
-            netns = NetNamespace(leader)
-        except OSError:
-            return None
-        return Box(spec, self.sandboxes_dir / sandbox_id, nspawn_pid, leader, netns, cgroups)
+        return running(spec, self.sandboxes_dir / sandbox_id, self._cgroups(sandbox_id))
 
     def sweep_network(self) -> None:
         """Remove what of sandboxes' networks serve's namespace holds that no record accounts
@@ -355,8 +322,10 @@ class Runtime:
         Raises:
             TeardownError: something would not go.
         """
-        if self.network is not None:
-            sweep.sweep(self.sandboxes_dir)
+        if self.network is None or not self.sandboxes_dir.is_dir():
+            return
+        records = (read_record(d) for d in self.sandboxes_dir.iterdir() if is_sandbox_id(d.name))
+        sweep.sweep({spec.net for spec in records if spec is not None and spec.net is not None})
 
     def stats(self, box: Box) -> Usage:
         """CPU time, memory charged and process count of the whole sandbox.
@@ -381,12 +350,46 @@ class Runtime:
         box.spec = dataclasses.replace(box.spec, limits=limits)
         write_record(box.dir, box.spec)
 
+    def set_resolvers(self, box: Box, nameservers: list[str] | None) -> None:
+        """Name `nameservers` in the sandbox's /etc/resolv.conf (None: its gateway, serve's DNS
+        forwarder); nothing without a network.
 
-def _envd_pids(box: Box) -> list[int]:
-    """envd's processes: its unit's under systemd, or the stub init's one child (envd)."""
-    if box.spec.init == "systemd":
-        return box.cgroups.unit_pids(ENVD_UNIT)
-    return container.children(box.leader_pid)
+        Raises:
+            HostError: the file could not be written (the sandbox's /etc is not a directory).
+        """
+        if box.spec.net is None:
+            return
+        root = SandboxDirs(box.dir).root
+        try:
+            resolv_conf.rewrite(root, nameservers or [box.spec.net.host_ip], box.uid_base)
+        except OSError as e:
+            raise HostError(f"sandbox {box.id}: cannot write its resolv.conf: {e}") from e
+
+    def export_diff(self, box: Box, dest: Path) -> Path:
+        """The sandbox's upper directory as the new layer directory `dest` (returned), owned
+        as template layers are, without what the boot steps wrote into it
+        (sandboxd.runtime.nspawn.export). The sandbox must be frozen. Blocking.
+
+        Raises:
+            TemplateError: an entry belongs to an id outside the sandbox's range, or carries an
+                overlayfs redirect or metacopy.
+            FileExistsError: `dest` exists.
+        """
+        excluded = written_by_sandboxd(self.guest_unit)
+        layer_from_upper(SandboxDirs(box.dir).upper, box.uid_base, dest, excluded)
+        return dest
+
+    async def logs(
+        self, box: Box, since_us: int | None, until_us: int | None, limit: int, newest_first: bool
+    ) -> list[LogEntry]:
+        """At most `limit` entries of the sandbox's journal in [since_us, until_us], oldest
+        first, or newest first.
+
+        Raises:
+            HostError: journalctl is missing.
+            SandboxError: the sandbox is gone or its journal cannot be read in time.
+        """
+        return await journal.read(own(box), since_us, until_us, limit, newest_first)
 
 
 def _holds_range(record: Path, uid_base: int) -> bool:

@@ -30,11 +30,12 @@ from sandboxd.network import firewall, resolv_conf, slots
 from sandboxd.runtime.nspawn import container
 
 if TYPE_CHECKING:
-    from sandboxd.runtime.nspawn.spec import SandboxSpec
+    from sandboxd.runtime.spec import Leftover, SandboxSpec
 
 log = logging.getLogger("sandboxd.runtime.nspawn.steps")
 
 CONSOLE_LOG = "console.log"
+RESOLV_CONF = "etc/resolv.conf"
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,7 @@ class Step(Protocol):
     def make(self, spec: SandboxSpec, dirs: SandboxDirs) -> None:
         """Raises OSError or SandboxError; what was made is undone by `undo`."""
 
-    def undo(self, spec: SandboxSpec, dirs: SandboxDirs) -> None:
+    def undo(self, spec: SandboxSpec | Leftover, dirs: SandboxDirs) -> None:
         """Raises TeardownError when something would not go (a retry continues)."""
 
 
@@ -92,12 +93,11 @@ class Cgroups:
         return SandboxCgroups(self.host, self.parent, sandbox_id)
 
     def make(self, spec: SandboxSpec, dirs: SandboxDirs) -> None:
-        assert spec.uid_base is not None  # noqa: S101  # only leftovers have none
         cgroups = self.of(spec.id)
         cgroups.create(spec.limits)
         cgroups.delegate(spec.uid_base)
 
-    def undo(self, spec: SandboxSpec, dirs: SandboxDirs) -> None:
+    def undo(self, spec: SandboxSpec | Leftover, dirs: SandboxDirs) -> None:
         self.of(spec.id).remove()
 
 
@@ -106,40 +106,47 @@ class Disk:
     pristine: Path  # where each size's empty image is kept
 
     def make(self, spec: SandboxSpec, dirs: SandboxDirs) -> None:
-        assert spec.uid_base is not None  # noqa: S101
         disk.make(dirs.disk_image, dirs.disk, spec.disk_mb, spec.uid_base, self.pristine)
 
-    def undo(self, spec: SandboxSpec, dirs: SandboxDirs) -> None:
+    def undo(self, spec: SandboxSpec | Leftover, dirs: SandboxDirs) -> None:
         disk.undo(dirs.disk_image, dirs.disk)
 
 
 # A sandbox's root is root only in its own user namespace: the kernel refuses it a realtime I/O
 # class, a negative nice and a negative OOM score adjustment, and envd.service (whose unit asks
 # for all three, as a VM's should) failed with 211/IOPRIO and restarted forever. Each boot's
-# writable layer gets a drop-in resetting them, so any template with envd boots unchanged and
-# the same image still gives envd its priorities in a VM; sandboxd gives envd its nice value
-# from the host instead (`SandboxCgroups.prioritise`).
-UNIT_OVERRIDES = {
-    "etc/systemd/system/envd.service.d/zz-sandbox-userns.conf": (
-        "[Service]\nIOSchedulingClass=\nIOSchedulingPriority=\nNice=\nOOMScoreAdjust=\n"
-    ),
-}
+# writable layer gets a drop-in for the guest agent's unit resetting them, so any template with
+# envd boots unchanged and the same image still gives envd its priorities in a VM; sandboxd
+# gives envd its nice value from the host instead (`SandboxCgroups.prioritise`).
+USERNS_OVERRIDES = "[Service]\nIOSchedulingClass=\nIOSchedulingPriority=\nNice=\nOOMScoreAdjust=\n"
 
 
+def unit_overrides(unit: str) -> dict[str, str]:
+    """The drop-ins for the systemd unit `unit`, by path relative to the root."""
+    return {f"etc/systemd/system/{unit}.d/zz-sandbox-userns.conf": USERNS_OVERRIDES}
+
+
+def written_by_sandboxd(unit: str) -> tuple[str, ...]:
+    """What the steps write into every writable layer (Resolver and UnitOverrides for `unit`),
+    relative to the root."""
+    return (RESOLV_CONF, *unit_overrides(unit))
+
+
+@dataclass(frozen=True)
 class UnitOverrides:
-    """UNIT_OVERRIDES written into the upper directory (before the overlay is mounted over
-    it), owned by the sandbox's root; they go with the writable layer."""
+    """`unit_overrides(unit)` written into the upper directory (before the overlay is mounted
+    over it), owned by the sandbox's root; they go with the writable layer. `unit`: the guest
+    agent's (sandboxd.guest hands its name in)."""
+
+    unit: str
 
     def make(self, spec: SandboxSpec, dirs: SandboxDirs) -> None:
-        assert spec.uid_base is not None  # noqa: S101
-        if (
-            spec.init != "systemd"
-        ):  # no units: nspawn runs envd itself (sandboxd.runtime.nspawn.container)
+        if spec.init != "systemd":  # no units: nspawn runs envd itself (.container)
             return
-        for name, text in UNIT_OVERRIDES.items():
+        for name, text in unit_overrides(self.unit).items():
             _owned_file(dirs.upper, name, text, spec.uid_base)
 
-    def undo(self, spec: SandboxSpec, dirs: SandboxDirs) -> None:
+    def undo(self, spec: SandboxSpec | Leftover, dirs: SandboxDirs) -> None:
         """Nothing of its own to undo: the files are in the writable layer."""
 
 
@@ -149,7 +156,6 @@ class Layers:
     a copy of the template."""
 
     def make(self, spec: SandboxSpec, dirs: SandboxDirs) -> None:
-        assert spec.uid_base is not None  # noqa: S101
         dirs.layers.mkdir(mode=0o700, exist_ok=True)
         userns = mapped_namespace(spec.uid_base)
         for i, layer in enumerate(spec.layers):
@@ -157,7 +163,7 @@ class Layers:
             target.mkdir(exist_ok=True)
             libc.idmapped_bind(str(layer), str(target), userns)
 
-    def undo(self, spec: SandboxSpec, dirs: SandboxDirs) -> None:
+    def undo(self, spec: SandboxSpec | Leftover, dirs: SandboxDirs) -> None:
         detach_mounts(dirs.layers)
 
 
@@ -166,7 +172,7 @@ class Overlay:
         lowers = [dirs.layers / str(i) for i in range(len(spec.layers))]
         overlay.mount(lowers, dirs.upper, dirs.work, dirs.root)
 
-    def undo(self, spec: SandboxSpec, dirs: SandboxDirs) -> None:
+    def undo(self, spec: SandboxSpec | Leftover, dirs: SandboxDirs) -> None:
         unmount(dirs.root)
 
 
@@ -178,11 +184,10 @@ class Nspawn:
     cgroups: Cgroups
 
     def make(self, spec: SandboxSpec, dirs: SandboxDirs) -> None:
-        assert spec.uid_base is not None  # noqa: S101
         container.start(dirs.root, spec.id, dirs.console_log, self.cgroups.of(spec.id),
                      spec.uid_base, spec.init, io_uring=spec.io_uring)  # fmt: skip
 
-    def undo(self, spec: SandboxSpec, dirs: SandboxDirs) -> None:
+    def undo(self, spec: SandboxSpec | Leftover, dirs: SandboxDirs) -> None:
         cgroups = self.cgroups.of(spec.id)
         cgroups.kill()
         cgroups.wait_empty(timeout_s=10)
@@ -211,11 +216,9 @@ class Resolver:
     def make(self, spec: SandboxSpec, dirs: SandboxDirs) -> None:
         if spec.net is None:
             return
-        assert spec.uid_base is not None  # noqa: S101
-        _owned_file(dirs.upper, "etc/resolv.conf", resolv_conf.text([spec.net.host_ip]),
-                    spec.uid_base)  # fmt: skip
+        _owned_file(dirs.upper, RESOLV_CONF, resolv_conf.text([spec.net.host_ip]), spec.uid_base)
 
-    def undo(self, spec: SandboxSpec, dirs: SandboxDirs) -> None:
+    def undo(self, spec: SandboxSpec | Leftover, dirs: SandboxDirs) -> None:
         """Nothing of its own to undo: the file is in the writable layer."""
 
 
@@ -249,7 +252,7 @@ class Veth:
                 raise BootError(f"sandbox {sandbox_id}: no container to give a network")
             time.sleep(0.005)
 
-    def undo(self, spec: SandboxSpec, dirs: SandboxDirs) -> None:
+    def undo(self, spec: SandboxSpec | Leftover, dirs: SandboxDirs) -> None:
         slot = spec.net
         if slot is None:
             return
@@ -263,9 +266,11 @@ class Veth:
             raise TeardownError(f"sandbox {spec.id}: {e}") from e
 
 
-def boot_steps(host: CgroupHost, cgroup_parent: str, disk_images: Path) -> list[Step]:
+def boot_steps(
+    host: CgroupHost, cgroup_parent: str, disk_images: Path, guest_unit: str
+) -> list[Step]:
     cgroups = Cgroups(host, cgroup_parent)
-    return [cgroups, Disk(disk_images), UnitOverrides(), Resolver(), Layers(), Overlay(),
+    return [cgroups, Disk(disk_images), UnitOverrides(guest_unit), Resolver(), Layers(), Overlay(),
             Nspawn(cgroups), Veth(cgroups)]  # fmt: skip
 
 
@@ -275,7 +280,7 @@ def make_all(steps: list[Step], spec: SandboxSpec, dirs: SandboxDirs) -> None:
         step.make(spec, dirs)
 
 
-def undo_all(steps: list[Step], spec: SandboxSpec, dirs: SandboxDirs) -> None:
+def undo_all(steps: list[Step], spec: SandboxSpec | Leftover, dirs: SandboxDirs) -> None:
     """Undo every step, last first.
 
     Raises:

@@ -1,7 +1,7 @@
-"""A build sandbox's writable layer made into a template layer: its overlay upper directory
-(files owned by the sandbox's host ids, uid_base + N) copied into a new directory owned as
-template layers are (N, shown to each sandbox through an idmapped mount). The sandbox must be
-stopped: nothing may write the upper directory meanwhile.
+"""A sandbox's writable layer made into a template layer (`NspawnRuntime.export_diff`): its
+overlay upper directory (files owned by the sandbox's host ids, uid_base + N) copied into a new
+directory owned as template layers are (N, shown to each sandbox through an idmapped mount).
+The sandbox must be frozen or stopped: nothing may write the upper directory meanwhile.
 
 Kept as overlayfs reads them: whiteouts (0/0 character devices, which overlayfs makes as its
 mounter, host root) and opaque directories (`trusted.overlay.opaque=y`); hard links within the
@@ -25,17 +25,13 @@ from sandboxd.builds.entries import DirTimes, Parts, building, copy_data, walk
 from sandboxd.errors import TemplateError
 from sandboxd.host.uid_ranges import RANGE_SIZE
 from sandboxd.images.tar_tree import DIR_FLAGS, OPAQUE_XATTR
-from sandboxd.runtime.nspawn.steps import UNIT_OVERRIDES
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
     from pathlib import Path
 
-log = logging.getLogger("sandboxd.builds.snapshot")
+log = logging.getLogger("sandboxd.runtime.nspawn.export")
 
-# What sandboxd itself writes into every writable layer (sandboxd.runtime.nspawn.steps Resolver and
-# UnitOverrides), for the builder to pass as `exclude`.
-WRITTEN_BY_SANDBOXD = ("etc/resolv.conf", *UNIT_OVERRIDES)
 _REFUSED_XATTRS = ("trusted.overlay.redirect", "trusted.overlay.metacopy")
 _CAP_REVISION_MASK, _CAP_V2, _CAP_V3 = 0xFF000000, 0x02000000, 0x03000000
 _CAP_V3_BYTES = 24  # magic, (permitted, inheritable) x 2, rootid: little-endian u32s
@@ -47,7 +43,8 @@ def layer_from_upper(upper: Path, uid_base: int, dest: Path, exclude: Iterable[s
 
     `exclude` names paths (relative to the root) left out with all below them, whatever the
     sandbox did there, and the directories holding them where nothing else is left in them:
-    sandboxd writes WRITTEN_BY_SANDBOXD into every sandbox's writable layer and writes them
+    sandboxd writes what the boot steps write (sandboxd.runtime.nspawn.steps
+    `written_by_sandboxd`) into every sandbox's writable layer and writes them
     again in each sandbox of the template (resolv.conf when it has a network), so a step's own
     version of one would show only in a sandbox without a network: it is not kept either.
 

@@ -24,9 +24,10 @@ INITS: tuple[Init, ...] = ("systemd", "envd")
 @dataclass(frozen=True)
 class BootImage:
     """What a sandbox boots: read-only root filesystem layers, lowest first, and how its envd
-    starts. `init` "systemd": nspawn --boot, envd a systemd unit (our templates); "envd": no
-    systemd in the image, nspawn's stub init runs envd from its layer as the container's
-    program (sandboxd.runtime.nspawn.container), for images that are not ours."""
+    starts. `init` "systemd": the image's systemd boots, envd a systemd unit (our templates);
+    "envd": no systemd in the image, envd from its layer is the sandbox's program (under
+    nspawn, its stub init's: sandboxd.runtime.nspawn.container), for images that are not
+    ours."""
 
     layers: tuple[Path, ...]
     init: Init = "systemd"
@@ -35,21 +36,16 @@ class BootImage:
 
 @dataclass(frozen=True)
 class SandboxSpec:
-    """One sandbox. `uid_base` is None only for leftovers found without a record (nothing is
-    known of them but their id and directory)."""
+    """One sandbox, as its record has it."""
 
     id: str
     layers: tuple[Path, ...]  # read-only root filesystems, lowest first
     limits: Limits
-    uid_base: int | None
+    uid_base: int
     disk_mb: int  # the writable layer's size; 0: no limit
     net: NetSlot | None = None  # None: only a loopback (serve without --network-pool)
     init: Init = "systemd"
     io_uring: bool = False
-
-    @classmethod
-    def unknown(cls, sandbox_id: str) -> SandboxSpec:
-        return cls(sandbox_id, (), Limits(), None, 0)
 
     def to_json(self) -> str:
         data = asdict(self)
@@ -64,12 +60,22 @@ class SandboxSpec:
             data["id"],
             tuple(Path(p) for p in data["layers"]),
             Limits(**data["limits"]),
-            None if data["uid_base"] is None else int(data["uid_base"]),
+            int(data["uid_base"]),
             int(data["disk_mb"]),
             None if data.get("net") is None else _slot(data["net"]),
             _init(data.get("init", "systemd")),  # records from before init modes: systemd
             data.get("io_uring") is True,
         )
+
+
+@dataclass(frozen=True)
+class Leftover:
+    """What is known of a sandbox found without a readable record (a directory or cgroups a
+    boot left before its record was written, or whose record is gone): its id, nothing of what
+    it was made of; no uid range and no network were claimed for it."""
+
+    id: str
+    net: None = None
 
 
 def _init(value: object) -> Init:
