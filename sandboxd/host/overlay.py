@@ -10,10 +10,10 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sandboxd.builds import layer_view
 from sandboxd.errors import TemplateError
 from sandboxd.host import libc
 from sandboxd.host.removal import remove_tree, unmount
+from sandboxd.layers import layer_view
 from sandboxd.runtime.nspawn.container import ENVD_LAUNCHER
 
 if TYPE_CHECKING:
