@@ -8,10 +8,12 @@ import asyncio
 import sys
 from typing import TYPE_CHECKING
 
-from sandboxd.builds.collect import collect, layers_in_use
+from sandboxd.builds.collect import layer_users
 from sandboxd.errors import NotAllowed
 from sandboxd.host.removal import remove_tree
 from sandboxd.ids import rfc3339
+from sandboxd.layers.collect import collect
+from sandboxd.layers.store import LayerStore
 from sandboxd.store.sqlite.store import SqliteStore
 from sandboxd.templates.catalog import Templates
 
@@ -64,7 +66,6 @@ async def _remove(store: Store, state_dir: Path, ref: str) -> None:
         raise NotAllowed(f"template '{ref}' is being built: delete it through the API")
     await templates.delete(template.template_id)
     await asyncio.to_thread(remove_tree, state_dir / "uploads" / template.template_id)
-    keep = layers_in_use(store, state_dir / "sandboxes")
-    removed = [] if keep is None else collect(state_dir / "layers", keep)
+    removed = collect(LayerStore(state_dir / "layers"), layer_users(store, state_dir / "sandboxes"))
     sys.stdout.write(f"deleted template {template.template_id}; {len(removed)} unused layers "
                      "removed\n")  # fmt: skip

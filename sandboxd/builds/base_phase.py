@@ -13,7 +13,6 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sandboxd.builds.entries import building
 from sandboxd.builds.envd_layer import envd_artifact, envd_layer
 from sandboxd.builds.provision import provision
 from sandboxd.builds.systemd_init import NoSystemd, Provision, with_systemd
@@ -28,9 +27,9 @@ if TYPE_CHECKING:
 
     from sandboxd.builds.build_log import BuildLog
     from sandboxd.builds.build_run import Context
-    from sandboxd.builds.layer_dirs import LayerDirs
     from sandboxd.builds.recipe import Recipe
-    from sandboxd.images.layers import LayerStore
+    from sandboxd.images.unpack import Quota
+    from sandboxd.layers.store import LayerStore
     from sandboxd.templates.catalog import Templates
 
 PROVISION_VERSION = "1"  # a change to what provision() writes makes new provision layers
@@ -46,8 +45,8 @@ class Base:
 class ImageSource:
     """Where pulled images come from and what makes a foreign image bootable."""
 
-    store: LayerStore
-    layers: LayerDirs
+    layers: LayerStore
+    quota: Quota | None  # what the layers a pull unpacks may take (None: no quota)
     envd_artifact: Path | None
     mirror: str | None = None
     provision: Provision = "auto"  # systemd as the init (sandboxd.builds.systemd_init)
@@ -77,22 +76,22 @@ def _from_image(recipe: Recipe, source: ImageSource) -> Base:
     credentials = Credentials(creds.username or "", creds.password or "") if creds else None
     # Plain HTTP is decided on where the pull goes: a mirror on loopback serves Docker Hub's names.
     insecure = reference.parse(ref).via_mirror(source.mirror).on_loopback()
-    known = KnownImages(source.store.dir)
+    known = KnownImages(source.layers.dir)
     account = credentials.username if credentials else None
     pulled = None if recipe.force else known.get(ref, account)
     if pulled is None:
-        pulled = pull.pull(ref, source.store, mirror=source.mirror, credentials=credentials,
-                           insecure=insecure)  # fmt: skip
+        pulled = pull.pull(ref, source.layers, mirror=source.mirror, credentials=credentials,
+                           insecure=insecure, quota=source.quota)  # fmt: skip
         known.put(ref, account, pulled)
-    envd = envd_layer(source.store.dir, artifact)
+    envd = envd_layer(source.layers, artifact)
     lowers = [*pulled.layers, envd]
     key = _digest({"image": pulled.digest, "envd": envd.name, "provision": PROVISION_VERSION})
 
-    def provisioned_layer(dest: Path) -> None:
-        with building(dest) as new:
-            provision(lowers, new)
+    def provisioned_layer(new: Path) -> None:
+        with source.layers.view(lowers) as view:
+            provision(view, new)
 
-    provisioned = source.layers.make(f"prov-{key[:32]}", provisioned_layer)
+    provisioned, _ = source.layers.add(f"prov-{key[:32]}", provisioned_layer)
     layers = (*lowers, provisioned)
     env = dict(e.split("=", 1) for e in pulled.config.env if "=" in e)
     image = TemplateImage(tuple(str(p) for p in layers), "envd", env, DEFAULT_USER,

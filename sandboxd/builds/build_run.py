@@ -20,12 +20,12 @@ import stat
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sandboxd.builds import layer_view
+from sandboxd.builds import step_layers
 from sandboxd.builds.copy_layer import copy_to_layer, parse_mode
 from sandboxd.builds.start_cmd import start_and_wait
 from sandboxd.errors import SandboxError, StorageFull, TemplateError
-from sandboxd.host import overlay
 from sandboxd.host.removal import remove_tree
+from sandboxd.layers import layer_view
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -33,12 +33,12 @@ if TYPE_CHECKING:
     from sandboxd.builds.base_phase import Base
     from sandboxd.builds.build_log import BuildLog
     from sandboxd.builds.build_sandbox import BuildSandboxes
-    from sandboxd.builds.layer_dirs import LayerDirs
     from sandboxd.builds.recipe import Recipe, Step
     from sandboxd.builds.storage import BuildStorage
     from sandboxd.builds.uploads import Uploads
     from sandboxd.guest.commands import Command
     from sandboxd.host.cgroups import Limits
+    from sandboxd.layers.store import LayerStore
     from sandboxd.runtime.engine import Box
     from sandboxd.templates.image import TemplateImage
 
@@ -55,7 +55,7 @@ class StepFailed(TemplateError):
 class Context:
     """What a build runs with besides its recipe."""
 
-    layers: LayerDirs
+    layers: LayerStore
     uploads: Uploads
     sandboxes: BuildSandboxes
     limits: Limits
@@ -81,12 +81,12 @@ async def run_steps(recipe: Recipe, base: Base, ctx: Context, log: BuildLog) -> 
             log.add(described, step=label)
             continue
         key = _key(parent, step, image)
-        name = None if forced else ctx.layers.latest(key)
+        name = None if forced else step_layers.latest(ctx.layers, key)
         if name is not None:
             log.add(f"CACHED {described}", step=label)
         else:
             log.add(described, step=label)
-            name = ctx.layers.fresh_name(key)
+            name = step_layers.fresh_name(ctx.layers, key)
             try:
                 await _within_quota(ctx, "a new layer", None)
                 await _make_layer(step, image, ctx, log, label, name)
@@ -95,7 +95,7 @@ async def run_steps(recipe: Recipe, base: Base, ctx: Context, log: BuildLog) -> 
                 raise
             except (SandboxError, OSError) as exc:
                 raise StepFailed(label, f"{_what_failed(step, number)}: {exc}") from exc
-            await asyncio.to_thread(ctx.layers.point, key, name)
+            await asyncio.to_thread(step_layers.point, ctx.layers, key, name)
         parent = name  # the next step's key names the layer below it, a forced one's included
         image = dataclasses.replace(image, layers=(*image.layers, str(ctx.layers.path(name))))
         image = _after(step, image)
@@ -206,12 +206,12 @@ async def _copy(step: Step, image: TemplateImage, ctx: Context, label: str, name
     context = ctx.uploads.path(step.filesHash)
 
     def fill(layer: Path) -> None:
-        with overlay.read_only_view(image.layer_paths, ctx.layers.dir) as below:
+        with ctx.layers.view(image.layer_paths) as below:
             copy_to_layer(context, src, dest, layer, uid=ids[0], gid=ids[1], mode=mode,
                           workdir=image.workdir, lower_view=below)  # fmt: skip
 
     try:
-        await asyncio.to_thread(ctx.layers.make, name, fill)
+        await asyncio.to_thread(ctx.layers.add, name, fill)
     except (OSError, SandboxError) as exc:
         raise StepFailed(label, f"step {label} (COPY {src} {dest}): {exc}") from exc
 

@@ -18,9 +18,9 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
     from pathlib import Path
 
-    from sandboxd.builds.layer_dirs import LayerDirs
     from sandboxd.guest.commands import Command
     from sandboxd.host.cgroups import Limits
+    from sandboxd.layers.store import LayerStore
     from sandboxd.runtime.engine import Box, Runtime
     from sandboxd.templates.image import TemplateImage
 
@@ -57,7 +57,7 @@ class BuildSandboxes:
         """Run `command`; its exit code (-1: killed by a signal)."""
         return await commands.run(self.envd, box.id, command, on_output=on_output)
 
-    async def snapshot(self, box: Box, layers: LayerDirs, name: str) -> None:
+    async def snapshot(self, box: Box, layers: LayerStore, name: str) -> None:
         """The sandbox's writable layer so far, as the layer `name` (the sandbox frozen, so
         that nothing it left running writes meanwhile)."""
         await self.runtime.freeze(box)
@@ -65,4 +65,4 @@ class BuildSandboxes:
         def fill(dest: Path) -> None:
             self.runtime.export_diff(box, dest)
 
-        await asyncio.to_thread(layers.make, name, fill)
+        await asyncio.to_thread(layers.add, name, fill)

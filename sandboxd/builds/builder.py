@@ -16,14 +16,14 @@ from sandboxd.builds.base_phase import ImageSource, base_of
 from sandboxd.builds.build_log import BuildLog
 from sandboxd.builds.build_run import Context, StepFailed, finalize, run_steps
 from sandboxd.builds.build_sandbox import BuildSandboxes
-from sandboxd.builds.collect import collect, layers_in_use
-from sandboxd.builds.layer_dirs import LayerDirs
+from sandboxd.builds.collect import layer_users
 from sandboxd.builds.storage import BuildStorage
 from sandboxd.builds.uploads import Uploads
 from sandboxd.errors import NotAllowed, SandboxError
 from sandboxd.host.cgroups import Limits
 from sandboxd.ids import now_us
-from sandboxd.images.layers import LayerStore
+from sandboxd.layers.collect import collect
+from sandboxd.layers.store import LayerStore
 from sandboxd.templates.catalog import PIDS_LIMIT
 
 if TYPE_CHECKING:
@@ -71,14 +71,12 @@ class Builder:
     ) -> None:
         self.store = store
         self.templates = templates
-        layers = state_dir / "layers"
-        self.layers = LayerDirs(layers)
+        self.layers = LayerStore(state_dir / "layers")
         self.uploads_dir = state_dir / "uploads"
         self.deadline_s = limits.deadline_s
         self.storage = None if limits.storage_bytes is None else BuildStorage(
-            (layers, self.uploads_dir), limits.storage_bytes)  # fmt: skip
-        self.image_store = LayerStore(layers, self.storage)
-        self.source = ImageSource(self.image_store, self.layers, envd_artifact, mirror,
+            (self.layers.dir, self.uploads_dir), limits.storage_bytes)  # fmt: skip
+        self.source = ImageSource(self.layers, self.storage, envd_artifact, mirror,
                                   provision)  # fmt: skip
         self.sandboxes = BuildSandboxes(runtime)
         self._slots = asyncio.Semaphore(CONCURRENT_BUILDS)
@@ -91,7 +89,6 @@ class Builder:
         """At start: builds a previous sandboxd left `building` failed; half-made layers and
         uploads gone."""
         await asyncio.to_thread(self.layers.remove_leftovers)
-        await asyncio.to_thread(self.image_store.remove_leftovers)
         if self.uploads_dir.is_dir():
             for template_dir in self.uploads_dir.iterdir():
                 await asyncio.to_thread(self.uploads(template_dir.name).remove_leftovers)
@@ -100,10 +97,9 @@ class Builder:
         await self.collect()
 
     async def collect(self) -> None:
-        """Remove the layers no template or sandbox uses (sandboxd.builds.collect)."""
-        keep = layers_in_use(self.store, self.sandboxes.runtime.sandboxes_dir)
-        if keep is not None:
-            await asyncio.to_thread(collect, self.layers.dir, keep)
+        """Remove the layers no template or sandbox uses (sandboxd.layers.collect)."""
+        users = layer_users(self.store, self.sandboxes.runtime.sandboxes_dir)
+        await asyncio.to_thread(collect, self.layers, users)
 
     async def close(self) -> None:
         tasks = [task for task, _ in self._running.values()]

@@ -20,7 +20,7 @@ import re
 import stat
 from typing import TYPE_CHECKING
 
-from sandboxd.builds.entries import DirTimes, Parts, building, copy_data, lstat_in, walk
+from sandboxd.builds.entries import DirTimes, Parts, copy_data, lstat_in, walk
 from sandboxd.errors import CopyFailed
 from sandboxd.images.tar_tree import DIR_FLAGS, Rules, open_dir
 
@@ -85,10 +85,11 @@ def copy_to_layer(
     workdir: str = "/",
     lower_view: Path | None = None,
 ) -> None:
-    """Make the directory `layer` (absent before; whole or absent after) holding what
-    `COPY src dest` adds to the image below, owned `uid`:`gid` (resolved by the caller from the
-    step's user, `user` meaning `user:user`, or the template's current user as E2B's
-    parseCopyArgs; E2B's `chown -R`) with `mode` (None: the context's modes; see parse_mode).
+    """Fill the empty directory `layer` (a new layer: sandboxd.layers.store.LayerStore.add)
+    with what `COPY src dest` adds to the image below, owned `uid`:`gid` (resolved by the
+    caller from the step's user, `user` meaning `user:user`, or the template's current user as
+    E2B's parseCopyArgs; E2B's `chown -R`) with `mode` (None: the context's modes; see
+    parse_mode).
 
     As E2B's copy_script.sh: a relative `dest` is below `workdir` (E2B: the template's workdir,
     else the user's home); a file or symlink source goes to `dest`, or into it when `dest` ends
@@ -100,7 +101,6 @@ def copy_to_layer(
     Raises:
         CopyFailed: the source is not in `context`, or the destination needs a directory where
             the image has a file, or a file where it has a directory.
-        FileExistsError: `layer` exists.
     """
     base = source_base(src)
     target = posixpath.normpath(posixpath.join(workdir, dest))
@@ -109,11 +109,10 @@ def copy_to_layer(
     with contextlib.ExitStack() as fds:
         ctx = _opened(fds, context)
         lower = _opened(fds, lower_view) if lower_view is not None else None
-        with building(layer) as new:
-            copy = _Copy(_opened(fds, new), lower, uid, gid, mode)
-            copy.root_meta()
-            copy.source(ctx, base, src, target_parts, into)
-            copy.times.apply()
+        copy = _Copy(_opened(fds, layer), lower, uid, gid, mode)
+        copy.root_meta()
+        copy.source(ctx, base, src, target_parts, into)
+        copy.times.apply()
 
 
 def _opened(fds: contextlib.ExitStack, path: Path) -> int:

@@ -1,23 +1,14 @@
 """What writing a layer from another tree needs, for COPY steps (copy_layer) and for a build
-sandbox's writable layer (sandboxd.runtime.nspawn.export): a layer made beside its place and
-renamed into it (whole or absent), file contents copied in the kernel, directories reached by
-fd without following a symlink, and directory times set once nothing more is written into
-them."""
+sandbox's writable layer (sandboxd.runtime.nspawn.export): file contents copied in the kernel,
+directories reached by fd without following a symlink, and directory times set once nothing more
+is written into them. The layer store makes the layer whole or not at all (sandboxd.layers.store)."""
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
-import tempfile
-from pathlib import Path
-from typing import TYPE_CHECKING
 
-from sandboxd.host.removal import remove_tree
 from sandboxd.images.tar_tree import DIR_FLAGS
-
-if TYPE_CHECKING:
-    from collections.abc import Iterator
 
 Parts = tuple[str, ...]
 
@@ -25,27 +16,6 @@ _CHUNK = 1 << 30
 # copy_file_range(2) refuses these across filesystems or on some (since 5.19, EXDEV); sendfile(2)
 # copies between any two.
 _NO_COPY_RANGE = frozenset({errno.EXDEV, errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP})
-
-
-@contextlib.contextmanager
-def building(dest: Path) -> Iterator[Path]:
-    """A new empty directory beside `dest`, renamed to `dest` when the block ends without an
-    error and removed when it fails: `dest` is whole or absent.
-
-    Raises:
-        FileExistsError: `dest` exists (before or after the block).
-    """
-    if dest.exists() or dest.is_symlink():
-        raise FileExistsError(errno.EEXIST, "a layer is there already", str(dest))
-    new = Path(tempfile.mkdtemp(prefix=f".new-{dest.name}-", dir=dest.parent))
-    try:
-        yield new
-        if dest.exists():
-            raise FileExistsError(errno.EEXIST, "a layer was made there meanwhile", str(dest))
-        os.rename(new, dest)
-    except BaseException:
-        remove_tree(new)
-        raise
 
 
 def copy_data(src: int, dst: int) -> None:

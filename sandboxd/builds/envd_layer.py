@@ -14,12 +14,13 @@ from typing import TYPE_CHECKING
 
 from sandboxd.builds.base_image import packaging_dir
 from sandboxd.errors import TemplateError
-from sandboxd.images.layers import LayerStore
 from sandboxd.images.manifest import file_sha256
 from sandboxd.runtime.nspawn.container import ENVD_LAUNCHER
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+    from sandboxd.layers.store import LayerStore
 
 log = logging.getLogger("sandboxd.builds.envd_layer")
 
@@ -44,8 +45,8 @@ def envd_artifact(configured: Path | None) -> Path:
     return configured
 
 
-def envd_layer(store_dir: Path, artifact: Path) -> Path:
-    """The envd layer of `artifact` in the layer store at `store_dir`, made unless it exists.
+def envd_layer(layers: LayerStore, artifact: Path) -> Path:
+    """The envd layer of `artifact` in `layers`, made unless it exists.
 
     Raises:
         TemplateError: the artifact is missing, or install.sh refused it (it does not match its
@@ -55,9 +56,7 @@ def envd_layer(store_dir: Path, artifact: Path) -> Path:
         digest = file_sha256(artifact)
     except OSError as exc:
         raise TemplateError(f"the envd artifact {artifact}: {exc.strerror}") from exc
-    layer, made = LayerStore(store_dir).made(
-        f"envd-{digest.replace(':', '-')}", lambda new: _install(artifact, new)
-    )
+    layer, made = layers.add(f"envd-{digest}", lambda new: _install(artifact, new))
     if made:
         log.info("envd layer of %s made at %s", artifact.name, layer)
     return layer

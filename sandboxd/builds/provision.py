@@ -15,9 +15,9 @@ self-contained envd artifact's interpreter is linked against it), or without lib
 (GCC's runtime library: two of the artifact's compiled dependencies, imported at envd's start,
 link it; the distributions' images have it, one holding glibc's libraries alone does not).
 
-The image is read through a read-only overlay of its layers (so whiteouts count), mounted on
-the host for the duration, with its symbolic links followed as inside the image (absolute ones
-from its root)."""
+The image is read through a read-only view of its layers (so whiteouts count), which the caller
+mounts on the host for the duration (sandboxd.layers.store.LayerStore.view), with its symbolic
+links followed as inside the image (absolute ones from its root)."""
 
 from __future__ import annotations
 
@@ -25,15 +25,10 @@ import os
 import re
 import stat
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING
 
-from sandboxd.builds.image_files import read_capped
-from sandboxd.builds.layer_view import MAX_TABLE_BYTES, follow_links
 from sandboxd.errors import TemplateError
-from sandboxd.host import overlay
-
-if TYPE_CHECKING:
-    from collections.abc import Sequence
+from sandboxd.layers.image_files import read_capped
+from sandboxd.layers.layer_view import MAX_TABLE_BYTES, follow_links
 
 USER = "user"
 HOME = f"/home/{USER}"
@@ -54,28 +49,27 @@ MAX_LIBC_BYTES = 32 << 20
 _GLIBC_VERSION = re.compile(rb"GNU C Library [^\n\0]*release version (\d+)\.(\d+)")
 
 
-def provision(lowers: Sequence[Path], dest: Path) -> None:
-    """Write the provisioning layer of the image whose layers are `lowers` (lowest first) into
-    the empty directory `dest`, to be stacked directly above them.
+def provision(view: Path, dest: Path) -> None:
+    """Write the provisioning layer of the image mounted read-only at `view` (its layers,
+    lowest first) into the empty directory `dest`, to be stacked directly above them.
 
     Raises:
         TemplateError: envd cannot run in the image (no glibc >= 2.28, no libgcc_s.so.1, no
             /bin/sh), or the image's files cannot be read as such (e.g. /etc/passwd is not one).
     """
-    with overlay.read_only_view(lowers, dest.parent) as root:
-        image = _Image(root)
-        _require_libraries(image)
-        if not image.exists("/bin/sh"):
-            raise TemplateError("the image has no /bin/sh, which envd runs commands with")
-        try:
-            _mirror_dir(image, dest, PurePosixPath("."))
-            _add_user(image, dest)
-            if image.exists("/usr/bin/sudo"):
-                _write(image, dest, SUDOERS, SUDOERS_LINE, mode=0o440)
-            if not image.exists("/bin/bash"):
-                _write(image, dest, "/bin/bash", BASH_SCRIPT, mode=0o755)
-        except OSError as exc:
-            raise TemplateError(f"provisioning the image: {exc.strerror}: {exc.filename}") from exc
+    image = _Image(view)
+    _require_libraries(image)
+    if not image.exists("/bin/sh"):
+        raise TemplateError("the image has no /bin/sh, which envd runs commands with")
+    try:
+        _mirror_dir(image, dest, PurePosixPath("."))
+        _add_user(image, dest)
+        if image.exists("/usr/bin/sudo"):
+            _write(image, dest, SUDOERS, SUDOERS_LINE, mode=0o440)
+        if not image.exists("/bin/bash"):
+            _write(image, dest, "/bin/bash", BASH_SCRIPT, mode=0o755)
+    except OSError as exc:
+        raise TemplateError(f"provisioning the image: {exc.strerror}: {exc.filename}") from exc
 
 
 class _Image:

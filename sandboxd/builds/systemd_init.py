@@ -20,7 +20,6 @@ import json
 import shlex
 from typing import TYPE_CHECKING, Final, Literal
 
-from sandboxd.builds import layer_view
 from sandboxd.builds.base_image import (
     MANAGER_CONF,
     MASKED_UNITS,
@@ -33,6 +32,7 @@ from sandboxd.builds.base_image import (
 from sandboxd.builds.envd_layer import UNIT_DIR
 from sandboxd.builds.provision import SUDOERS, SUDOERS_LINE
 from sandboxd.errors import SandboxError
+from sandboxd.layers import layer_view
 
 if TYPE_CHECKING:
     from sandboxd.builds.build_log import BuildLog
@@ -85,9 +85,9 @@ async def _systemd_layer(image: TemplateImage, key: str, ctx: Context, log: Buil
         raise NoSystemd(f"the image has no {APT} (only apt images get systemd so far)")
     data = {"image": key, "packages": PACKAGES, "version": VERSION}
     name = "sysd-" + hashlib.sha256(json.dumps(data).encode()).hexdigest()[:32]
-    if ctx.layers.has(name):
+    if (cached := ctx.layers.find(name)) is not None:
         log.add(f"CACHED provision: systemd ({', '.join(PACKAGES)})", step=STEP)
-        return str(ctx.layers.path(name))
+        return str(cached)
     log.add(f"provision: systemd ({', '.join(PACKAGES)}) with apt-get", step=STEP)
 
     def output(stream: str, data: bytes) -> None:

@@ -6,6 +6,7 @@ run it in a thread."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -13,11 +14,16 @@ from sandboxd.host.removal import remove_tree
 from sandboxd.images import manifest, reference, skopeo
 from sandboxd.images.manifest import ImageConfig
 from sandboxd.images.skopeo import Credentials
+from sandboxd.images.unpack import unpack
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from sandboxd.images.layers import LayerStore
+    from sandboxd.images.manifest import LayerBlob
+    from sandboxd.images.unpack import Quota
+    from sandboxd.layers.store import LayerStore
+
+log = logging.getLogger("sandboxd.images.pull")
 
 __all__ = ["Credentials", "Image", "ImageConfig", "pull"]
 
@@ -42,6 +48,7 @@ def pull(
     mirror: str | None = None,
     credentials: Credentials | None = None,
     insecure: bool = False,
+    quota: Quota | None = None,
 ) -> Image:
     """Pull the image `ref` (`name[:tag]` or `name@sha256:…`; Docker Hub unless it names a
     registry) for this machine's platform into `layers`.
@@ -50,6 +57,7 @@ def pull(
         mirror: `host[:port]` to fetch Docker Hub's images from instead (--registry-mirror).
         credentials: the registry account, if the image is not public.
         insecure: plain HTTP or an unchecked certificate: only for 127.0.0.1/localhost.
+        quota: what the layers it unpacks may take.
 
     Raises:
         ImageNotFound: the registry has no such image.
@@ -57,6 +65,7 @@ def pull(
         ImageError: a malformed reference, a registry that refused or could not be reached, a
             blob whose digest is not the one named, a layer that would write outside its
             directory.
+        Exception: `quota.full(...)`, as soon as a layer would pass it.
         HostError: skopeo is missing.
     """
     image_ref = reference.parse(ref).via_mirror(mirror)
@@ -66,9 +75,21 @@ def pull(
         pulled = manifest.read(work / "image")
         dirs, unpacked = [], 0
         for blob in pulled.layers:
-            path, made = layers.ensure(blob.digest, blob.path, blob.diff_id)
+            path, made = _unpacked(blob, layers, quota)
             dirs.append(path)
             unpacked += made
     finally:
         remove_tree(work)
     return Image(str(image_ref), pulled.digest, tuple(dirs), pulled.config, unpacked)
+
+
+def _unpacked(blob: LayerBlob, layers: LayerStore, quota: Quota | None) -> tuple[Path, bool]:
+    """The layer of `blob` in `layers`, unpacked unless it is there; whether this call did.
+
+    Raises:
+        ImageError: it cannot be unpacked (nothing of it is left).
+    """
+    path, made = layers.add(blob.digest, lambda new: unpack(blob.path, new, blob.diff_id, quota))
+    if made:
+        log.info("layer %s unpacked", blob.digest)
+    return path, made

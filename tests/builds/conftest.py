@@ -13,6 +13,7 @@ from sandboxd.builds.base_image import ensure_stage
 from sandboxd.builds.envd_layer import envd_layer
 from sandboxd.builds.provision import provision
 from sandboxd.host.removal import remove_tree
+from sandboxd.layers.store import LayerStore
 from sandboxd.runtime.spec import BootImage
 from tests.builds.artifact_cache import ensure_artifact
 from tests.builds.build_serve import (
@@ -48,21 +49,22 @@ def envd_artifact() -> Path:
 
 
 @pytest.fixture(scope="session")
-def layer_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    store = tmp_path_factory.mktemp("layers")
+def layer_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LayerStore]:
+    store = LayerStore(tmp_path_factory.mktemp("layers"))
     yield store
-    remove_tree(store)
+    remove_tree(store.dir)
 
 
 @pytest.fixture(scope="session")
-def envd_layer_dir(layer_store: Path, envd_artifact: Path) -> Path:
+def envd_layer_dir(layer_store: LayerStore, envd_artifact: Path) -> Path:
     return envd_layer(layer_store, envd_artifact)
 
 
 def _provisioned(factory: pytest.TempPathFactory, image: Path, envd: Path) -> BootImage:
     """`image` as a build stacks it: its layer, its provisioning layer, the envd layer."""
     layer = factory.mktemp("provision")
-    provision([image], layer)
+    with LayerStore(layer.parent).view([image]) as view:
+        provision(view, layer)
     return BootImage((image, layer, envd), "envd")
 
 

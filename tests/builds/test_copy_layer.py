@@ -13,6 +13,7 @@ import pytest
 
 from sandboxd.builds.copy_layer import copy_to_layer, parse_mode, source_base
 from sandboxd.errors import CopyFailed
+from sandboxd.layers.store import LayerStore
 from tests.builds.overlays import deep_trees, make_deep, read_deep, view
 
 if TYPE_CHECKING:
@@ -83,9 +84,13 @@ def lower(image: Path, tmp_path: Path) -> Iterator[Path]:
 
 def copy(context: Path, layer: Path, src: str, dest: str, lower: Path | None = None,
          **kw: object) -> Path:  # fmt: skip
+    """The COPY as the layer `layer`, made as a build makes it: in a layer store."""
     args: dict[str, object] = {"uid": 1000, "gid": 1000, "mode": None, **kw}
-    copy_to_layer(context, src, dest, layer, lower_view=lower, **args)  # type: ignore[arg-type]
-    return layer
+
+    def fill(new: Path) -> None:
+        copy_to_layer(context, src, dest, new, lower_view=lower, **args)  # type: ignore[arg-type]
+
+    return LayerStore(layer.parent).add(layer.name, fill)[0]
 
 
 def merged(image: Path, layer: Path, tmp_path: Path) -> AbstractContextManager[Path]:

@@ -11,6 +11,7 @@ import pytest
 
 from sandboxd.builds.envd_layer import envd_artifact, envd_layer
 from sandboxd.errors import TemplateError
+from sandboxd.layers.store import LayerStore
 from sandboxd.runtime.nspawn.container import ENVD_LAUNCHER
 
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ def test_the_layer_holds_the_artifact_as_install_sh_lays_it_out(envd_layer_dir: 
 
 
 def test_one_layer_per_artifact(
-    layer_store: Path, envd_layer_dir: Path, envd_artifact: Path, tmp_path: Path
+    layer_store: LayerStore, envd_layer_dir: Path, envd_artifact: Path, tmp_path: Path
 ) -> None:
     again = envd_layer(layer_store, envd_artifact)
     assert again == envd_layer_dir
@@ -41,9 +42,7 @@ def test_one_layer_per_artifact(
     copy = tmp_path / "renamed.tar.gz"
     shutil.copyfile(envd_artifact, copy)
     assert envd_layer(layer_store, copy) == envd_layer_dir  # the same bytes, by their sha256
-    assert [p.name for p in layer_store.iterdir() if not p.name.startswith(".")] == [
-        envd_layer_dir.name
-    ]
+    assert layer_store.layers() == [envd_layer_dir]
 
 
 def test_a_build_without_an_artifact_names_the_option(tmp_path: Path) -> None:
@@ -51,9 +50,9 @@ def test_a_build_without_an_artifact_names_the_option(tmp_path: Path) -> None:
         envd_artifact(None)
     assert envd_artifact(tmp_path / "a.tar.gz") == tmp_path / "a.tar.gz"
     with pytest.raises(TemplateError, match=r"the envd artifact .*missing\.tar\.gz"):
-        envd_layer(tmp_path / "layers", tmp_path / "missing.tar.gz")
+        envd_layer(LayerStore(tmp_path / "layers"), tmp_path / "missing.tar.gz")
     not_one = tmp_path / "not-an-artifact.tar.gz"
     not_one.write_bytes(b"not a tarball")
     with pytest.raises(TemplateError, match="installing the envd artifact"):
-        envd_layer(tmp_path / "layers", not_one)
-    assert [p.name for p in (tmp_path / "layers").iterdir() if not p.name.startswith(".")] == []
+        envd_layer(LayerStore(tmp_path / "layers"), not_one)
+    assert LayerStore(tmp_path / "layers").layers() == []

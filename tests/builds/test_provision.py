@@ -13,6 +13,7 @@ import pytest
 from sandboxd.builds.provision import MAX_LIBC_BYTES, provision
 from sandboxd.errors import TemplateError
 from sandboxd.host.removal import mounts_under
+from sandboxd.layers.store import LayerStore
 from tests.builds.trees import MULTIARCH, alpine_like_tree, glibc_tree
 
 if TYPE_CHECKING:
@@ -26,7 +27,8 @@ SUDOERS = "etc/sudoers.d/user"
 def provisioned(tmp_path: Path, *lowers: Path) -> Path:
     layer = tmp_path / "provision"
     layer.mkdir()
-    provision(lowers, layer)
+    with LayerStore(tmp_path).view(lowers) as view:
+        provision(view, layer)
     # The image's merged view was mounted beside the layer for the call only.
     assert mounts_under(tmp_path) == []
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".view-")] == []

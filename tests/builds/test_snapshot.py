@@ -1,4 +1,5 @@
-"""A build sandbox's writable layer made into a template layer (sandboxd.runtime.nspawn.export): a
+"""A build sandbox's writable layer made into a template layer (sandboxd.runtime.nspawn.export,
+into the layer store: sandboxd.layers.store): a
 real overlay as a sandbox has it (the image's layer idmapped into the sandbox's range, an upper
 directory owned by the range), changed by a process that is root in the sandbox's user
 namespace (files, deletions, an opaque directory, a hard link, a symlink, a capability), then
@@ -24,6 +25,7 @@ from sandboxd.host import libc
 from sandboxd.host.removal import detach_mounts
 from sandboxd.host.userns import mapped_namespace
 from sandboxd.images.tar_tree import OPAQUE_XATTR
+from sandboxd.layers.store import LayerStore
 from sandboxd.runtime.nspawn.export import layer_from_upper
 from sandboxd.runtime.nspawn.steps import written_by_sandboxd
 from tests.builds.overlays import deep_trees, make_deep, read_deep, tree, writable
@@ -116,6 +118,13 @@ def image(tmp_path: Path) -> Path:
     return base
 
 
+def snapshot(upper: Path, layer: Path, exclude: Sequence[str]) -> None:
+    """`upper` snapshotted as the layer `layer`, made as a build makes it: in a layer store."""
+    LayerStore(layer.parent).add(
+        layer.name, lambda new: layer_from_upper(upper, UID_BASE, new, exclude)
+    )
+
+
 def sandboxd_writes(upper: Path) -> None:
     """What sandboxd writes into a writable layer before booting (steps.UnitOverrides and
     Resolver): root of the sandbox's files, in directories made for them."""
@@ -147,7 +156,7 @@ def test_the_snapshot_shows_what_the_sandbox_saw(image: Path, tmp_path: Path, mo
         UID_BASE.to_bytes(4, "little")
     )
 
-    layer_from_upper(upper, UID_BASE, layer, WRITTEN_BY_SANDBOXD)
+    snapshot(upper, layer, WRITTEN_BY_SANDBOXD)
 
     gone = (layer / "etc/gone").lstat()
     assert stat.S_ISCHR(gone.st_mode)
@@ -189,7 +198,7 @@ def test_a_step_that_keeps_writing_near_an_excluded_path_keeps_its_files(
             'mkdir "$R/etc/systemd/system/envd.service.d/x" && rm "$R/etc/resolv.conf"', root
         )
 
-    layer_from_upper(upper, UID_BASE, layer, WRITTEN_BY_SANDBOXD)
+    snapshot(upper, layer, WRITTEN_BY_SANDBOXD)
 
     assert (layer / "etc/systemd/system/envd.service.d/x").is_dir()
     assert not (layer / "etc/systemd/system/envd.service.d/zz-sandbox-userns.conf").exists()
@@ -205,8 +214,8 @@ def test_an_id_outside_the_range_leaves_no_layer(tmp_path: Path) -> None:
     (upper / "host").write_text("the host's root")
 
     with pytest.raises(TemplateError, match=r"/host belongs to host ids 0:0, outside"):
-        layer_from_upper(upper, UID_BASE, layer, ())
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["upper"]
+        snapshot(upper, layer, ())
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".locks", "upper"]
 
 
 def test_an_overlay_redirect_is_refused(tmp_path: Path) -> None:
@@ -217,16 +226,8 @@ def test_an_overlay_redirect_is_refused(tmp_path: Path) -> None:
     os.setxattr(upper / "moved", "trusted.overlay.redirect", b"/elsewhere")
 
     with pytest.raises(TemplateError, match=r"trusted\.overlay\.redirect"):
-        layer_from_upper(upper, UID_BASE, tmp_path / "layer", ())
+        snapshot(upper, tmp_path / "layer", ())
     assert not (tmp_path / "layer").exists()
-
-
-def test_an_existing_layer_is_not_replaced(tmp_path: Path) -> None:
-    (tmp_path / "upper").mkdir()
-    (tmp_path / "layer").mkdir()
-
-    with pytest.raises(FileExistsError):
-        layer_from_upper(tmp_path / "upper", UID_BASE, tmp_path / "layer", ())
 
 
 def test_a_deep_tree_is_snapshotted(tmp_path: Path) -> None:
@@ -236,6 +237,6 @@ def test_a_deep_tree_is_snapshotted(tmp_path: Path) -> None:
     with deep_trees(upper, layer):
         make_deep(upper, UID_BASE)
 
-        layer_from_upper(upper, UID_BASE, layer, ())
+        snapshot(upper, layer, ())
 
         assert read_deep(layer) == b"deep"

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from sandboxd.images.layers import LayerStore
+from sandboxd.layers.store import LayerStore
 from tests.images.oci_layout import write_layout
 from tests.images.registry import ACCOUNT, Registry, start_registry
 

@@ -15,7 +15,7 @@ from tests.images.registry import ACCOUNT
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from sandboxd.images.layers import LayerStore
+    from sandboxd.layers.store import LayerStore
     from tests.images.registry import Registry
 
 pytestmark = pytest.mark.root

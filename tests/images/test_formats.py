@@ -12,12 +12,13 @@ import pytest
 
 from sandboxd.errors import ImageError
 from sandboxd.images.pull import pull
+from sandboxd.images.unpack import unpack
 from tests.images.oci_layout import Layer, compress, digest, layer_digest, write_layout
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from sandboxd.images.layers import LayerStore
+    from sandboxd.layers.store import LayerStore
     from tests.images.registry import Registry
 
 pytestmark = pytest.mark.root
@@ -87,9 +88,9 @@ def test_plain_and_corrupt_layers(tmp_path: Path, store: LayerStore) -> None:
     (tmp_path / "plain").write_bytes(tar)
     (tmp_path / "corrupt").write_bytes(compress(tar, "zstd")[:-16])
 
-    path, made = store.ensure(digest(tar), tmp_path / "plain", digest(tar))
+    path, made = store.add(digest(tar), lambda new: unpack(tmp_path / "plain", new, digest(tar)))
     assert made
     assert (path / "plain").read_bytes() == b"as it is"
     with pytest.raises(ImageError, match=r"^(layer corrupt: |zstd could not decompress)"):
-        store.ensure(digest(b"corrupt"), tmp_path / "corrupt", digest(tar))
-    assert not store.has(digest(b"corrupt"))
+        store.add(digest(b"corrupt"), lambda new: unpack(tmp_path / "corrupt", new, digest(tar)))
+    assert store.find(digest(b"corrupt")) is None

@@ -16,7 +16,7 @@ from tests.images.oci_layout import Layer, write_layout
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from sandboxd.images.layers import LayerStore
+    from sandboxd.layers.store import LayerStore
     from tests.images.registry import Registry
 
 pytestmark = pytest.mark.root

@@ -19,14 +19,14 @@ from tests.waiting import wait_until
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from sandboxd.images.layers import LayerStore
+    from sandboxd.layers.store import LayerStore
 
 pytestmark = pytest.mark.root
 
 PULL = """
 import sys
 from pathlib import Path
-from sandboxd.images.layers import LayerStore
+from sandboxd.layers.store import LayerStore
 from sandboxd.images.pull import pull
 pull(sys.argv[1], LayerStore(Path(sys.argv[2])), insecure=True)
 """

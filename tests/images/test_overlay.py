@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
 
-    from sandboxd.images.layers import LayerStore
+    from sandboxd.layers.store import LayerStore
 
 pytestmark = pytest.mark.root
 

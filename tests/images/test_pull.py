@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from sandboxd.images.layers import LayerStore
 from sandboxd.images.pull import ImageConfig, pull
+from sandboxd.layers.store import LayerStore
 from tests.images.oci_layout import Layer, layer_digest, write_layout
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
 
-    from sandboxd.images.layers import LayerStore
+    from sandboxd.layers.store import LayerStore
     from tests.images.registry import Registry
 
 pytestmark = pytest.mark.root

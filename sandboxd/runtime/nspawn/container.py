@@ -15,11 +15,11 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sandboxd.builds import layer_view
 from sandboxd.errors import BootError, HostError, TemplateError
 from sandboxd.host import budget
 from sandboxd.host.removal import remove_tree
 from sandboxd.host.uid_ranges import RANGE_SIZE
+from sandboxd.layers import layer_view
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

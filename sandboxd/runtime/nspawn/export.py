@@ -21,7 +21,7 @@ import posixpath
 import stat
 from typing import TYPE_CHECKING
 
-from sandboxd.builds.entries import DirTimes, Parts, building, copy_data, walk
+from sandboxd.builds.entries import DirTimes, Parts, copy_data, walk
 from sandboxd.errors import TemplateError
 from sandboxd.host.uid_ranges import RANGE_SIZE
 from sandboxd.images.tar_tree import DIR_FLAGS, OPAQUE_XATTR
@@ -38,8 +38,8 @@ _CAP_V3_BYTES = 24  # magic, (permitted, inheritable) x 2, rootid: little-endian
 
 
 def layer_from_upper(upper: Path, uid_base: int, dest: Path, exclude: Iterable[str]) -> None:
-    """Make the directory `dest` (absent before; whole or absent after) from the upper
-    directory `upper` of a sandbox whose ids start at `uid_base`.
+    """Fill the empty directory `dest` (a new layer: sandboxd.layers.store.LayerStore.add)
+    from the upper directory `upper` of a sandbox whose ids start at `uid_base`.
 
     `exclude` names paths (relative to the root) left out with all below them, whatever the
     sandbox did there, and the directories holding them where nothing else is left in them:
@@ -51,21 +51,19 @@ def layer_from_upper(upper: Path, uid_base: int, dest: Path, exclude: Iterable[s
     Raises:
         TemplateError: an entry belongs to an id outside the sandbox's range, or carries an
             overlayfs redirect or metacopy.
-        FileExistsError: `dest` exists.
     """
     skip = {posixpath.normpath(p.strip("/")) for p in exclude}
     src = os.open(upper, DIR_FLAGS)
     try:
-        with building(dest) as new:
-            root = os.open(new, DIR_FLAGS)
-            try:
-                snap = _Snapshot(uid_base, root, skip)
-                snap.meta(src, root, (), os.fstat(src))
-                snap.tree(src)
-                snap.prune()
-                snap.times.apply()
-            finally:
-                os.close(root)
+        root = os.open(dest, DIR_FLAGS)
+        try:
+            snap = _Snapshot(uid_base, root, skip)
+            snap.meta(src, root, (), os.fstat(src))
+            snap.tree(src)
+            snap.prune()
+            snap.times.apply()
+        finally:
+            os.close(root)
     finally:
         os.close(src)
 

@@ -1,4 +1,4 @@
-"""Reading an image's files through its layers from the host (sandboxd.builds.layer_view):
+"""Reading an image's files through its layers from the host (sandboxd.layers.layer_view):
 the top layer wins, whiteouts hide, directory links resolve inside the image and never into the
 host."""
 
@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from sandboxd.builds import layer_view
+from sandboxd.layers import layer_view
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -10,8 +10,8 @@ import os
 import stat
 from typing import TYPE_CHECKING
 
-from sandboxd.builds.image_files import NotRegularFile, read_capped
 from sandboxd.host import libc
+from sandboxd.layers.image_files import NotRegularFile, read_capped
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
