@@ -20,9 +20,9 @@ import re
 import stat
 from typing import TYPE_CHECKING
 
-from sandboxd.builds.entries import DirTimes, Parts, copy_data, lstat_in, walk
 from sandboxd.errors import CopyFailed
-from sandboxd.images.tar_tree import DIR_FLAGS, Rules, open_dir
+from sandboxd.images.tar_tree import Rules, open_dir
+from sandboxd.layers.entries import DIR_FLAGS, DirTimes, Parts, copy_data, lstat_in, walk
 
 if TYPE_CHECKING:
     from pathlib import Path

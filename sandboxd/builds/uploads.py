@@ -27,7 +27,8 @@ from anyio import to_thread
 from sandboxd.builds.recipe import FILES_HASH
 from sandboxd.errors import BadUpload, LengthRequired, UploadTooLarge
 from sandboxd.host.removal import remove_tree
-from sandboxd.images.tar_tree import DIR_FLAGS, Rules, decompressed, extract
+from sandboxd.images.tar_tree import Rules, decompressed, extract
+from sandboxd.layers.entries import DIR_FLAGS
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from sandboxd.errors import HostError
+from sandboxd.layers.entries import DIR_FLAGS, OPAQUE_XATTR
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -29,13 +30,11 @@ log = logging.getLogger("sandboxd.images.tar_tree")
 
 WHITEOUT = ".wh."
 OPAQUE = ".wh..wh..opq"
-OPAQUE_XATTR = "trusted.overlay.opaque"
 # Extended attributes taken from the tar (PAX SCHILY.xattr.*): file capabilities and user ones.
 # Never trusted.*: an archive must not set overlayfs' own attributes (redirects, metacopy).
 KEPT_XATTRS = ("security.capability", "user.")
 _GZIP, _ZSTD = b"\x1f\x8b", b"\x28\xb5\x2f\xfd"
 CHUNK = 1 << 20
-DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 Parts = tuple[str, ...]
 

@@ -13,7 +13,8 @@ import tarfile
 from typing import TYPE_CHECKING, Protocol
 
 from sandboxd.errors import ImageError
-from sandboxd.images.tar_tree import CHUNK, DIR_FLAGS, OPAQUE_XATTR, Rules, decompressed, extract
+from sandboxd.images.tar_tree import CHUNK, Rules, decompressed, extract
+from sandboxd.layers.entries import DIR_FLAGS, OPAQUE_XATTR
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -24,7 +24,7 @@ from sandboxd.guest.readiness import ENVD_UNIT
 from sandboxd.host import libc
 from sandboxd.host.removal import detach_mounts
 from sandboxd.host.userns import mapped_namespace
-from sandboxd.images.tar_tree import OPAQUE_XATTR
+from sandboxd.layers.entries import OPAQUE_XATTR
 from sandboxd.layers.store import LayerStore
 from sandboxd.runtime.nspawn.export import layer_from_upper
 from sandboxd.runtime.nspawn.steps import written_by_sandboxd

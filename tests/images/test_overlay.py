@@ -15,7 +15,7 @@ from sandboxd.host import libc, overlay
 from sandboxd.host.removal import detach_mounts
 from sandboxd.host.userns import mapped_namespace
 from sandboxd.images.pull import pull
-from sandboxd.images.unpack import OPAQUE_XATTR
+from sandboxd.layers.entries import OPAQUE_XATTR
 from tests.images.oci_layout import Layer
 
 if TYPE_CHECKING:

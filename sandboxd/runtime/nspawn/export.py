@@ -21,10 +21,9 @@ import posixpath
 import stat
 from typing import TYPE_CHECKING
 
-from sandboxd.builds.entries import DirTimes, Parts, copy_data, walk
 from sandboxd.errors import TemplateError
 from sandboxd.host.uid_ranges import RANGE_SIZE
-from sandboxd.images.tar_tree import DIR_FLAGS, OPAQUE_XATTR
+from sandboxd.layers.entries import DIR_FLAGS, OPAQUE_XATTR, DirTimes, Parts, copy_data, walk
 
 if TYPE_CHECKING:
     from collections.abc import Iterable

@@ -8,7 +8,12 @@ from __future__ import annotations
 import errno
 import os
 
-from sandboxd.images.tar_tree import DIR_FLAGS
+# A layer's format as overlayfs reads it, shared by whatever writes layers (image unpacks,
+# COPY steps, a sandbox's exported writable layer).
+OPAQUE_XATTR = "trusted.overlay.opaque"
+# Directories are opened by fd, never through a symlink.
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
 
 Parts = tuple[str, ...]
 
