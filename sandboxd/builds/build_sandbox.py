@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 from sandboxd.builds.snapshot import WRITTEN_BY_SANDBOXD, layer_from_upper
 from sandboxd.errors import SandboxError
 from sandboxd.guest import commands
-from sandboxd.guest.client import OwnSandboxesEnvd
 from sandboxd.ids import new_sandbox_id
 from sandboxd.runtime.nspawn.steps import SandboxDirs
 
@@ -21,6 +20,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from sandboxd.builds.layer_dirs import LayerDirs
+    from sandboxd.guest.client import EnvdClient
     from sandboxd.guest.commands import Command
     from sandboxd.host.cgroups import Limits
     from sandboxd.runtime.nspawn.runtime import Box, Runtime
@@ -30,15 +30,11 @@ log = logging.getLogger("sandboxd.builds.build_sandbox")
 
 
 class BuildSandboxes:
-    """Boots build sandboxes and reaches their envd."""
+    """Boots build sandboxes and reaches their envd through `envd`."""
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: Runtime, envd: EnvdClient) -> None:
         self.runtime = runtime
-        self._envd = OwnSandboxesEnvd()
-        self.envd = self._envd.client
-
-    async def aclose(self) -> None:
-        await self._envd.aclose()
+        self.envd = envd
 
     @contextlib.asynccontextmanager
     async def booted(
@@ -47,7 +43,7 @@ class BuildSandboxes:
         """A build sandbox of `image`, killed on the way out, whatever happened."""
         box = await self.runtime.boot(new_sandbox_id(), image.boot_image, limits, disk_mb)
         try:
-            async with self._envd.reaching(box.id, box.netns):
+            async with self.envd.reaching(box.id, box.dialer):
                 yield box
         finally:
             try:

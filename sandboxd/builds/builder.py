@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
     from sandboxd.builds.recipe import Recipe
     from sandboxd.builds.systemd_init import Provision
+    from sandboxd.guest.client import EnvdClient
     from sandboxd.runtime.nspawn.runtime import Runtime
     from sandboxd.store.build_tables import BuildRow, LogLine
     from sandboxd.store.sqlite import Store
@@ -63,6 +64,7 @@ class Builder:
         store: Store,
         templates: Templates,
         runtime: Runtime,
+        envd: EnvdClient,
         state_dir: Path,
         envd_artifact: Path | None = None,
         mirror: str | None = None,
@@ -80,7 +82,7 @@ class Builder:
         self.image_store = LayerStore(layers, self.storage)
         self.source = ImageSource(self.image_store, self.layers, envd_artifact, mirror,
                                   provision)  # fmt: skip
-        self.sandboxes = BuildSandboxes(runtime)
+        self.sandboxes = BuildSandboxes(runtime, envd)
         self._slots = asyncio.Semaphore(CONCURRENT_BUILDS)
         self._running: dict[str, tuple[asyncio.Task[None], BuildLog]] = {}
 
@@ -110,7 +112,6 @@ class Builder:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        await self.sandboxes.aclose()
 
     async def start(self, build: BuildRow, recipe: Recipe) -> None:
         """Start a `waiting` build. Raises NotAllowed for any other."""

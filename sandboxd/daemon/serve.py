@@ -22,6 +22,7 @@ from sandboxd.builds.builder import DEFAULT_DEADLINE_S, Builder, BuildLimits
 from sandboxd.daemon.listener import create_listener
 from sandboxd.daemon.state_dir import SECRET_FILE, open_private, umask
 from sandboxd.errors import HostError, SandboxError
+from sandboxd.guest.client import EnvdClient
 from sandboxd.host.overlay import require_rootfs
 from sandboxd.ids import now_us
 from sandboxd.lifecycle.manager import SandboxManager
@@ -84,11 +85,13 @@ class _Server(uvicorn.Server):
         config: uvicorn.Config,
         notify_socket: str | None,
         dns: DnsForwarder | None,
+        envd: EnvdClient,
         serving: str,
     ) -> None:
         super().__init__(config)
         self.notify_socket = notify_socket
         self.dns = dns
+        self.envd = envd
         self.serving = serving  # what the one line logged once it listens says
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
@@ -104,7 +107,8 @@ class _Server(uvicorn.Server):
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         sd_notify("STOPPING=1", self.notify_socket)
         log.info("stopping: sandboxes keep running for the next start to adopt")
-        await super().shutdown(sockets)
+        await super().shutdown(sockets)  # the app's lifespan ends in it: nothing uses envd now
+        await self.envd.aclose()
         if self.dns is not None:
             await self.dns.close()
 
@@ -238,9 +242,10 @@ def serve(options: ServeOptions) -> None:
             firewall.install(options.network.cidr, dns=dns.offered, proxy_port=proxy.port)
         runtime = Runtime(state_dir / "sandboxes", cgroup_parent=options.cgroup_parent,
                           network=options.network, egress_proxy=proxy)  # fmt: skip
-        manager = SandboxManager(store, runtime, server_secret(state_dir),
+        envd = EnvdClient()  # the manager's, the warm pool's and the builds' one way to envd
+        manager = SandboxManager(store, runtime, envd, server_secret(state_dir),
                                  options.max_timeout_s, options.pool)  # fmt: skip
-        builder = Builder(store, manager.templates, runtime, state_dir,
+        builder = Builder(store, manager.templates, runtime, envd, state_dir,
                           envd_artifact=options.envd_artifact, mirror=options.registry_mirror,
                           limits=build_limits(options, state_dir),
                           provision=options.provision)  # fmt: skip
@@ -258,7 +263,7 @@ def serve(options: ServeOptions) -> None:
             ssl_certfile=options.tls_cert,
             ssl_keyfile=options.tls_key,
         )
-        _Server(config, notify_socket, dns, serving_line(options)).run()
+        _Server(config, notify_socket, dns, envd, serving_line(options)).run()
     except OSError as exc:
         raise SandboxError(f"cannot serve: {exc}") from exc
     finally:
