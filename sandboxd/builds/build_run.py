@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 
 from sandboxd.builds import step_layers
 from sandboxd.builds.copy_layer import copy_to_layer, parse_mode
-from sandboxd.builds.start_cmd import start_and_wait
 from sandboxd.errors import SandboxError, StorageFull, TemplateError
+from sandboxd.guest.start_cmd import start_and_wait
 from sandboxd.host.removal import remove_tree
 from sandboxd.layers import layer_view
 
@@ -229,7 +229,8 @@ async def finalize(image: TemplateImage, ctx: Context, log: BuildLog) -> None:
 
     try:
         async with ctx.sandboxes.booted(image, ctx.limits, ctx.disk_mb) as box:
-            await start_and_wait(ctx.sandboxes.envd, box.id, image, on_output=output)
+            await start_and_wait(ctx.sandboxes.envd, box.id, image.start_command,
+                                 image.ready_command, on_output=output)  # fmt: skip
     except SandboxError as exc:
         raise StepFailed("finalize", f"finalize: {exc}") from exc
     finally:

@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING
 
 from sandboxd.errors import SandboxError
 from sandboxd.guest import commands
-from sandboxd.guest.client import OwnSandboxesEnvd
 from sandboxd.ids import new_sandbox_id
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
     from pathlib import Path
 
+    from sandboxd.guest.client import EnvdClient
     from sandboxd.guest.commands import Command
     from sandboxd.host.cgroups import Limits
     from sandboxd.layers.store import LayerStore
@@ -28,15 +28,11 @@ log = logging.getLogger("sandboxd.builds.build_sandbox")
 
 
 class BuildSandboxes:
-    """Boots build sandboxes and reaches their envd."""
+    """Boots build sandboxes and reaches their envd through `envd`."""
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: Runtime, envd: EnvdClient) -> None:
         self.runtime = runtime
-        self._envd = OwnSandboxesEnvd()
-        self.envd = self._envd.client
-
-    async def aclose(self) -> None:
-        await self._envd.aclose()
+        self.envd = envd
 
     @contextlib.asynccontextmanager
     async def booted(
@@ -45,7 +41,7 @@ class BuildSandboxes:
         """A build sandbox of `image`, killed on the way out, whatever happened."""
         box = await self.runtime.boot(new_sandbox_id(), image.boot_image, limits, disk_mb)
         try:
-            async with self._envd.reaching(box.id, box.dialer):
+            async with self.envd.reaching(box.id, box.dialer):
                 yield box
         finally:
             try:

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
     from sandboxd.builds.recipe import Recipe
     from sandboxd.builds.systemd_init import Provision
+    from sandboxd.guest.client import EnvdClient
     from sandboxd.runtime.engine import Runtime
     from sandboxd.store.interface import Store
     from sandboxd.store.rows import BuildRow, LogLine
@@ -63,6 +64,7 @@ class Builder:
         store: Store,
         templates: Templates,
         runtime: Runtime,
+        envd: EnvdClient,
         state_dir: Path,
         envd_artifact: Path | None = None,
         mirror: str | None = None,
@@ -78,7 +80,7 @@ class Builder:
             (self.layers.dir, self.uploads_dir), limits.storage_bytes)  # fmt: skip
         self.source = ImageSource(self.layers, self.storage, envd_artifact, mirror,
                                   provision)  # fmt: skip
-        self.sandboxes = BuildSandboxes(runtime)
+        self.sandboxes = BuildSandboxes(runtime, envd)
         self._slots = asyncio.Semaphore(CONCURRENT_BUILDS)
         self._running: dict[str, tuple[asyncio.Task[None], BuildLog]] = {}
 
@@ -106,7 +108,6 @@ class Builder:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        await self.sandboxes.aclose()
 
     async def start(self, build: BuildRow, recipe: Recipe) -> None:
         """Start a `waiting` build. Raises NotAllowed for any other."""

@@ -26,6 +26,7 @@ from sandboxd.builds.builder import DEFAULT_DEADLINE_S, Builder, BuildLimits
 from sandboxd.daemon.listener import create_listener, create_proxy
 from sandboxd.daemon.state_dir import SECRET_FILE, open_private, umask
 from sandboxd.errors import HostError, SandboxError
+from sandboxd.guest.client import EnvdClient
 from sandboxd.guest.readiness import ENVD_UNIT, envd_ready
 from sandboxd.ids import now_us
 from sandboxd.lifecycle.manager import SandboxManager
@@ -109,16 +110,21 @@ class _Server(uvicorn.Server):
 
 
 def daemon_lifespan(
-    manager: SandboxManager, builder: Builder, dns: DnsForwarder | None, proxy: SandboxProxy
+    manager: SandboxManager,
+    builder: Builder,
+    dns: DnsForwarder | None,
+    proxy: SandboxProxy,
+    envd: EnvdClient,
 ) -> Lifespan[Starlette]:
     """The daemon's start (before uvicorn listens) and stop (once it no longer does): the DNS
     forwarder, the manager (adoption, evictor, sampler, warm pool), the builder (failing the
-    builds a previous sandboxd left running), and at the stop the proxy's connections cut.
-    Sandboxes keep running; builds fail."""
+    builds a previous sandboxd left running), and at the stop the proxy's connections cut and,
+    last, the one client to envd closed. Sandboxes keep running; builds fail."""
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         async with contextlib.AsyncExitStack() as stack:
+            stack.push_async_callback(envd.aclose)  # the manager's and the builder's: closed last
             if dns is not None:  # its sockets are bound already: queries wait in them
                 await dns.start()
                 stack.push_async_callback(dns.close)
@@ -143,13 +149,14 @@ def daemon_config(
     manager: SandboxManager,
     builder: Builder,
     dns: DnsForwarder | None,
+    envd: EnvdClient,
 ) -> uvicorn.Config:
     """uvicorn's configuration: the control API over the node service in this process, and the
     listener handing requests for sandboxes to their proxy, with the daemon's lifespan."""
     proxy = create_proxy(manager, options.domain)
     context = ApiContext(LocalNode(manager), store, manager.templates, builder, options.domain,
                          manager.tokens.uploads_key())  # fmt: skip
-    app = create_app(context, daemon_lifespan(manager, builder, dns, proxy))
+    app = create_app(context, daemon_lifespan(manager, builder, dns, proxy, envd))
     return uvicorn.Config(
         app,
         host=options.bind,
@@ -295,13 +302,14 @@ def serve(options: ServeOptions) -> None:
         runtime = NspawnRuntime(state_dir / "sandboxes", cgroup_parent=options.cgroup_parent,
                                 network=options.network, egress_proxy=proxy,
                                 probe=envd_ready, guest_unit=ENVD_UNIT)  # fmt: skip
-        manager = SandboxManager(store, runtime, server_secret(state_dir),
+        envd = EnvdClient()  # the manager's, the warm pool's and the builds' one way to envd
+        manager = SandboxManager(store, runtime, envd, server_secret(state_dir),
                                  options.max_timeout_s, options.pool)  # fmt: skip
-        builder = Builder(store, manager.templates, runtime, state_dir,
+        builder = Builder(store, manager.templates, runtime, envd, state_dir,
                           envd_artifact=options.envd_artifact, mirror=options.registry_mirror,
                           limits=build_limits(options, state_dir),
                           provision=options.provision)  # fmt: skip
-        config = daemon_config(options, store, manager, builder, dns)
+        config = daemon_config(options, store, manager, builder, dns, envd)
         _Server(config, notify_socket, serving_line(options)).run()
     except OSError as exc:
         raise SandboxError(f"cannot serve: {exc}") from exc

@@ -1,9 +1,9 @@
 """sandboxd's one way to talk to envd inside a sandbox (the proxy relays clients' requests; this
 is sandboxd's own): `EnvdClient`, as the orchestrator talks to envd (/init, /metrics, and the
-streamed answers of the commands sandboxd runs in its sandboxes), httpcore's
-connection pool over sockets made in each sandbox's network namespace, the URL's host being the
-sandbox id (`http://ID:49983/init`), so that the pool keeps each sandbox's connections apart and
-the host routes nothing anywhere. (The boot's readiness probe is sandboxd.guest.readiness.)"""
+streamed answers of the commands sandboxd runs in its sandboxes), httpcore's connection pool over
+sockets each sandbox's dialer makes (sandboxd.runtime.dialer), the URL's host being the sandbox
+id (`http://ID:49983/init`), so that the pool keeps each sandbox's connections apart and the
+host routes nothing anywhere. (The boot's readiness probe is sandboxd.guest.readiness.)"""
 
 # httpcore's network interface takes `timeout` arguments; these classes implement it.
 # ruff: noqa: ASYNC109
@@ -71,7 +71,7 @@ class _SocketStream(httpcore.AsyncNetworkStream):
         return None
 
 
-class _NetnsBackend(httpcore.AsyncNetworkBackend):
+class _DialerBackend(httpcore.AsyncNetworkBackend):
     """connect_tcp(host=sandbox id) → a socket to 127.0.0.1:port in that sandbox."""
 
     def __init__(self, resolve: Callable[[str], Dialer | None]) -> None:
@@ -85,12 +85,12 @@ class _NetnsBackend(httpcore.AsyncNetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.AsyncNetworkStream:
-        netns = self._resolve(host)
-        if netns is None:
+        dialer = self._resolve(host)
+        if dialer is None:
             raise httpcore.ConnectError(f"sandbox {host} is not running")
         try:
             with anyio.fail_after(timeout):
-                sock = await netns.connect(port)
+                sock = await dialer.connect(port)
         except TimeoutError as exc:
             raise httpcore.ConnectTimeout(f"connecting to {host}:{port}") from exc
         except OSError as exc:
@@ -107,23 +107,42 @@ class _NetnsBackend(httpcore.AsyncNetworkBackend):
 
 
 class EnvdClient:
-    """Requests to envd in the sandbox `resolve(sandbox_id)` finds."""
+    """Requests to envd in the sandboxes made reachable (`reach`, `reaching`), each through
+    its dialer: the API's sandboxes from their create (or adoption) to their kill, and those
+    sandboxd uses itself (build sandboxes, a template's sandbox while its start command gets
+    ready) for as long as it uses them. A sandbox not reachable is EnvdUnreachable."""
 
-    def __init__(self, resolve: Callable[[str], Dialer | None]) -> None:
+    def __init__(self) -> None:
+        self._dialers: dict[str, Dialer] = {}
         self._pool = httpcore.AsyncConnectionPool(
             max_connections=None,
             max_keepalive_connections=256,
             keepalive_expiry=30,
-            network_backend=_NetnsBackend(resolve),
+            network_backend=_DialerBackend(self._dialers.get),
         )
 
     async def aclose(self) -> None:
         await self._pool.aclose()
 
+    def reach(self, sandbox_id: str, dialer: Dialer) -> None:
+        """Reach the sandbox's envd through `dialer` from now until `forget(sandbox_id)`."""
+        self._dialers[sandbox_id] = dialer
+
+    @contextlib.asynccontextmanager
+    async def reaching(self, sandbox_id: str, dialer: Dialer) -> AsyncIterator[None]:
+        """The sandbox reachable through `dialer` within the block, forgotten at its end."""
+        self.reach(sandbox_id, dialer)
+        try:
+            yield
+        finally:
+            await self.forget(sandbox_id)
+
     async def forget(self, sandbox_id: str) -> None:
-        """Close the pooled connections to a sandbox that is going away: each is a socket in
-        its network namespace, and a socket keeps its namespace alive after the sandbox died
-        (the pool would only drop it at its next request after the keep-alive expiry)."""
+        """No longer reach a sandbox that is going away, and close the pooled connections into
+        it: each is a socket in its network namespace, and a socket keeps its namespace alive
+        after the sandbox died (the pool would only drop it at its next request after the
+        keep-alive expiry)."""
+        self._dialers.pop(sandbox_id, None)
         origin = httpcore.Origin(b"http", sandbox_id.encode(), ENVD_PORT)
         for connection in self._pool.connections:
             if connection.can_handle_request(origin):
@@ -230,25 +249,3 @@ def _unreachable(
         # A pooled connection whose sandbox was killed or restarted envd ends as a
         # RemoteProtocolError ("disconnected without sending a response").
         raise EnvdUnreachable(f"envd in {sandbox_id}: {exc}") from exc
-
-
-class OwnSandboxesEnvd:
-    """envd in sandboxes sandboxd uses itself, apart from the API's (build sandboxes, a
-    template's sandbox while its start command gets ready): each is reachable through `client`
-    while in its `reaching` block, whose end closes the pooled connections into it."""
-
-    def __init__(self) -> None:
-        self._netns: dict[str, Dialer] = {}
-        self.client = EnvdClient(self._netns.get)
-
-    @contextlib.asynccontextmanager
-    async def reaching(self, sandbox_id: str, netns: Dialer) -> AsyncIterator[EnvdClient]:
-        self._netns[sandbox_id] = netns
-        try:
-            yield self.client
-        finally:
-            self._netns.pop(sandbox_id, None)
-            await self.client.forget(sandbox_id)
-
-    async def aclose(self) -> None:
-        await self.client.aclose()

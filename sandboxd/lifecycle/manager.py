@@ -24,11 +24,10 @@ from sandboxd.errors import (
     TemplateError,
     WrongState,
 )
-from sandboxd.guest.client import EnvdClient
+from sandboxd.guest.init import init_envd
 from sandboxd.ids import now_us
 from sandboxd.lifecycle.adoption import adopt
 from sandboxd.lifecycle.egress import apply_network, restore_proxied
-from sandboxd.lifecycle.envd_init import init_envd
 from sandboxd.lifecycle.evictor import EXPIRE_RETRY_S, Evictor
 from sandboxd.lifecycle.ingress import LOCAL_NODE, Ingress, Location
 from sandboxd.lifecycle.sampler import MetricsSampler
@@ -41,8 +40,8 @@ from sandboxd.templates.catalog import Templates
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
 
+    from sandboxd.guest.client import EnvdClient
     from sandboxd.lifecycle.sandbox import CreateRequest
-    from sandboxd.runtime.dialer import Dialer
     from sandboxd.runtime.engine import Box, Runtime
     from sandboxd.store.interface import Store
 
@@ -53,7 +52,13 @@ class SandboxManager:
     """Every sandbox of one state directory. Implements `sandboxd.proxy.routing.SandboxLookup`."""
 
     def __init__(
-        self, store: Store, runtime: Runtime, secret: bytes, max_timeout_s: int, pool_size: int
+        self,
+        store: Store,
+        runtime: Runtime,
+        envd: EnvdClient,
+        secret: bytes,
+        max_timeout_s: int,
+        pool_size: int,
     ) -> None:
         self.store = store
         self.runtime = runtime
@@ -61,13 +66,10 @@ class SandboxManager:
         self.tokens = Tokens(secret)
         self.templates = Templates(store, self.uses_template)
         self._sandboxes: dict[str, Sandbox] = {}
-        # Created but not given their /init yet: reachable by sandboxd's own envd client only,
-        # neither listed nor known to the API and the proxy until the create succeeds.
-        self._starting: dict[str, Sandbox] = {}
         self._gone_callbacks: list[Callable[[str], None]] = []
         self._tasks: set[asyncio.Task[Any]] = set()
-        self.envd = EnvdClient(self._netns_of)
-        self.boxes = TemplateBoxes(runtime, pool_size)
+        self.envd = envd  # reaches each sandbox from its create (or adoption) to its kill
+        self.boxes = TemplateBoxes(runtime, envd, pool_size)
         self.evictor = Evictor(self.all, self._end_of)
         self.sampler = MetricsSampler(
             store, self.envd, lambda: [s for s in self.all() if s.running], self._is_listed
@@ -98,12 +100,6 @@ class SandboxManager:
     def on_gone(self, callback: Callable[[str], None]) -> None:
         """Call `callback(id)` whenever a sandbox stops serving (killed, paused, expired)."""
         self._gone_callbacks.append(callback)
-
-    def _netns_of(self, sandbox_id: str) -> Dialer | None:
-        sandbox = self._sandboxes.get(sandbox_id) or self._starting.get(sandbox_id)
-        if sandbox is not None:
-            return sandbox.box.dialer
-        return None
 
     def _gone(self, sandbox_id: str) -> None:
         for callback in self._gone_callbacks:
@@ -154,6 +150,7 @@ class SandboxManager:
             await self.runtime.egress_proxy.start()
         for sandbox in await adopt(self.runtime, self.store, self.tokens):
             self._sandboxes[sandbox.id] = sandbox
+            self.envd.reach(sandbox.id, sandbox.box.dialer)
         await restore_proxied(self, self._sandboxes.values())
         self._spawn(self.evictor.run())
         self._spawn(self.sampler.run())
@@ -170,7 +167,6 @@ class SandboxManager:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.boxes.close()
-        await self.envd.aclose()
         if self.runtime.egress_proxy is not None:
             await self.runtime.egress_proxy.close()
         for sandbox in self._sandboxes.values():
@@ -199,15 +195,15 @@ class SandboxManager:
         row.default_user, row.default_workdir = image.user, image.workdir
         token = self.tokens.envd(box.id) if request.secure else None
         sandbox = Sandbox(row, box, token, ingress_of(row, self.tokens.traffic(box.id)))
-        self._starting[box.id] = sandbox
+        # Reachable by sandboxd's own envd client only: neither listed nor known to the API and
+        # the proxy until the create succeeds.
+        self.envd.reach(box.id, box.dialer)
         try:
             await apply_network(self.runtime, box, row.options)  # before envd serves the user
-            await init_envd(self.envd, sandbox)
+            await init_envd(self.envd, box.id, sandbox.envd_init)
         except BaseException:
             await self._kill_quietly(box)
             raise
-        finally:
-            self._starting.pop(box.id, None)
         row.started_at = now_us()
         row.end_at = row.started_at + request.timeout_s * 1_000_000
         self._sandboxes[box.id] = sandbox
@@ -343,7 +339,7 @@ class SandboxManager:
         try:
             # A thawed envd still has everything /init gave it; sending it again (the same env
             # vars, token and user) is idempotent and restores an envd that restarted.
-            await init_envd(self.envd, sandbox)
+            await init_envd(self.envd, sandbox.id, sandbox.envd_init)
         except SandboxError:
             # Still paused as far as anyone was told: frozen again (no CPU, no TTL to miss),
             # and the next resume tries again.

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import logging
 import time
 from typing import TYPE_CHECKING, Any
 
 from sandboxd.guest.client import EnvdUnreachable
+from sandboxd.guest.metrics import metrics
 from sandboxd.store.rows import MetricSample
 
 if TYPE_CHECKING:
@@ -79,12 +79,10 @@ class MetricsSampler:
     async def _sample(self, sandbox: Sandbox) -> MetricSample | None:
         """The sandbox's envd /metrics now; None when it did not answer in time."""
         try:
-            status, body = await self.envd.request(
-                sandbox.id, "GET", "/metrics", token=sandbox.token, timeout_s=SAMPLE_TIMEOUT_S
+            answer = await metrics(
+                self.envd, sandbox.id, token=sandbox.token, timeout_s=SAMPLE_TIMEOUT_S
             )
-            if status != 200:
-                raise EnvdUnreachable(f"/metrics answered {status}")
-            return metric_sample(json.loads(body))
+            return metric_sample(answer)
         except (EnvdUnreachable, ValueError, KeyError, TypeError) as exc:
             log.debug("sandbox %s: no metrics sample: %s", sandbox.id, exc)
             return None

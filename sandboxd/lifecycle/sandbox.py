@@ -7,8 +7,10 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from sandboxd.guest.init import EnvdInit
 from sandboxd.lifecycle.ingress import Ingress
 from sandboxd.store.rows import SandboxRow
+from sandboxd.templates.image import DEFAULT_USER, DEFAULT_WORKDIR
 
 if TYPE_CHECKING:
     from sandboxd.runtime.engine import Box
@@ -76,6 +78,13 @@ class Sandbox:
     @property
     def running(self) -> bool:
         return self.row.state == "running" and not self.dying
+
+    @property
+    def envd_init(self) -> EnvdInit:
+        """What its envd's /init gets (after the boot and after each resume)."""
+        row = self.row
+        return EnvdInit(row.env_vars, row.default_user or DEFAULT_USER,
+                        row.default_workdir or DEFAULT_WORKDIR, self.token)  # fmt: skip
 
 
 def ingress_of(row: SandboxRow, traffic_token: str) -> Ingress:

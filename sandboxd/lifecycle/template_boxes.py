@@ -8,13 +8,14 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from sandboxd.builds.start_cmd import start_and_wait
 from sandboxd.errors import BootError, SandboxError
-from sandboxd.guest.client import EnvdUnreachable, OwnSandboxesEnvd
+from sandboxd.guest.client import EnvdUnreachable
+from sandboxd.guest.start_cmd import start_and_wait
 from sandboxd.ids import new_sandbox_id
 from sandboxd.lifecycle.pool import WarmPool
 
 if TYPE_CHECKING:
+    from sandboxd.guest.client import EnvdClient
     from sandboxd.host.cgroups import Limits
     from sandboxd.runtime.engine import Box, Runtime
     from sandboxd.templates.image import TemplateImage
@@ -23,9 +24,9 @@ log = logging.getLogger("sandboxd.lifecycle.template_boxes")
 
 
 class TemplateBoxes:
-    def __init__(self, runtime: Runtime, pool_size: int) -> None:
+    def __init__(self, runtime: Runtime, envd: EnvdClient, pool_size: int) -> None:
         self.runtime = runtime
-        self._envd = OwnSandboxesEnvd()
+        self._envd = envd
         self.pool = WarmPool(runtime, pool_size, self.boot)
 
     async def take(self, image: TemplateImage, limits: Limits, disk_mb: int) -> Box:
@@ -47,8 +48,8 @@ class TemplateBoxes:
         if not (image.start_cmd or image.ready_cmd):
             return box
         try:
-            async with self._envd.reaching(box.id, box.dialer) as envd:
-                await start_and_wait(envd, box.id, image)
+            async with self._envd.reaching(box.id, box.dialer):
+                await start_and_wait(self._envd, box.id, image.start_command, image.ready_command)
         except (SandboxError, EnvdUnreachable) as exc:
             try:
                 await self.runtime.kill(box)
@@ -59,4 +60,3 @@ class TemplateBoxes:
 
     async def close(self) -> None:
         await self.pool.close()
-        await self._envd.aclose()

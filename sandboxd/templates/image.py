@@ -47,6 +47,16 @@ class TemplateImage:
         none), as `user` (default: the image's) in `cwd` (default: its workdir), with its env."""
         return Command(script, LOGIN_BASH, user or self.user, cwd or self.workdir, self.env)
 
+    @property
+    def start_command(self) -> Command | None:
+        """The start command as its sandboxes run it; None without one."""
+        return self.command(self.start_cmd) if self.start_cmd else None
+
+    @property
+    def ready_command(self) -> Command | None:
+        """The ready command as its sandboxes run it; None without one."""
+        return self.command(self.ready_cmd) if self.ready_cmd else None
+
     def key(self) -> str:
         """Equal for images whose sandboxes are alike (the warm pool's key)."""
         return json.dumps(self.to_json(), sort_keys=True)

@@ -181,7 +181,8 @@ class Sandboxd:
                 netns = self.netns(sandbox_id)
             except LookupError:
                 return 0, None
-            client = EnvdClient(lambda _: netns)
+            client = EnvdClient()
+            client.reach(sandbox_id, netns)
             try:
                 return await client.request(
                     sandbox_id, method, path, token=token, timeout_s=timeout_s

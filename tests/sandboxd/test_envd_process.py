@@ -58,7 +58,8 @@ def box(
 
 @pytest.fixture
 async def client(box: NspawnBox) -> AsyncIterator[EnvdClient]:
-    envd = EnvdClient(lambda _: box.netns)
+    envd = EnvdClient()
+    envd.reach(box.id, box.dialer)
     yield envd
     await envd.aclose()
 
@@ -149,7 +150,7 @@ async def test_a_missing_shell_is_exit_127(client: EnvdClient, box: NspawnBox) -
 
 
 async def test_unreachable_envd(box: NspawnBox) -> None:
-    nowhere = EnvdClient(lambda _: None)
+    nowhere = EnvdClient()
     try:
         with pytest.raises(EnvdUnreachable, match="is not running"):
             await run(nowhere, box.id, sh("true"))
@@ -226,7 +227,8 @@ async def test_after_init_the_token_and_the_sandbox_env(
 ) -> None:
     """A sandbox as sandboxd's creates leave it: /init set a token, env vars and a workdir."""
     box = await runtime.boot(uuid.uuid4().hex[:16], BootImage((base_template,)))
-    envd = EnvdClient(lambda _: box.netns)
+    envd = EnvdClient()
+    envd.reach(box.id, box.dialer)
     try:
         token = secrets.token_hex(16)
         init = {"accessToken": token, "envVars": {"FROM_INIT": "yes"}, "defaultWorkdir": "/srv"}

@@ -65,7 +65,8 @@ def as_root(server: Sandboxd, sandbox_id: str, script: str) -> str:
 
     async def started() -> int:
         netns = server.netns(sandbox_id)
-        client = EnvdClient(lambda _: netns)
+        client = EnvdClient()
+        client.reach(sandbox_id, netns)
         try:
             return await run(client, sandbox_id, Command(script, POSIX_SH),
                              on_output=lambda kind, data: out.append(data), timeout_s=120)  # fmt: skip

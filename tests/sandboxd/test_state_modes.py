@@ -62,7 +62,8 @@ def assert_closed(state: Path) -> None:
 
 async def _run_as_user(server: Sandboxd, sandbox_id: str, script: str) -> tuple[int, bytes]:
     netns = server.netns(sandbox_id)
-    envd = EnvdClient(lambda _: netns)
+    envd = EnvdClient()
+    envd.reach(sandbox_id, netns)
     out = bytearray()
     try:
         code = await run(envd, sandbox_id, Command(script, LOGIN_BASH, user="user"),

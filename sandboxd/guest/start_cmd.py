@@ -19,7 +19,6 @@ from sandboxd.guest import commands
 if TYPE_CHECKING:
     from sandboxd.guest.client import EnvdClient
     from sandboxd.guest.commands import Command, OutputCallback
-    from sandboxd.templates.image import TemplateImage
 
 READY_TIMEOUT_S = 120
 
@@ -32,24 +31,23 @@ class StartFailed(CommandError):
 async def start_and_wait(
     envd: EnvdClient,
     sandbox_id: str,
-    image: TemplateImage,
+    start: Command | None,
+    ready: Command | None,
     timeout_s: float = READY_TIMEOUT_S,
     on_output: OutputCallback | None = None,
 ) -> None:
-    """Start the start command and wait for the ready command; `on_output` gets the start
-    command's output until then.
+    """Start the `start` command and wait for the `ready` command (either None: the template
+    has none); `on_output` gets the start command's output until then.
 
     Raises:
         StartFailed: the start command failed first; CommandError: it could not start
             (NotReady: the ready command did not succeed within `timeout_s`, its last output in
             the message); EnvdUnreachable.
     """
-    ready = image.command(image.ready_cmd) if image.ready_cmd else None
-    if not image.start_cmd:
+    if start is None:
         if ready is not None:
             await commands.wait_ready(envd, sandbox_id, ready, timeout_s=timeout_s)
         return
-    start = image.command(image.start_cmd)
     if ready is None:
         await commands.start(envd, sandbox_id, start)
         return
