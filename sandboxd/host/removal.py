@@ -69,10 +69,6 @@ def unmount(path: Path) -> None:
         raise TeardownError(f"cannot unmount {path}: {exc.strerror}") from exc
 
 
-def is_mountpoint(path: Path) -> bool:
-    return str(path).rstrip("/") in mounts_under(path)
-
-
 def detach_mounts(path: Path) -> None:
     """Lazily unmount everything at or below `path` (umount -R -l).
 
