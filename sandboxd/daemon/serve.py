@@ -23,7 +23,6 @@ from sandboxd.api.app import create_app
 from sandboxd.api.context import ApiContext
 from sandboxd.builds.base_image import BUILD_FILE, build_base
 from sandboxd.builds.builder import DEFAULT_DEADLINE_S, Builder, BuildLimits
-from sandboxd.daemon.listener import create_listener, create_proxy
 from sandboxd.daemon.state_dir import SECRET_FILE, open_private, umask
 from sandboxd.errors import HostError, SandboxError
 from sandboxd.guest.client import EnvdClient
@@ -35,6 +34,9 @@ from sandboxd.network.dns_forwarder import DnsForwarder, host_nameservers
 from sandboxd.network.egress_proxy.server import EgressProxy
 from sandboxd.network.slots import NetworkPool, enable_forwarding
 from sandboxd.node.local import LocalNode
+from sandboxd.proxy.connection_policy import ConnectionPolicy
+from sandboxd.proxy.listener import Listener
+from sandboxd.proxy.relay import SandboxProxy
 from sandboxd.runtime.nspawn.container import SANDBOX_UMASK, require_rootfs
 from sandboxd.runtime.nspawn.runtime import NspawnRuntime
 from sandboxd.runtime.spec import BootImage
@@ -50,7 +52,6 @@ if TYPE_CHECKING:
     from starlette.types import Lifespan
 
     from sandboxd.builds.systemd_init import Provision
-    from sandboxd.proxy.relay import SandboxProxy
     from sandboxd.store.interface import Store
 
 log = logging.getLogger("sandboxd.daemon.serve")
@@ -153,7 +154,11 @@ def daemon_config(
 ) -> uvicorn.Config:
     """uvicorn's configuration: the control API over the node service in this process, and the
     listener handing requests for sandboxes to their proxy, with the daemon's lifespan."""
-    proxy = create_proxy(manager, options.domain)
+    # One port for both (docs/sandboxd.md, "The proxy"): uvicorn serves the control API with
+    # the proxy's protocol, which relays requests for a sandbox below ASGI; a sandbox's open
+    # connections are cut once the manager says it stopped serving.
+    proxy = SandboxProxy(manager, options.domain)
+    manager.on_gone(proxy.cut)
     context = ApiContext(LocalNode(manager), store, manager.templates, builder, options.domain,
                          manager.tokens.uploads_key())  # fmt: skip
     app = create_app(context, daemon_lifespan(manager, builder, dns, proxy, envd))
@@ -162,7 +167,7 @@ def daemon_config(
         host=options.bind,
         port=options.port,
         loop="uvloop",
-        http=create_listener(proxy),
+        http=Listener.serving(proxy, ConnectionPolicy.from_environment()),
         log_config=None,
         access_log=False,
         timeout_graceful_shutdown=5,
