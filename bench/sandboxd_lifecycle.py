@@ -11,7 +11,12 @@ are not counted. Each pool create waits first until the pool is full again (a cr
 it empty is a cold one). The boot's share of a cold create comes from sandboxd's log ("up in").
 Pause, resume and kill go to the control API over plain HTTP.
 
+With `--baseline DIR` (a checkout of another commit, e.g. `git worktree add ../baseline main~3`),
+two more servers run that commit's sandboxd with this virtualenv, and each round measures both
+commits one after the other: the tables of both, and this commit's p50s over the baseline's.
+
 Run as root: .venv/bin/python -m bench.sandboxd_lifecycle [--runs 50] [--pool 2] [--template DIR]
+             [--baseline DIR]
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import contextlib
 import os
 import re
 import statistics
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -149,26 +155,28 @@ async def one_round(
         assert (await warm_api.delete(f"/sandboxes/{sandbox.sandbox_id}")).status_code == 204
 
 
-async def rounds(cold: Sandboxd, warm: Sandboxd, runs: int, pool: int) -> Series:
+async def rounds(pairs: list[tuple[Sandboxd, Sandboxd]], runs: int, pool: int) -> list[Series]:
+    """`runs` rounds; in each, every (cold, warm) pair measured in turn."""
     sdk = SdkCreator()
     try:
         # Untimed: the SDK's first create in a process pays for its own imports and clients.
-        for server in (cold, warm):
-            await pool_full(warm, pool, set())
-            first = await sdk.create(server)
-            async with httpx.AsyncClient(base_url=server.url, headers=server.headers) as api:
-                assert (await api.delete(f"/sandboxes/{first.sandbox_id}")).status_code == 204
-        series = Series()
+        for cold, warm in pairs:
+            for server in (cold, warm):
+                await pool_full(warm, pool, set())
+                first = await sdk.create(server)
+                async with httpx.AsyncClient(base_url=server.url, headers=server.headers) as api:
+                    assert (await api.delete(f"/sandboxes/{first.sandbox_id}")).status_code == 204
+        series = [Series() for _ in pairs]
         for _ in range(runs):
-            await one_round(sdk, cold, warm, pool, series)
+            for (cold, warm), each in zip(pairs, series, strict=True):
+                await one_round(sdk, cold, warm, pool, each)
         return series
     finally:
         sdk.close()
 
 
-def report(series: Series, pool: int, load: tuple[float, float]) -> None:
+def report(series: Series, pool: int) -> None:
     boots = [b for b in series.cold_boot if b == b]  # noqa: PLR0124  # NaN: not logged
-    print(f"load average (1 min) at start / end: {load[0]:.1f} / {load[1]:.1f}")
     print(f"create → first command, cold:        {p50_p95_ms(series.cold)}")
     print(f"  of which the boot (sandboxd's log): {p50_p95_ms(boots)}")
     print(f"create → first command, pool {pool}:      {p50_p95_ms(series.pool)}")
@@ -176,6 +184,14 @@ def report(series: Series, pool: int, load: tuple[float, float]) -> None:
     print(f"pause:                               {p50_p95_ms(series.pause)}")
     print(f"resume (connect):                    {p50_p95_ms(series.resume)}")
     print(f"kill:                                {p50_p95_ms(series.kill)}")
+
+
+def report_ratios(this: Series, baseline: Series) -> None:
+    """This commit's p50 over the baseline's, step by step."""
+    for name in ("cold", "pool", "pool_create", "pause", "resume", "kill"):
+        ours, theirs = getattr(this, name), getattr(baseline, name)
+        ratio = statistics.median(ours) / statistics.median(theirs)
+        print(f"{name:12} p50 {ratio:5.3f}x the baseline's")
 
 
 def parse_args(parser: argparse.ArgumentParser) -> tuple[argparse.Namespace, Path]:
@@ -200,26 +216,41 @@ def scratch(prefix: str) -> Iterator[Path]:
         remove_tree(work)
 
 
+def servers(work: Path, template: Path, pool: int, tree: Path | None) -> tuple[Sandboxd, Sandboxd]:
+    """A cold and a warm server of this checkout, or of the checkout `tree`: its sandboxd
+    first on the path (`-P`: not this directory's)."""
+    name = "this" if tree is None else "baseline"
+    cold = Sandboxd(work / f"{name}-cold", template, NO_NETWORK)
+    warm = Sandboxd(work / f"{name}-warm", template, NO_NETWORK, "--pool", str(pool))
+    if tree is not None:
+        for server in (cold, warm):
+            server.command = [sys.executable, "-P", "-m", "sandboxd"]
+            server.env = {"PYTHONPATH": str(tree.absolute())}
+    return cold, warm
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=50)
     parser.add_argument("--pool", type=int, default=2)
+    parser.add_argument("--baseline", type=Path, help="a checkout of another commit")
     args, template = parse_args(parser)
-    with scratch("sandboxd-lifecycle-") as work:
-        cold = Sandboxd(work / "cold", template, NO_NETWORK)
-        warm = Sandboxd(work / "warm", template, NO_NETWORK, "--pool", str(args.pool))
-        try:
-            cold.start()
-            warm.start()
-            load_before = os.getloadavg()[0]
-            series = asyncio.run(rounds(cold, warm, args.runs, args.pool))
-            load = (load_before, os.getloadavg()[0])
-        finally:
-            try:
-                cold.clean_up()
-            finally:
-                warm.clean_up()
-    report(series, args.pool, load)
+    with scratch("sandboxd-lifecycle-") as work, contextlib.ExitStack() as stack:
+        pairs = [servers(work, template, args.pool, None)]
+        if args.baseline is not None:
+            pairs.append(servers(work, template, args.pool, args.baseline))
+        for server in (s for pair in pairs for s in pair):
+            stack.callback(server.clean_up)
+            server.start()
+        load_before = os.getloadavg()[0]
+        series = asyncio.run(rounds(pairs, args.runs, args.pool))
+        load_after = os.getloadavg()[0]
+    print(f"load average (1 min) at start / end: {load_before:.1f} / {load_after:.1f}")
+    report(series[0], args.pool)
+    if args.baseline is not None:
+        print(f"baseline ({args.baseline}):")
+        report(series[1], args.pool)
+        report_ratios(series[0], series[1])
 
 
 if __name__ == "__main__":
