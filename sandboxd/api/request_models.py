@@ -117,7 +117,8 @@ class Timeout(Body):
 
 
 class ConnectV2(Body):
-    """`POST /v2/sandboxes/{id}/connect`: `memory: false` asks for a cold boot from disk."""
+    """`POST /v2/sandboxes/{id}/connect`: `memory: false` asks for a cold boot from disk
+    (sandboxd.lifecycle.disk_pause)."""
 
     timeout: int = Field(default=300, ge=0, le=INT32_MAX)
     memory: bool = True
@@ -129,6 +130,8 @@ class Resume(Body):
 
 
 class Pause(Body):
+    """`POST /sandboxes/{id}/pause`: `memory: false` keeps only the files (a pause to disk)."""
+
     memory: bool = True
 
 

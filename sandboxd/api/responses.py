@@ -53,6 +53,8 @@ def listed(s: SandboxInfo) -> dict[str, Any]:
     }
     if s.alias is not None:
         out["alias"] = s.alias
+    if s.pause_mode is not None:
+        out["pauseMode"] = s.pause_mode
     if "volumeMounts" in s.options:
         out["volumeMounts"] = s.options["volumeMounts"]
     return out

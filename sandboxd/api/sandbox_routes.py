@@ -78,9 +78,11 @@ async def kill(request: Request) -> Response:
     return Response(status_code=204)
 
 
-async def _connect(request: Request, sandbox_id: str, timeout_s: int) -> Response:
+async def _connect(
+    request: Request, sandbox_id: str, timeout_s: int, memory: bool = True
+) -> Response:
     api = context(request)
-    sandbox, resumed = await api.node.connect(sandbox_id, timeout_s)
+    sandbox, resumed = await api.node.connect(sandbox_id, timeout_s, memory)
     return JSONResponse(responses.sandbox(sandbox, api.domain), 201 if resumed else 200)
 
 
@@ -92,10 +94,7 @@ async def connect(request: Request) -> Response:
 async def connect_v2(request: Request) -> Response:
     sandbox_id = params.sandbox_id(request)
     body = await read_json(request, ConnectV2, optional=True)
-    if not body.memory:
-        # A frozen container keeps its memory: it cannot boot again from its disk alone.
-        raise RequestError(400, "validation error: memory: false (a cold boot) is not offered")
-    return await _connect(request, sandbox_id, body.timeout)
+    return await _connect(request, sandbox_id, body.timeout, body.memory)
 
 
 async def resume(request: Request) -> Response:
@@ -108,8 +107,8 @@ async def resume(request: Request) -> Response:
 
 async def pause(request: Request) -> Response:
     sandbox_id = params.sandbox_id(request)
-    await read_json(request, Pause, optional=True)  # memory: false is not offered
-    await context(request).node.pause(sandbox_id)
+    body = await read_json(request, Pause, optional=True)
+    await context(request).node.pause(sandbox_id, body.memory)
     return Response(status_code=204)
 
 

@@ -1,6 +1,7 @@
 """What uses layers, as sandboxd records it, for the layer store's one rule of collection
-(sandboxd.layers.collect): the builds tagged in the store, the builds running, and the
-sandboxes on the host (a record under the sandboxes directory: running, paused, warm)."""
+(sandboxd.layers.collect): the builds tagged in the store, the builds running, the sandboxes
+on the host (a record under the sandboxes directory: running, paused, warm) and those paused
+to disk (their rows in the store)."""
 
 from __future__ import annotations
 
@@ -30,4 +31,7 @@ def layer_users(store: Store, sandboxes_dir: Path) -> LayerUsers:
             spec = read_record(box_dir)
             if spec is not None:
                 sandboxes.extend(spec.layers)
+    for row in store.sandboxes():  # paused to disk: no directory, its record says
+        if row.disk_image is not None:
+            sandboxes.extend(Path(p) for p in row.disk_image["layers"])
     return LayerUsers(building=False, templates=templates, sandboxes=sandboxes)

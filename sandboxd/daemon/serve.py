@@ -28,6 +28,7 @@ from sandboxd.errors import HostError, SandboxError
 from sandboxd.guest.client import EnvdClient
 from sandboxd.guest.readiness import ENVD_UNIT, envd_ready
 from sandboxd.ids import now_us
+from sandboxd.layers.store import LayerStore
 from sandboxd.lifecycle.manager import SandboxManager
 from sandboxd.network import firewall
 from sandboxd.network.dns_forwarder import DnsForwarder, host_nameservers
@@ -309,7 +310,8 @@ def serve(options: ServeOptions) -> None:
                                 probe=envd_ready, guest_unit=ENVD_UNIT)  # fmt: skip
         envd = EnvdClient()  # the manager's, the warm pool's and the builds' one way to envd
         manager = SandboxManager(store, runtime, envd, server_secret(state_dir),
-                                 options.max_timeout_s, options.pool)  # fmt: skip
+                                 options.max_timeout_s, options.pool,
+                                 LayerStore(state_dir / "layers"))  # fmt: skip
         builder = Builder(store, manager.templates, runtime, envd, state_dir,
                           envd_artifact=options.envd_artifact, mirror=options.registry_mirror,
                           limits=build_limits(options, state_dir),

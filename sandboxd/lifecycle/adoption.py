@@ -1,6 +1,6 @@
 """Adoption: what a new sandboxd makes of what the previous one left on the host. Each record
 whose sandbox survived becomes a sandbox again (in the state the record asks for), a record
-whose sandbox is gone is dropped, a sandbox without a record (a warm-pool leftover, a boot
+whose sandbox is gone is dropped (unless it was paused to disk: it stays so), a sandbox without a record (a warm-pool leftover, a boot
 that never got one) is killed, and last what of sandboxes' networks no record accounts for is
 removed."""
 
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from sandboxd.lifecycle.tokens import Tokens
     from sandboxd.runtime.engine import Runtime
     from sandboxd.store.interface import Store
+    from sandboxd.store.rows import SandboxRow
 
 log = logging.getLogger("sandboxd.lifecycle.adoption")
 
@@ -30,6 +31,11 @@ async def adopt(runtime: Runtime, store: Store, tokens: Tokens) -> list[Sandbox]
     boxes = {box.id: box for box in await asyncio.to_thread(runtime.adopt)}
     for row in store.sandboxes():
         box = boxes.pop(row.sandbox_id, None)
+        if row.disk_image is not None:  # paused to disk: what a restart cut short is undone
+            if box is not None:
+                boxes[row.sandbox_id] = box  # killed below with the leftovers
+            adopted.append(_on_disk(row, tokens))
+            continue
         if box is None:
             log.warning("sandbox %s did not survive the restart", row.sandbox_id)
             await store.write(
@@ -37,8 +43,8 @@ async def adopt(runtime: Runtime, store: Store, tokens: Tokens) -> list[Sandbox]
                 functools.partial(store.add_event, now_us(), row.sandbox_id, "lost"),
             )
             continue
-        token = tokens.envd(row.sandbox_id) if row.secure else None
-        sandbox = Sandbox(row, box, token, ingress_of(row, tokens.traffic(row.sandbox_id)))
+        sandbox = _on_disk(row, tokens)
+        sandbox.box = box
         if row.uid_base != box.uid_base:  # the record on the host is the truth
             row.uid_base = box.uid_base
             await store.write(functools.partial(store.put_sandbox, row))
@@ -60,3 +66,9 @@ async def adopt(runtime: Runtime, store: Store, tokens: Tokens) -> list[Sandbox]
     except SandboxError:  # nor must an orphan that will not go
         log.exception("removing orphaned sandbox networks left something")
     return adopted
+
+
+def _on_disk(row: SandboxRow, tokens: Tokens) -> Sandbox:
+    """The sandbox of `row`, as yet without a box."""
+    token = tokens.envd(row.sandbox_id) if row.secure else None
+    return Sandbox(row, None, token, ingress_of(row, tokens.traffic(row.sandbox_id)))

@@ -85,7 +85,7 @@ async def restore_proxied(manager: SandboxManager, sandboxes: Iterable[Sandbox])
     on a new port: its view and their redirects are made again)."""
     for sandbox in sandboxes:
         egress = egress_of(sandbox.row.options)
-        if egress is not None and (egress.domains or egress.tunnel):
+        if sandbox.box is not None and egress is not None and (egress.domains or egress.tunnel):
             try:
                 await asyncio.to_thread(
                     set_egress, sandbox.box.net, egress, manager.runtime.egress_proxy
@@ -128,8 +128,9 @@ async def update_network(manager: SandboxManager, sandbox_id: str, update: dict[
             raise SandboxNotFound(sandbox_id)
         options = with_update(sandbox.row.options, update)
         egress = egress_of(options) or OPEN
-        await asyncio.to_thread(set_egress, sandbox.box.net, egress, manager.runtime.egress_proxy)
+        box = sandbox.live()
+        await asyncio.to_thread(set_egress, box.net, egress, manager.runtime.egress_proxy)
         if (dns := dns_servers_of(options)) != dns_servers_of(sandbox.row.options):
-            await asyncio.to_thread(manager.runtime.set_resolvers, sandbox.box, dns)
+            await asyncio.to_thread(manager.runtime.set_resolvers, box, dns)
         sandbox.row.options = options
         await manager.store.write(functools.partial(manager.store.put_sandbox, sandbox.row))

@@ -11,11 +11,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import hmac
 import logging
 from typing import TYPE_CHECKING, Any
 
-from envd.http.signing import file_signature
 from sandboxd.errors import (
     NotAllowed,
     SandboxError,
@@ -27,6 +25,7 @@ from sandboxd.errors import (
 from sandboxd.guest.init import init_envd
 from sandboxd.ids import now_us
 from sandboxd.lifecycle.adoption import adopt
+from sandboxd.lifecycle.disk_pause import FULL, DiskPauses
 from sandboxd.lifecycle.egress import apply_network, restore_proxied
 from sandboxd.lifecycle.evictor import EXPIRE_RETRY_S, Evictor
 from sandboxd.lifecycle.ingress import LOCAL_NODE, Ingress, Location
@@ -41,6 +40,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
 
     from sandboxd.guest.client import EnvdClient
+    from sandboxd.layers.store import LayerStore
     from sandboxd.lifecycle.sandbox import CreateRequest
     from sandboxd.runtime.engine import Box, Runtime
     from sandboxd.store.interface import Store
@@ -59,6 +59,7 @@ class SandboxManager:
         secret: bytes,
         max_timeout_s: int,
         pool_size: int,
+        layers: LayerStore,
     ) -> None:
         self.store = store
         self.runtime = runtime
@@ -70,16 +71,15 @@ class SandboxManager:
         self._tasks: set[asyncio.Task[Any]] = set()
         self.envd = envd  # reaches each sandbox from its create (or adoption) to its kill
         self.boxes = TemplateBoxes(runtime, envd, pool_size)
+        self.disks = DiskPauses(store, runtime, envd, layers)
         self.evictor = Evictor(self.all, self._end_of)
-        self.sampler = MetricsSampler(
-            store, self.envd, lambda: [s for s in self.all() if s.running], self._is_listed
-        )
+        self.sampler = MetricsSampler(store, envd, self._running, self._sandboxes.__contains__)
 
     # SandboxLookup
 
     def locate(self, sandbox_id: str) -> Location | None:
         sandbox = self._sandboxes.get(sandbox_id)
-        if sandbox is None or not sandbox.running:
+        if sandbox is None or not sandbox.running or sandbox.box is None:
             return None
         return Location(LOCAL_NODE, sandbox.box.dialer)
 
@@ -90,12 +90,8 @@ class SandboxManager:
     def sandbox_for_signature(
         self, path: str, operation: str, username: str, signature: str, expiration: str | None
     ) -> str | None:
-        for sandbox in self._sandboxes.values():
-            if sandbox.running and sandbox.token is not None:
-                expected = file_signature(path, operation, username, sandbox.token, expiration)
-                if hmac.compare_digest(expected.encode(), signature.encode()):
-                    return sandbox.id
-        return None
+        signed = (path, operation, username, signature, expiration)
+        return next((s.id for s in self._sandboxes.values() if s.signed(*signed)), None)
 
     def on_gone(self, callback: Callable[[str], None]) -> None:
         """Call `callback(id)` whenever a sandbox stops serving (killed, paused, expired)."""
@@ -123,8 +119,8 @@ class SandboxManager:
     def all(self) -> list[Sandbox]:
         return list(self._sandboxes.values())
 
-    def _is_listed(self, sandbox_id: str) -> bool:
-        return sandbox_id in self._sandboxes
+    def _running(self) -> list[Sandbox]:
+        return [s for s in self._sandboxes.values() if s.running]
 
     def uses_template(self, template_id: str) -> bool:
         return any(s.row.template_id == template_id for s in self._sandboxes.values())
@@ -150,7 +146,8 @@ class SandboxManager:
             await self.runtime.egress_proxy.start()
         for sandbox in await adopt(self.runtime, self.store, self.tokens):
             self._sandboxes[sandbox.id] = sandbox
-            self.envd.reach(sandbox.id, sandbox.box.dialer)
+            if sandbox.box is not None:  # None: paused to disk
+                self.envd.reach(sandbox.id, sandbox.box.dialer)
         await restore_proxied(self, self._sandboxes.values())
         self._spawn(self.evictor.run())
         self._spawn(self.sampler.run())
@@ -169,8 +166,8 @@ class SandboxManager:
         await self.boxes.close()
         if self.runtime.egress_proxy is not None:
             await self.runtime.egress_proxy.close()
-        for sandbox in self._sandboxes.values():
-            self.runtime.release(sandbox.box)
+        for box in (s.box for s in self._sandboxes.values() if s.box is not None):
+            self.runtime.release(box)
 
     # Create
 
@@ -256,7 +253,9 @@ class SandboxManager:
             TeardownError: the host could not remove everything.
         """
         try:
-            await self._off_host(sandbox.box)
+            if sandbox.box is not None:
+                await self._off_host(sandbox.box)
+            await asyncio.to_thread(self.disks.remove_layers, sandbox.id)
         except SandboxError as exc:
             sandbox.dying = True
             self._sandboxes.setdefault(sandbox.id, sandbox)
@@ -267,33 +266,34 @@ class SandboxManager:
             functools.partial(self.store.add_event, now_us(), sandbox.id, reason),
         )
 
-    async def pause(self, sandbox_id: str) -> None:
-        """Freeze a running sandbox: processes and memory kept, no CPU, no answers.
+    async def pause(self, sandbox_id: str, memory: bool = True) -> None:
+        """Freeze a running sandbox (processes and memory kept), or without `memory` to disk.
 
         Raises:
-            SandboxNotFound; WrongState: already paused; SandboxError: the freeze failed.
+            SandboxNotFound; WrongState: already paused; SandboxError: the pause failed.
         """
         sandbox = self.existing(sandbox_id)
         async with sandbox.lock:
             self.existing(sandbox_id)  # killed while this waited for the lock?
-            await self._pause(sandbox)
+            await self._pause(sandbox, memory)
 
-    async def _pause(self, sandbox: Sandbox) -> None:
+    async def _pause(self, sandbox: Sandbox, memory: bool = True) -> None:
         """`pause` under the sandbox's lock."""
         if not sandbox.running:
             raise WrongState(f"Sandbox {sandbox.id} is already paused")
         sandbox.row.state = "paused"  # listed as paused while pausing, as the reference
         self._gone(sandbox.id)
         try:
-            await self.runtime.freeze(sandbox.box)
+            await (self.runtime.freeze(sandbox.live()) if memory else self.disks.pause(sandbox))
         except SandboxError as exc:
             sandbox.row.state = "running"
             raise SandboxError(f"pausing {sandbox.id}: {exc}") from exc
-        sandbox.row.end_at = now_us()
-        await self.store.write(
-            functools.partial(self.store.put_sandbox, sandbox.row),
-            functools.partial(self.store.add_event, sandbox.row.end_at, sandbox.id, "paused"),
-        )
+        if memory:  # a pause to disk is recorded before the sandbox leaves the host
+            sandbox.row.end_at, sandbox.row.pause_mode = now_us(), FULL
+            await self.store.write(
+                functools.partial(self.store.put_sandbox, sandbox.row),
+                functools.partial(self.store.add_event, sandbox.row.end_at, sandbox.id, "paused"),
+            )
 
     async def resume(self, sandbox_id: str, timeout_s: int) -> Sandbox:
         """Thaw a paused sandbox for `timeout_s` (POST /sandboxes/{id}/resume).
@@ -311,9 +311,11 @@ class SandboxManager:
             await self._thaw(sandbox, timeout_s)
         return sandbox
 
-    async def connect(self, sandbox_id: str, timeout_s: int) -> tuple[Sandbox, bool]:
-        """Resume a paused sandbox, or extend a running one's end (never shorten it).
-        Returns the sandbox and whether it was resumed.
+    async def connect(
+        self, sandbox_id: str, timeout_s: int, memory: bool = True
+    ) -> tuple[Sandbox, bool]:
+        """Resume a paused sandbox (without `memory`, by a boot from its files), or extend a
+        running one's end (never shorten it). Returns the sandbox and whether it was resumed.
 
         Raises:
             NotAllowed: the timeout; SandboxNotFound; SandboxError: the thaw failed.
@@ -323,7 +325,7 @@ class SandboxManager:
         async with sandbox.lock:
             self.existing(sandbox_id)
             if not sandbox.running:
-                await self._thaw(sandbox, timeout_s)
+                await self._thaw(sandbox, timeout_s, memory)
                 return sandbox, True
             row = sandbox.row
             cap = row.started_at + self.max_timeout_s * 1_000_000
@@ -331,9 +333,22 @@ class SandboxManager:
             await self.store.write(functools.partial(self.store.put_sandbox, row))
         return sandbox, False
 
-    async def _thaw(self, sandbox: Sandbox, timeout_s: int) -> None:
+    async def _thaw(self, sandbox: Sandbox, timeout_s: int, memory: bool = True) -> None:
+        if sandbox.box is None or not memory:
+            await self.disks.reboot(sandbox)  # booted, its /init taken; or still paused
+        else:
+            await self._thaw_box(sandbox, sandbox.box)
+        row = sandbox.row
+        row.state, row.pause_mode, row.disk_image, row.started_at = "running", None, None, now_us()
+        row.end_at = row.started_at + timeout_s * 1_000_000
+        await self.store.write(
+            functools.partial(self.store.put_sandbox, row),
+            functools.partial(self.store.add_event, row.started_at, sandbox.id, "resumed"),
+        )
+
+    async def _thaw_box(self, sandbox: Sandbox, box: Box) -> None:
         try:
-            await self.runtime.thaw(sandbox.box)
+            await self.runtime.thaw(box)
         except SandboxError as exc:
             raise SandboxError(f"resuming {sandbox.id}: {exc}") from exc
         try:
@@ -344,16 +359,8 @@ class SandboxManager:
             # Still paused as far as anyone was told: frozen again (no CPU, no TTL to miss),
             # and the next resume tries again.
             with contextlib.suppress(SandboxError):
-                await self.runtime.freeze(sandbox.box)
+                await self.runtime.freeze(box)
             raise
-        row = sandbox.row
-        row.state = "running"
-        row.started_at = now_us()
-        row.end_at = row.started_at + timeout_s * 1_000_000
-        await self.store.write(
-            functools.partial(self.store.put_sandbox, row),
-            functools.partial(self.store.add_event, row.started_at, sandbox.id, "resumed"),
-        )
 
     async def set_timeout(self, sandbox_id: str, timeout_s: int) -> None:
         """endAt = now + timeout, clamped to the max length from the last start.

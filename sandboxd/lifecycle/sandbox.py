@@ -4,9 +4,12 @@ its lock), and the create request that makes one."""
 from __future__ import annotations
 
 import asyncio
+import hmac
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from envd.http.signing import file_signature
+from sandboxd.errors import WrongState
 from sandboxd.guest.init import EnvdInit
 from sandboxd.lifecycle.ingress import Ingress
 from sandboxd.store.rows import SandboxRow
@@ -63,7 +66,7 @@ class CreateRequest:
 @dataclass
 class Sandbox:
     row: SandboxRow
-    box: Box
+    box: Box | None  # None: paused to disk (sandboxd.lifecycle.disk_pause)
     token: str | None
     ingress: Ingress = field(default_factory=Ingress)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -78,6 +81,21 @@ class Sandbox:
     @property
     def running(self) -> bool:
         return self.row.state == "running" and not self.dying
+
+    def live(self) -> Box:
+        """Its box on the host. Raises WrongState: it is paused to disk, it has none."""
+        if self.box is None:
+            raise WrongState(f"Sandbox {self.id} is paused to disk")
+        return self.box
+
+    def signed(
+        self, path: str, operation: str, username: str, signature: str, expiration: str | None
+    ) -> bool:
+        """Whether `signature` is a file URL's signature by its envd token (running only)."""
+        if not self.running or self.token is None:
+            return False
+        expected = file_signature(path, operation, username, self.token, expiration)
+        return hmac.compare_digest(expected.encode(), signature.encode())
 
     @property
     def envd_init(self) -> EnvdInit:

@@ -39,14 +39,16 @@ class LocalNode:
     async def kill(self, sandbox_id: str) -> None:
         await self._manager.kill(sandbox_id)
 
-    async def pause(self, sandbox_id: str) -> None:
-        await self._manager.pause(sandbox_id)
+    async def pause(self, sandbox_id: str, memory: bool = True) -> None:
+        await self._manager.pause(sandbox_id, memory)
 
     async def resume(self, sandbox_id: str, timeout_s: int) -> SandboxInfo:
         return self._info(await self._manager.resume(sandbox_id, timeout_s))
 
-    async def connect(self, sandbox_id: str, timeout_s: int) -> tuple[SandboxInfo, bool]:
-        sandbox, resumed = await self._manager.connect(sandbox_id, timeout_s)
+    async def connect(
+        self, sandbox_id: str, timeout_s: int, memory: bool = True
+    ) -> tuple[SandboxInfo, bool]:
+        sandbox, resumed = await self._manager.connect(sandbox_id, timeout_s, memory)
         return self._info(sandbox), resumed
 
     async def set_timeout(self, sandbox_id: str, timeout_s: int) -> None:
@@ -76,6 +78,8 @@ class LocalNode:
         newest_first: bool,
     ) -> list[LogEntry]:
         sandbox = self._manager.existing(sandbox_id)
+        if sandbox.box is None:  # paused to disk: its log went with its files' host
+            return []
         try:
             runtime = self._manager.runtime
             entries = await runtime.logs(sandbox.box, since_us, until_us, limit, newest_first)
@@ -106,4 +110,5 @@ class LocalNode:
             options=copy.deepcopy(row.options),
             envd_token=sandbox.token,
             traffic_token=None if public else self._manager.tokens.traffic(row.sandbox_id),
+            pause_mode=row.pause_mode if row.state == "paused" else None,
         )

@@ -44,6 +44,7 @@ class SandboxInfo:
     options: dict[str, Any]  # the create's settings (see SandboxConfig), after network updates
     envd_token: str | None  # envd's access token: secure sandboxes only
     traffic_token: str | None  # the token its ports ask for, without public traffic
+    pause_mode: str | None = None  # paused: "full" (in memory) or "filesystem" (on disk)
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,13 +28,16 @@ class NodeService(Protocol):
         retry continues)."""
         ...
 
-    async def pause(self, sandbox_id: str) -> None:
-        """Raises SandboxNotFound; WrongState: already paused; SandboxError: the freeze
-        failed."""
+    async def pause(self, sandbox_id: str, memory: bool = True) -> None:
+        """Freeze a running sandbox; without `memory`, keep only its files (its resume a boot).
+
+        Raises:
+            SandboxNotFound; WrongState: already paused; SandboxError: the pause failed.
+        """
         ...
 
     async def resume(self, sandbox_id: str, timeout_s: int) -> SandboxInfo:
-        """Thaw a paused sandbox for `timeout_s`.
+        """Thaw a paused sandbox for `timeout_s` (boot it, if it was paused to disk).
 
         Raises:
             NotAllowed: the timeout; SandboxNotFound; WrongState: already running;
@@ -42,9 +45,11 @@ class NodeService(Protocol):
         """
         ...
 
-    async def connect(self, sandbox_id: str, timeout_s: int) -> tuple[SandboxInfo, bool]:
-        """Resume a paused sandbox, or extend a running one's end (never shorten it); the
-        sandbox, and whether it was resumed.
+    async def connect(
+        self, sandbox_id: str, timeout_s: int, memory: bool = True
+    ) -> tuple[SandboxInfo, bool]:
+        """Resume a paused sandbox (without `memory`, by a boot from its files), or extend a
+        running one's end (never shorten it); the sandbox, and whether it was resumed.
 
         Raises:
             NotAllowed: the timeout; SandboxNotFound; SandboxError: the thaw failed.

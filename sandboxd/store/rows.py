@@ -57,6 +57,9 @@ class SandboxRow:
     uid_base: int | None = None  # the first host uid of the sandbox's range
     default_user: str | None = None  # envd's, from the template; None: E2B's `user`
     default_workdir: str | None = None  # and /home/user
+    pause_mode: str | None = None  # while paused: "full" (frozen) or "filesystem" (on disk)
+    # Paused to disk: what its resume boots (sandboxd.lifecycle.disk_pause.disk_image).
+    disk_image: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from sandboxd.store.sqlite.database import Tables
 if TYPE_CHECKING:
     import sqlite3
 
-_JSON_COLUMNS = ("metadata", "env_vars", "options")
+_JSON_COLUMNS = ("metadata", "env_vars", "options", "disk_image")
 
 
 class SandboxTables(Tables):
@@ -118,7 +118,7 @@ def _template(row: sqlite3.Row) -> TemplateRow:
 def _sandbox(row: sqlite3.Row) -> SandboxRow:
     values = dict(row)
     for name in _JSON_COLUMNS:
-        values[name] = json.loads(values[name])
+        values[name] = None if values[name] is None else json.loads(values[name])
     values["secure"] = bool(values["secure"])
     values["auto_pause"] = bool(values["auto_pause"])
     return SandboxRow(**values)

@@ -1,0 +1,167 @@
+"""A pause to disk (E2B's filesystem-only pause, `{"memory": false}`): the sandbox's writable
+layer kept as a layer of the layer store (`pause-ID-N`), everything else of it released (its
+processes and memory, network slot, uid range, loop device); its resume boots the same image
+with that layer on top, under the same id, and sends envd's /init again (the same env vars,
+user, workdir and token: the token derives from the id). Its record says what it boots
+(`SandboxRow.disk_image`), so that a restarted serve resumes it too. A full pause's connect with
+`memory: false` goes the same way: exported, killed, booted.
+
+Each function runs under the sandbox's lock (sandboxd.lifecycle.manager)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import functools
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sandboxd.errors import SandboxError
+from sandboxd.guest.init import init_envd
+from sandboxd.host.cgroups import Limits
+from sandboxd.host.removal import remove_tree
+from sandboxd.ids import now_us
+from sandboxd.lifecycle.egress import apply_network
+from sandboxd.runtime.spec import INITS, BootImage
+
+if TYPE_CHECKING:
+    from sandboxd.guest.client import EnvdClient
+    from sandboxd.layers.store import LayerStore
+    from sandboxd.lifecycle.sandbox import Sandbox
+    from sandboxd.runtime.engine import Box, Runtime
+    from sandboxd.store.interface import Store
+
+log = logging.getLogger("sandboxd.lifecycle.disk_pause")
+
+FULL = "full"  # `pauseMode`: frozen, processes and memory kept
+FILESYSTEM = "filesystem"  # on disk: files kept, the resume a boot
+
+
+def layer_prefix(sandbox_id: str) -> str:
+    """The start of the names of a sandbox's pause layers."""
+    return f"pause-{sandbox_id}-"
+
+
+def disk_image(box: Box, layer: Path) -> dict[str, Any]:
+    """What the record keeps of a sandbox paused to disk: its image with `layer` on top, its
+    limits."""
+    image = box.image
+    return {
+        "layers": [str(p) for p in (*image.layers, layer)],
+        "init": image.init,
+        "io_uring": image.io_uring,
+        "limits": dataclasses.asdict(box.limits),
+    }
+
+
+def boot_image(record: dict[str, Any] | None) -> tuple[BootImage, Limits]:
+    """The image and limits a `disk_image` record boots.
+
+    Raises:
+        SandboxError: there is no record, or it is not one.
+    """
+    if record is None:
+        raise SandboxError("the sandbox is not paused to disk")
+    try:
+        init = record["init"]
+        if init not in INITS:
+            raise ValueError(f"unknown init {init!r}")
+        layers = tuple(Path(p) for p in record["layers"])
+        return BootImage(layers, init, record["io_uring"] is True), Limits(**record["limits"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SandboxError(f"the record of the paused sandbox is unreadable: {exc}") from exc
+
+
+class DiskPauses:
+    """Pauses to disk and the boots that resume them, for the lifecycle's manager."""
+
+    def __init__(self, store: Store, runtime: Runtime, envd: EnvdClient, layers: LayerStore):
+        self.store = store
+        self.runtime = runtime
+        self.envd = envd
+        self.layers = layers
+
+    async def pause(self, sandbox: Sandbox) -> None:
+        """Export the frozen (or running) sandbox's writable layer, record it, then remove the
+        sandbox from the host. On an error before the record it stays as it was.
+
+        Raises:
+            SandboxError: the freeze or the export failed.
+        """
+        box = sandbox.live()
+        frozen = box.frozen
+        await self.runtime.freeze(box)
+        try:
+            layer = await asyncio.to_thread(self._export, box)
+        except BaseException:
+            if not frozen:  # running again, as before the pause
+                with contextlib.suppress(SandboxError):
+                    await self.runtime.thaw(box)
+            raise
+        row = sandbox.row
+        row.state, row.pause_mode = "paused", FILESYSTEM
+        row.disk_image = disk_image(box, layer)
+        row.end_at = now_us()
+        await self.store.write(
+            functools.partial(self.store.put_sandbox, row),
+            functools.partial(self.store.add_event, row.end_at, sandbox.id, "paused"),
+        )
+        sandbox.box = None
+        await self.envd.forget(sandbox.id)
+        try:
+            await self.runtime.kill(box)
+        except SandboxError:  # paused as recorded; a restart's adoption removes what is left
+            log.exception("sandbox %s: removing it after its pause left something", box.id)
+
+    def _export(self, box: Box) -> Path:
+        """The new pause layer of `box` (numbered past those it booted with). Blocking."""
+        earlier = sum(p.name.startswith(layer_prefix(box.id)) for p in box.image.layers)
+        name = f"{layer_prefix(box.id)}{earlier + 1}"
+        remove_tree(self.layers.path(name))  # an export a restart cut short: never recorded
+        path, _ = self.layers.add(name, functools.partial(self._fill, box))
+        return path
+
+    def _fill(self, box: Box, dest: Path) -> None:
+        self.runtime.export_diff(box, dest)
+
+    async def reboot(self, sandbox: Sandbox) -> None:
+        """A paused sandbox booted from its files, paused to disk first if it is frozen.
+        Raises SandboxError as `pause` and `boot`."""
+        if sandbox.box is not None:
+            await self.pause(sandbox)
+        await self.boot(sandbox)
+
+    async def boot(self, sandbox: Sandbox) -> None:
+        """Boot a sandbox paused to disk from its record, under its own id, and /init it; on
+        failure nothing of the boot is left and it stays paused.
+
+        Raises:
+            SandboxError: the boot or /init failed (BootError, InitRefused, TemplateError).
+        """
+        image, limits = boot_image(sandbox.row.disk_image)
+        box = await self.runtime.boot(sandbox.id, image, limits, sandbox.row.disk_size_mb)
+        self.envd.reach(sandbox.id, box.dialer)
+        try:
+            await apply_network(self.runtime, box, sandbox.row.options)
+            await init_envd(self.envd, sandbox.id, sandbox.envd_init)
+        except BaseException:
+            await self.envd.forget(sandbox.id)
+            try:
+                await self.runtime.kill(box)
+            except SandboxError:
+                log.exception("sandbox %s: cleaning up after a failed resume", sandbox.id)
+            raise
+        sandbox.box = box
+        sandbox.row.uid_base = box.uid_base
+
+    def remove_layers(self, sandbox_id: str) -> None:
+        """Delete the pause layers of a sandbox killed. Blocking.
+
+        Raises:
+            TeardownError: a layer would not go.
+        """
+        for layer in self.layers.layers():
+            if layer.name.startswith(layer_prefix(sandbox_id)):
+                remove_tree(layer)
