@@ -1,6 +1,6 @@
 """The control API as the SDK uses it (normal mode only): create, connect, kill, list, info,
-timeouts, pause and resume, metrics, a sandbox killed while a command runs, and the quickstart
-a README gives a newcomer. Each test makes its own sandboxes and kills them."""
+timeouts, pause and resume (a filesystem pause too), metrics, a sandbox killed while a command
+runs, and the quickstart a README gives a newcomer. Each test makes its own sandboxes and kills them."""
 
 from __future__ import annotations
 
@@ -161,6 +161,35 @@ def test_pause_resume_and_connect_resumes(made: list[Sandbox]) -> None:
     assert sandbox.pause() is True
     again = Sandbox.connect(sandbox.sandbox_id)
     assert again.commands.run("cat note.txt").stdout == "before the pause"
+
+
+def test_a_filesystem_pause_keeps_files_and_reboots(made: list[Sandbox]) -> None:
+    """E2B's test_snapshot_filesystem_only: the marker persisted, a new boot id, the old handle
+    still works (the same token); and `on_resume="reboot"` boots a full pause from its files."""
+    sandbox = create(made, envs={"KEPT": "yes"})
+    sandbox.files.write("/home/user/marker", "persisted")
+    boot_id = "cat /proc/sys/kernel/random/boot_id"
+    boot_before = sandbox.commands.run(boot_id).stdout
+    sandbox.commands.run("sleep 600", background=True)
+
+    assert sandbox.pause(mode="filesystem") is True
+    assert not sandbox.is_running()
+    assert sandbox.pause(keep_memory=False) is False  # already paused
+    assert sandbox.get_info().state == SandboxState.PAUSED
+
+    resumed = Sandbox.connect(sandbox.sandbox_id)
+    assert resumed.sandbox_id == sandbox.sandbox_id
+    assert resumed.is_running()
+    assert sandbox.files.read("/home/user/marker") == "persisted"  # the old handle
+    boot_after = sandbox.commands.run(boot_id).stdout
+    assert boot_after != boot_before
+    assert sandbox.commands.run("echo $KEPT").stdout == "yes\n"
+    assert [p.cmd for p in sandbox.commands.list() if p.cmd == "sleep"] == []
+
+    assert sandbox.pause() is True
+    sandbox.connect(on_resume="reboot")
+    assert sandbox.files.read("/home/user/marker") == "persisted"
+    assert sandbox.commands.run(boot_id).stdout != boot_after
 
 
 def test_metrics(made: list[Sandbox]) -> None:
