@@ -62,6 +62,15 @@ async def test_rows_come_back_as_they_went_in(store: Store) -> None:
     assert store.metrics("s1", None, None) == [sample]
 
 
+async def test_a_sandbox_paused_to_disk_comes_back_with_what_it_boots(store: Store) -> None:
+    image = {"layers": ["/l/base", "/l/pause-s2-1"], "init": "systemd", "io_uring": False,
+             "limits": {"memory_bytes": 1 << 29, "cpus": 2, "pids": 4096}}  # fmt: skip
+    paused = SandboxRow(**{**vars(SANDBOX), "sandbox_id": "s2", "state": "paused",
+                           "pause_mode": "filesystem", "disk_image": image})  # fmt: skip
+    await store.write(functools.partial(store.put_sandbox, paused))
+    assert store.sandboxes() == [paused]
+
+
 async def test_a_write_commits_all_its_changes_or_none(store: Store) -> None:
     def fail() -> None:
         raise RuntimeError("a change that fails")
