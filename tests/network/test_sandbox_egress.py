@@ -178,6 +178,21 @@ def test_allow_beats_deny(server: UplinkSandboxd) -> None:
         server.kill(sandbox_id)
 
 
+def test_the_rules_apply_again_after_a_pause_to_disk(server: UplinkSandboxd) -> None:
+    """A pause to disk gives up the sandbox's network slot; its resume boots it with a new one
+    and the same rules, reached through the proxy as before."""
+    sandbox_id = server.create(network={"allowOut": [EXAMPLE], "denyOut": ["0.0.0.0/0"]})
+    try:
+        pause = server.api("POST", f"/sandboxes/{sandbox_id}/pause", json={"memory": False})
+        assert pause.status_code == 204
+        resumed = server.api("POST", f"/sandboxes/{sandbox_id}/resume", json={"timeout": 60})
+        assert resumed.status_code == 201, resumed.text
+        assert connect(server, sandbox_id, EXAMPLE, 80) == "connected"
+        assert connect(server, sandbox_id, OTHER, 80) == REFUSED
+    finally:
+        server.kill(sandbox_id)
+
+
 def test_an_update_replaces_the_rules_for_new_connections(server: UplinkSandboxd) -> None:
     """PUT /sandboxes/{id}/network, as E2B: the egress rules replaced at once, a field left
     out cleared, the create's other network settings kept; GET shows what applies."""
