@@ -102,7 +102,7 @@ class DiskPauses:
             raise
         row = sandbox.row
         row.state, row.pause_mode = "paused", FILESYSTEM
-        row.disk_image = disk_image(box, layer)
+        row.disk_image, row.uid_base = disk_image(box, layer), None  # its range is let go
         row.end_at = now_us()
         await self.store.write(
             functools.partial(self.store.put_sandbox, row),
