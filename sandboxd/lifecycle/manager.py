@@ -280,7 +280,7 @@ class SandboxManager:
     async def _pause(self, sandbox: Sandbox, memory: bool = True) -> None:
         """`pause` under the sandbox's lock."""
         if not sandbox.running:
-            raise WrongState(f"Sandbox {sandbox.id} is already paused")
+            raise WrongState(f"Error pausing sandbox - sandbox '{sandbox.id}' is already paused")
         sandbox.row.state = "paused"  # listed as paused while pausing, as the reference
         self._gone(sandbox.id)
         try:

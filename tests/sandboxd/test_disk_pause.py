@@ -131,7 +131,8 @@ def test_a_pause_to_disk_is_refused_as_a_pause_is(server: Sandboxd) -> None:
         assert api.post(f"/sandboxes/{sid}/pause", json=FS).status_code == 204
         again = api.post(f"/sandboxes/{sid}/pause", json=FS)
         assert again.status_code == 409
-        assert "already paused" in again.json()["message"]
+        message = f"Error pausing sandbox - sandbox '{sid}' is already paused"
+        assert again.json() == {"code": 409, "message": message}
         assert api.post(f"/sandboxes/{sid}/pause").status_code == 409
         assert api.post(f"/sandboxes/{sid}/timeout", json={"timeout": 30}).status_code == 404
         assert api.post(f"/sandboxes/{sid}/resume", json={"timeout": 0}).status_code == 400
