@@ -152,13 +152,13 @@ class Runtime(Protocol):
         ...
 
     def export_diff(self, box: Box, dest: Path) -> Path:
-        """The sandbox's writable layer (what it changed of its image) as the new layer
-        directory `dest`, returned: what a snapshot, a pause to disk and a build step keep.
-        The sandbox must be frozen. Blocking.
+        """The sandbox's writable layer (what it changed of its image) written into `dest`, an
+        empty directory the layer store made for the new layer (`LayerStore.add`), returned:
+        what a snapshot, a pause to disk and a build step keep. The sandbox must be frozen.
+        Blocking.
 
         Raises:
             TemplateError: the layer holds what a layer cannot.
-            FileExistsError: `dest` exists.
         """
         ...
 

@@ -366,14 +366,13 @@ class NspawnRuntime:
             raise HostError(f"sandbox {box.id}: cannot write its resolv.conf: {e}") from e
 
     def export_diff(self, box: Box, dest: Path) -> Path:
-        """The sandbox's upper directory as the new layer directory `dest` (returned), owned
-        as template layers are, without what the boot steps wrote into it
+        """The sandbox's upper directory written into the empty directory `dest` (returned),
+        owned as template layers are, without what the boot steps wrote into it
         (sandboxd.runtime.nspawn.export). The sandbox must be frozen. Blocking.
 
         Raises:
             TemplateError: an entry belongs to an id outside the sandbox's range, or carries an
                 overlayfs redirect or metacopy.
-            FileExistsError: `dest` exists.
         """
         excluded = written_by_sandboxd(self.guest_unit)
         layer_from_upper(SandboxDirs(box.dir).upper, box.uid_base, dest, excluded)
