@@ -85,10 +85,6 @@ class NewSandbox(Body):
 
     @model_validator(mode="after")
     def _check_combinations(self) -> NewSandbox:
-        if self.autoPauseMemory is False and not self.autoPause:
-            raise ValueError("autoPauseMemory: false needs autoPause")
-        if self.autoPauseMemory is False and self.autoResume and self.autoResume.enabled:
-            raise ValueError("autoPauseMemory: false cannot be combined with autoResume")
         if self.network and self.network.allowPublicTraffic is False and not self.secure:
             raise ValueError("network.allowPublicTraffic: false needs secure")
         for name, value in (self.envVars or {}).items():

@@ -29,7 +29,24 @@ if TYPE_CHECKING:
     from starlette.requests import Request
 
 
+# The reference's refusals of a lifecycle at create, in its words (no "validation error:").
+NEEDS_AUTO_PAUSE = "autoPauseMemory=false only applies when autoPause is true."
+NO_AUTO_RESUME = (
+    "autoPauseMemory=false (filesystem-only auto-pause) cannot be combined with autoResume: a "
+    "filesystem-only snapshot cannot be auto-resumed by traffic and must be resumed explicitly."
+)
+
+
 def _config(body: NewSandbox) -> SandboxConfig:
+    """The node's create from a create body.
+
+    Raises:
+        RequestError: 400 for a filesystem-only auto-pause without autoPause or with autoResume.
+    """
+    if body.autoPauseMemory is False and not body.autoPause:
+        raise RequestError(400, NEEDS_AUTO_PAUSE)
+    if body.autoPauseMemory is False and body.autoResume and body.autoResume.enabled:
+        raise RequestError(400, NO_AUTO_RESUME)
     # Kept under their wire names (shown by GET; SandboxConfig says which are enforced).
     kept = {"network", "allow_internet_access", "mcp", "volumeMounts", "autoResume",
             "autoPauseMemory"}  # fmt: skip

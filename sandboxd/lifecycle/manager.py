@@ -391,8 +391,8 @@ class SandboxManager:
                 return
             if not sandbox.running or sandbox.row.end_at > now_us():
                 return
-            if sandbox.row.auto_pause:
-                await self._pause(sandbox)
+            if sandbox.row.auto_pause:  # autoPauseMemory false: to disk
+                await self._pause(sandbox, sandbox.row.options.get("autoPauseMemory") is not False)
                 return
             self._sandboxes.pop(sandbox.id)
             self._gone(sandbox.id)
