@@ -1,6 +1,7 @@
 """The control API as the SDK uses it (normal mode only): create, connect, kill, list, info,
-timeouts, pause and resume (a filesystem pause too), metrics, a sandbox killed while a command
-runs, and the quickstart a README gives a newcomer. Each test makes its own sandboxes and kills them."""
+timeouts, pause and resume (a filesystem pause too), the pause at a sandbox's end (`lifecycle`),
+metrics, a sandbox killed while a command runs, and the quickstart a README gives a newcomer. Each
+test makes its own sandboxes and kills them."""
 
 from __future__ import annotations
 
@@ -190,6 +191,49 @@ def test_a_filesystem_pause_keeps_files_and_reboots(made: list[Sandbox]) -> None
     sandbox.connect(on_resume="reboot")
     assert sandbox.files.read("/home/user/marker") == "persisted"
     assert sandbox.commands.run(boot_id).stdout != boot_after
+
+
+def paused_at_its_end(sandbox: Sandbox) -> None:
+    """Shorten `sandbox`'s life to 1 s and wait until it reads paused (its pause may still run)."""
+    sandbox.set_timeout(1)
+    wait_until(lambda: sandbox.get_info().state == SandboxState.PAUSED, 120, "the auto-pause")
+
+
+def test_on_timeout_pause_keeps_the_processes(made: list[Sandbox]) -> None:
+    """E2B's test_create with `on_timeout: "pause"`: paused at its end, not running until a
+    connect, the same boot (a full pause); `lifecycle` shown running and paused."""
+    lifecycle = {"on_timeout": "pause", "auto_resume": True}
+    sandbox = create(made, lifecycle=lifecycle)
+    assert sandbox.get_info().lifecycle == lifecycle
+    boot_id = "cat /proc/sys/kernel/random/boot_id"
+    boot_before = sandbox.commands.run(boot_id).stdout
+    sandbox.commands.run("sleep 600", background=True)
+    sleepers = "pgrep -x sleep || true"
+    sleeper = wait_until(lambda: sandbox.commands.run(sleepers).stdout, 60, "the sleep to start")
+
+    paused_at_its_end(sandbox)
+    assert sandbox.get_info().lifecycle == lifecycle
+    assert not sandbox.is_running()
+    sandbox.connect()
+    assert sandbox.get_info().state == SandboxState.RUNNING
+    assert sandbox.commands.run(boot_id).stdout == boot_before
+    assert sandbox.commands.run(sleepers).stdout == sleeper
+
+
+def test_on_timeout_pause_to_the_filesystem_reboots(made: list[Sandbox]) -> None:
+    """`on_timeout: {"action": "pause", "mode": "filesystem"}`: the marker kept, a new boot id."""
+    sandbox = create(made, lifecycle={"on_timeout": {"action": "pause", "mode": "filesystem"}})
+    assert sandbox.get_info().lifecycle == {"on_timeout": "pause", "auto_resume": False}
+    sandbox.files.write("/home/user/marker", "persisted")
+    boot_id = "cat /proc/sys/kernel/random/boot_id"
+    boot_before = sandbox.commands.run(boot_id).stdout
+
+    paused_at_its_end(sandbox)
+    assert not sandbox.is_running()
+    sandbox.connect()
+    assert sandbox.files.read("/home/user/marker") == "persisted"
+    assert sandbox.commands.run(boot_id).stdout != boot_before
+    assert sandbox.get_info().lifecycle == {"on_timeout": "pause", "auto_resume": False}
 
 
 def test_metrics(made: list[Sandbox]) -> None:
