@@ -1,5 +1,6 @@
 """The evictor: at a sandbox's end (endAt) it is killed, or paused when it was created with
-autoPause; and a kill that stopped halfway is carried on. The reference polls every 50 ms too."""
+autoPause (to disk with autoPauseMemory false); and a kill that stopped halfway is carried on.
+The reference polls every 50 ms too."""
 
 from __future__ import annotations
 

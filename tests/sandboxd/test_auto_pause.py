@@ -117,4 +117,11 @@ def test_auto_pause_without_memory_pauses_to_disk_at_the_end(server: Sandboxd) -
         assert sh(server, sid, "cat /home/user/marker", token) == "persisted\n"
         assert sh(server, sid, BOOT_ID, token) != boot_before
         assert lifecycle(api, sid) == {"autoResume": False, "onTimeout": "pause"}
+        # The kind stays with the sandbox: its next end pauses it to disk again.
+        sh(server, sid, "echo again > /home/user/second", token)
+        paused(api, sid, "filesystem")
+        assert api.post(f"/sandboxes/{sid}/resume", json={"timeout": 60}).status_code == 201
+        assert sh(server, sid, "cat /home/user/marker /home/user/second", token) == (
+            "persisted\nagain\n"
+        )
         assert api.delete(f"/sandboxes/{sid}").status_code == 204
