@@ -202,7 +202,7 @@ def paused_at_its_end(sandbox: Sandbox) -> None:
 def test_on_timeout_pause_keeps_the_processes(made: list[Sandbox]) -> None:
     """E2B's test_create with `on_timeout: "pause"`: paused at its end, not running until a
     connect, the same boot (a full pause); `lifecycle` shown running and paused."""
-    lifecycle = {"on_timeout": "pause", "auto_resume": True}
+    lifecycle = {"on_timeout": "pause", "auto_resume": False}  # so traffic does not resume it
     sandbox = create(made, lifecycle=lifecycle)
     assert sandbox.get_info().lifecycle == lifecycle
     boot_id = "cat /proc/sys/kernel/random/boot_id"
