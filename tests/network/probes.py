@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
 # Only bounds how long a broken network takes to fail a test: answers come in milliseconds.
 TIMEOUT_S = 30
+RESEND_S = 1  # the route-error limiter's refill: one ICMP error a second (udp_error)
 IP_RECVERR = 11  # linux/in.h; Python's socket module has no name for it before 3.14
 
 
@@ -53,15 +54,26 @@ def connect_error(address: str, port: int) -> OSError | None:
 
 def udp_error(address: str, port: int) -> OSError | None:
     """The error a datagram to `address:port` brings back (the ICMP answer); None if something
-    answered."""
+    answered. A router limits the ICMP errors it sends one peer (a burst of 5, then one a
+    second: the kernel's route-error limiter), and a datagram whose error it held back gets
+    none ever: so the datagram goes again each second until an error or an answer comes, and
+    after TIMEOUT_S the last wait's TimeoutError is the result."""
+    query = DNSRecord.question("example.test").pack()
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.settimeout(TIMEOUT_S)
+        sock.settimeout(RESEND_S)
         # Without IP_RECVERR, Linux reports only "port unreachable" to a UDP socket.
         sock.setsockopt(socket.IPPROTO_IP, IP_RECVERR, 1)
         sock.connect((address, port))
-        sock.send(DNSRecord.question("example.test").pack())
-        try:
-            sock.recv(512)
-        except OSError as e:
-            return e
-    return None
+        waited: TimeoutError | None = None
+        for _ in range(round(TIMEOUT_S / RESEND_S)):
+            try:
+                sock.send(query)
+                sock.recv(512)
+            except TimeoutError as e:
+                waited = e
+                continue
+            except OSError as e:
+                return e
+            return None
+    assert waited is not None
+    return waited
