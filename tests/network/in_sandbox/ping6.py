@@ -8,8 +8,10 @@ from __future__ import annotations
 import socket
 import struct
 import sys
+import time
 
 IPV6_RECVERR = 25  # linux/in6.h: the kernel's own "address unreachable" reaches the socket
+IFA_F_TENTATIVE = 0x40  # linux/if_addr.h
 ECHO_REQUEST, ECHO_REPLY, UNREACHABLE = 128, 129, 1
 
 # No duplicate address detection: the address is usable at once. `all` turns lo's IPv6 back on
@@ -17,6 +19,25 @@ ECHO_REQUEST, ECHO_REPLY, UNREACHABLE = 128, 129, 1
 for setting, value in (("eth0/accept_dad", "0"), ("all/disable_ipv6", "0")):
     with open(f"/proc/sys/net/ipv6/conf/{setting}", "w") as f:
         f.write(value)
+
+
+def has_link_local(ifname: str) -> bool:
+    """Whether the kernel has given IFNAME its link-local address yet, and not as tentative: it
+    adds the address after IPv6 comes on, and a send before then has no source (EADDRNOTAVAIL)."""
+    with open("/proc/net/if_inet6") as f:
+        for line in f:
+            address, _, _, _, flags, name = line.split()
+            if (
+                name == ifname
+                and address.startswith("fe80")
+                and not int(flags, 16) & IFA_F_TENTATIVE
+            ):
+                return True
+    return False
+
+
+while not has_link_local("eth0"):
+    time.sleep(0.05)
 target = sys.argv[1]
 with socket.socket(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_ICMPV6) as sock:
     sock.setsockopt(socket.IPPROTO_IPV6, IPV6_RECVERR, 1)
