@@ -9,7 +9,6 @@ being paused or resumed holds its lock, so other transitions wait for it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 from typing import TYPE_CHECKING, Any
@@ -25,10 +24,11 @@ from sandboxd.errors import (
 from sandboxd.guest.init import init_envd
 from sandboxd.ids import now_us
 from sandboxd.lifecycle.adoption import adopt
-from sandboxd.lifecycle.disk_pause import FULL, DiskPauses
+from sandboxd.lifecycle.disk_pause import DiskPauses
 from sandboxd.lifecycle.egress import apply_network, restore_proxied
 from sandboxd.lifecycle.evictor import EXPIRE_RETRY_S, Evictor
 from sandboxd.lifecycle.ingress import LOCAL_NODE, Ingress, Location
+from sandboxd.lifecycle.pauses import Pauses
 from sandboxd.lifecycle.sampler import MetricsSampler
 from sandboxd.lifecycle.sandbox import Sandbox, ingress_of
 from sandboxd.lifecycle.template_boxes import TemplateBoxes
@@ -72,6 +72,7 @@ class SandboxManager:
         self.envd = envd  # reaches each sandbox from its create (or adoption) to its kill
         self.boxes = TemplateBoxes(runtime, envd, pool_size)
         self.disks = DiskPauses(store, runtime, envd, layers)
+        self.pauses = Pauses(store, runtime, envd, self.disks, self._gone)
         self.evictor = Evictor(self.all, self._end_of)
         self.sampler = MetricsSampler(store, envd, self._running, self._sandboxes.__contains__)
 
@@ -275,25 +276,7 @@ class SandboxManager:
         sandbox = self.existing(sandbox_id)
         async with sandbox.lock:
             self.existing(sandbox_id)  # killed while this waited for the lock?
-            await self._pause(sandbox, memory)
-
-    async def _pause(self, sandbox: Sandbox, memory: bool = True) -> None:
-        """`pause` under the sandbox's lock."""
-        if not sandbox.running:
-            raise WrongState(f"Error pausing sandbox - sandbox '{sandbox.id}' is already paused")
-        sandbox.row.state = "paused"  # listed as paused while pausing, as the reference
-        self._gone(sandbox.id)
-        try:
-            await (self.runtime.freeze(sandbox.live()) if memory else self.disks.pause(sandbox))
-        except SandboxError as exc:
-            sandbox.row.state = "running"
-            raise SandboxError(f"pausing {sandbox.id}: {exc}") from exc
-        if memory:  # a pause to disk is recorded before the sandbox leaves the host
-            sandbox.row.end_at, sandbox.row.pause_mode = now_us(), FULL
-            await self.store.write(
-                functools.partial(self.store.put_sandbox, sandbox.row),
-                functools.partial(self.store.add_event, sandbox.row.end_at, sandbox.id, "paused"),
-            )
+            await self.pauses.pause(sandbox, memory)
 
     async def resume(self, sandbox_id: str, timeout_s: int) -> Sandbox:
         """Thaw a paused sandbox for `timeout_s` (POST /sandboxes/{id}/resume).
@@ -308,7 +291,7 @@ class SandboxManager:
             self.existing(sandbox_id)
             if sandbox.running:
                 raise WrongState(f"Sandbox {sandbox_id} is already running")
-            await self._thaw(sandbox, timeout_s)
+            await self.pauses.thaw(sandbox, timeout_s)
         return sandbox
 
     async def connect(
@@ -325,42 +308,13 @@ class SandboxManager:
         async with sandbox.lock:
             self.existing(sandbox_id)
             if not sandbox.running:
-                await self._thaw(sandbox, timeout_s, memory)
+                await self.pauses.thaw(sandbox, timeout_s, memory)
                 return sandbox, True
             row = sandbox.row
             cap = row.started_at + self.max_timeout_s * 1_000_000
             row.end_at = max(row.end_at, min(now_us() + timeout_s * 1_000_000, cap))
             await self.store.write(functools.partial(self.store.put_sandbox, row))
         return sandbox, False
-
-    async def _thaw(self, sandbox: Sandbox, timeout_s: int, memory: bool = True) -> None:
-        if sandbox.box is None or not memory:
-            await self.disks.reboot(sandbox)  # booted, its /init taken; or still paused
-        else:
-            await self._thaw_box(sandbox, sandbox.box)
-        row = sandbox.row
-        row.state, row.pause_mode, row.disk_image, row.started_at = "running", None, None, now_us()
-        row.end_at = row.started_at + timeout_s * 1_000_000
-        await self.store.write(
-            functools.partial(self.store.put_sandbox, row),
-            functools.partial(self.store.add_event, row.started_at, sandbox.id, "resumed"),
-        )
-
-    async def _thaw_box(self, sandbox: Sandbox, box: Box) -> None:
-        try:
-            await self.runtime.thaw(box)
-        except SandboxError as exc:
-            raise SandboxError(f"resuming {sandbox.id}: {exc}") from exc
-        try:
-            # A thawed envd still has everything /init gave it; sending it again (the same env
-            # vars, token and user) is idempotent and restores an envd that restarted.
-            await init_envd(self.envd, sandbox.id, sandbox.envd_init)
-        except SandboxError:
-            # Still paused as far as anyone was told: frozen again (no CPU, no TTL to miss),
-            # and the next resume tries again.
-            with contextlib.suppress(SandboxError):
-                await self.runtime.freeze(box)
-            raise
 
     async def set_timeout(self, sandbox_id: str, timeout_s: int) -> None:
         """endAt = now + timeout, clamped to the max length from the last start.
@@ -392,7 +346,9 @@ class SandboxManager:
             if not sandbox.running or sandbox.row.end_at > now_us():
                 return
             if sandbox.row.auto_pause:  # autoPauseMemory false: to disk
-                await self._pause(sandbox, sandbox.row.options.get("autoPauseMemory") is not False)
+                await self.pauses.pause(
+                    sandbox, sandbox.row.options.get("autoPauseMemory") is not False
+                )
                 return
             self._sandboxes.pop(sandbox.id)
             self._gone(sandbox.id)
