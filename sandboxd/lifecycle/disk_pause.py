@@ -23,6 +23,7 @@ from sandboxd.guest.init import init_envd
 from sandboxd.host.cgroups import Limits
 from sandboxd.host.removal import remove_tree
 from sandboxd.ids import now_us
+from sandboxd.lifecycle.capture import export_layer
 from sandboxd.lifecycle.egress import apply_network
 from sandboxd.runtime.spec import INITS, BootImage
 
@@ -118,13 +119,7 @@ class DiskPauses:
     def _export(self, box: Box) -> Path:
         """The new pause layer of `box` (numbered past those it booted with). Blocking."""
         earlier = sum(p.name.startswith(layer_prefix(box.id)) for p in box.image.layers)
-        name = f"{layer_prefix(box.id)}{earlier + 1}"
-        remove_tree(self.layers.path(name))  # an export a restart cut short: never recorded
-        path, _ = self.layers.add(name, functools.partial(self._fill, box))
-        return path
-
-    def _fill(self, box: Box, dest: Path) -> None:
-        self.runtime.export_diff(box, dest)
+        return export_layer(self.runtime, self.layers, box, f"{layer_prefix(box.id)}{earlier + 1}")
 
     async def reboot(self, sandbox: Sandbox) -> None:
         """A paused sandbox booted from its files, paused to disk first if it is frozen.
