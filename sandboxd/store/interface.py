@@ -36,6 +36,7 @@ if TYPE_CHECKING:
         LogLine,
         MetricSample,
         SandboxRow,
+        SnapshotRow,
         TagRow,
         TemplateRow,
     )
@@ -97,7 +98,8 @@ class Samples(Protocol):
 
 
 class Builds(Protocol):
-    """Template builds, their log lines, and template tags (each names a build)."""
+    """Template builds, their log lines, template tags (each names a build), and which builds
+    are snapshots of sandboxes."""
 
     def put_build(self, b: BuildRow) -> None:
         """Insert `b`, or replace the row of its build_id."""
@@ -125,6 +127,15 @@ class Builds(Protocol):
         """The template's tags, oldest first."""
 
     def tag(self, template_id: str, tag: str) -> TagRow | None: ...
+
+    def put_snapshot(self, s: SnapshotRow) -> None:
+        """Record that a build is a snapshot (insert, or replace the row of its build_id)."""
+
+    def snapshots(self) -> list[SnapshotRow]:
+        """Every snapshot, oldest first."""
+
+    def delete_snapshots(self, template_id: str) -> None:
+        """The snapshot records of a template's builds."""
 
 
 class Store(Keys, Templates, Sandboxes, Samples, Builds, Protocol):

@@ -101,6 +101,16 @@ class LogLine:
 
 
 @dataclass(frozen=True)
+class SnapshotRow:
+    """A build that is a snapshot of a sandbox (its image the sandbox's files at `created_at`)."""
+
+    build_id: str
+    template_id: str
+    sandbox_id: str
+    created_at: int
+
+
+@dataclass(frozen=True)
 class TagRow:
     tag: str
     build_id: str

@@ -12,7 +12,14 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from sandboxd.store.rows import BuildRow, LogLine, MetricSample, SandboxRow, TemplateRow
+from sandboxd.store.rows import (
+    BuildRow,
+    LogLine,
+    MetricSample,
+    SandboxRow,
+    SnapshotRow,
+    TemplateRow,
+)
 from sandboxd.store.sqlite.database import DB_FILE, migrations
 from sandboxd.store.sqlite.store import SqliteStore
 
@@ -69,6 +76,17 @@ async def test_a_sandbox_paused_to_disk_comes_back_with_what_it_boots(store: Sto
                            "pause_mode": "filesystem", "disk_image": image})  # fmt: skip
     await store.write(functools.partial(store.put_sandbox, paused))
     assert store.sandboxes() == [paused]
+
+
+async def test_snapshot_records_go_with_their_template(store: Store) -> None:
+    first, second = SnapshotRow("b1", "t1", "s1", 5), SnapshotRow("b2", "t2", "s1", 3)
+    await store.write(
+        functools.partial(store.put_snapshot, first),
+        functools.partial(store.put_snapshot, second),
+    )
+    assert store.snapshots() == [second, first]  # oldest first
+    await store.write(functools.partial(store.delete_snapshots, "t2"))
+    assert store.snapshots() == [first]
 
 
 async def test_a_write_commits_all_its_changes_or_none(store: Store) -> None:

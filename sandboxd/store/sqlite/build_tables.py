@@ -1,12 +1,13 @@
 """The template builds of the SQLite store (sandboxd/store/migrations/0003_builds.sql): builds,
-their log lines, and template tags (sandboxd.store.interface's Builds)."""
+their log lines, template tags, and which builds are snapshots (0006_snapshots.sql)
+(sandboxd.store.interface's Builds)."""
 
 from __future__ import annotations
 
 import json
 from typing import TYPE_CHECKING
 
-from sandboxd.store.rows import BuildRow, LogLine, TagRow
+from sandboxd.store.rows import BuildRow, LogLine, SnapshotRow, TagRow
 from sandboxd.store.sqlite.database import Tables
 
 if TYPE_CHECKING:
@@ -83,6 +84,19 @@ class BuildTables(Tables):
             (template_id, tag),
         ).fetchone()
         return None if row is None else TagRow(*row)
+
+    def put_snapshot(self, s: SnapshotRow) -> None:
+        self._replace("snapshots", s, ())
+
+    def snapshots(self) -> list[SnapshotRow]:
+        rows = self._db.reads.execute(
+            "SELECT build_id, template_id, sandbox_id, created_at FROM snapshots "
+            "ORDER BY created_at, build_id"
+        )
+        return [SnapshotRow(*r) for r in rows]
+
+    def delete_snapshots(self, template_id: str) -> None:
+        self._db.writes.execute("DELETE FROM snapshots WHERE template_id = ?", (template_id,))
 
 
 def _build(row: sqlite3.Row) -> BuildRow:
