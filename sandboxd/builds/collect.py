@@ -1,7 +1,8 @@
 """What uses layers, as sandboxd records it, for the layer store's one rule of collection
-(sandboxd.layers.collect): the builds tagged in the store, the builds running, the sandboxes
-on the host (a record under the sandboxes directory: running, paused, warm) and those paused
-to disk (their rows in the store)."""
+(sandboxd.layers.collect): the builds tagged in the store (snapshots among them), the builds
+running (a snapshot being taken among them), the sandboxes on the host (a record under the
+sandboxes directory: running, paused, warm) and those paused to disk (their rows in the
+store)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from sandboxd.layers.collect import LayerUsers
 from sandboxd.runtime.spec import read_record
+from sandboxd.templates.catalog import tagged_layers
 
 if TYPE_CHECKING:
     from sandboxd.store.interface import Store
@@ -19,12 +21,7 @@ def layer_users(store: Store, sandboxes_dir: Path) -> LayerUsers:
     """What stacks layers now. Blocking (reads every sandbox's record)."""
     if store.builds(status="building"):
         return LayerUsers(building=True, templates=(), sandboxes=())
-    templates: list[Path] = []
-    for template in store.templates():
-        for tag in store.tags(template.template_id):
-            build = store.build(tag.build_id)
-            if build is not None and build.image is not None:
-                templates.extend(Path(p) for p in build.image["layers"])
+    templates = tagged_layers(store)
     sandboxes: list[Path] = []
     if sandboxes_dir.is_dir():
         for box_dir in sandboxes_dir.iterdir():

@@ -1,7 +1,8 @@
 """Collecting layers: the one rule for which layers are in use. A layer is kept while a
-template's build or a sandbox on the host stacks it; every other layer goes (a failed or
-superseded build's too, so a later build redoes those steps), but nothing goes while a build
-runs: the layers it made so far are no template's yet."""
+template's build (a snapshot is one: the sandbox's layers and its captured files) or a sandbox
+on the host stacks it; every other layer goes (a failed or superseded build's too, so a later
+build redoes those steps; a deleted snapshot's), but nothing goes while a build runs or a
+snapshot is being taken: the layers made so far are no template's yet."""
 
 from __future__ import annotations
 
@@ -24,8 +25,8 @@ log = logging.getLogger("sandboxd.layers.collect")
 class LayerUsers:
     """What stacks layers now, as each user's owner records it."""
 
-    building: bool  # a build runs
-    templates: Iterable[Path]  # the layers of every template's tagged builds
+    building: bool  # a build runs, or a snapshot is being taken (its build is `building`)
+    templates: Iterable[Path]  # the layers of every template's tagged builds, snapshots too
     sandboxes: Iterable[Path]  # the layers of every sandbox's record (running, paused, warm)
 
 

@@ -26,6 +26,7 @@ from sandboxd.ids import now_us
 from sandboxd.lifecycle.capture import export_layer
 from sandboxd.lifecycle.egress import apply_network
 from sandboxd.runtime.spec import INITS, BootImage
+from sandboxd.templates.catalog import tagged_layers
 
 if TYPE_CHECKING:
     from sandboxd.guest.client import EnvdClient
@@ -151,12 +152,14 @@ class DiskPauses:
         sandbox.box = box
         sandbox.row.uid_base = box.uid_base
 
-    def remove_layers(self, sandbox_id: str) -> None:
-        """Delete the pause layers of a sandbox killed. Blocking.
+    async def remove_layers(self, sandbox_id: str) -> None:
+        """Delete the pause layers of a sandbox killed, but those a snapshot of it stacks (it
+        was snapshotted after a resume from disk): collection removes them with the snapshot.
 
         Raises:
             TeardownError: a layer would not go.
         """
+        kept = set(tagged_layers(self.store))
         for layer in self.layers.layers():
-            if layer.name.startswith(layer_prefix(sandbox_id)):
-                remove_tree(layer)
+            if layer.name.startswith(layer_prefix(sandbox_id)) and layer not in kept:
+                await asyncio.to_thread(remove_tree, layer)

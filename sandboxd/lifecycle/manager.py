@@ -256,7 +256,7 @@ class SandboxManager:
         try:
             if sandbox.box is not None:
                 await self._off_host(sandbox.box)
-            await asyncio.to_thread(self.disks.remove_layers, sandbox.id)
+            await self.disks.remove_layers(sandbox.id)
         except SandboxError as exc:
             sandbox.dying = True
             self._sandboxes.setdefault(sandbox.id, sandbox)

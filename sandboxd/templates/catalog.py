@@ -70,6 +70,18 @@ def register_base(store: Store, rootfs: Path, disk_mb: int) -> None:
     store.put_template(template)
 
 
+def tagged_layers(store: Store) -> list[Path]:
+    """The layers every tagged build stacks (snapshots' too: a snapshot is a build), which
+    collection keeps."""
+    layers: list[Path] = []
+    for template in store.templates():
+        for tag in store.tags(template.template_id):
+            build = store.build(tag.build_id)
+            if build is not None and build.image is not None:
+                layers.extend(TemplateImage.from_json(build.image).layer_paths)
+    return layers
+
+
 class Templates:
     """The templates of one store; `in_use(template_id)` says whether sandboxes use one."""
 
@@ -219,4 +231,5 @@ class Templates:
         await self.store.write(
             functools.partial(self.store.delete_template, template.template_id),
             functools.partial(self.store.delete_builds, template.template_id),
+            functools.partial(self.store.delete_snapshots, template.template_id),
         )
