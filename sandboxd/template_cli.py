@@ -1,6 +1,7 @@
-"""`sandboxd template ls` and `sandboxd template rm`: the templates of a state directory from
-the command line, beside a running serve or without one (the store is shared through SQLite's
-WAL; what `rm` removes is what `DELETE /templates/{id}` removes, and it refuses the same)."""
+"""`sandboxd template ls` and `sandboxd template rm`: the templates (and snapshots, which are
+templates too) of a state directory from the command line, beside a running serve or without
+one (the store is shared through SQLite's WAL; what `rm` removes is what `DELETE
+/templates/{id}` removes, and it refuses the same)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,15 @@ import sys
 from typing import TYPE_CHECKING
 
 from sandboxd.builds.collect import layer_users
+from sandboxd.builds.storage import allocated
 from sandboxd.errors import NotAllowed
 from sandboxd.host.removal import remove_tree
 from sandboxd.ids import rfc3339
 from sandboxd.layers.collect import collect
 from sandboxd.layers.store import LayerStore
 from sandboxd.store.sqlite.store import SqliteStore
-from sandboxd.templates.catalog import Templates
+from sandboxd.templates.catalog import Templates, split_ref
+from sandboxd.templates.snapshots import layer_name, snapshot_id
 
 if TYPE_CHECKING:
     import argparse
@@ -29,7 +32,7 @@ def add_parsers(
     commands: argparse._SubParsersAction[argparse.ArgumentParser],
     state_dir_option: Callable[[argparse.ArgumentParser], None],
 ) -> None:
-    ls = commands.add_parser("ls", help="list the templates, their tags and builds")
+    ls = commands.add_parser("ls", help="list the templates (tags, builds) and snapshots (size)")
     rm = commands.add_parser("rm", help="delete a template (not while sandboxes use it)")
     rm.add_argument("template", metavar="ID-OR-NAME")
     for p in (ls, rm):
@@ -42,6 +45,7 @@ def run(args: argparse.Namespace, state_dir: Path) -> None:
     try:
         if args.template_command == "ls":
             _list(store)
+            _list_snapshots(store, LayerStore(state_dir / "layers"))
         else:
             asyncio.run(_remove(store, state_dir, args.template))
     finally:
@@ -58,10 +62,27 @@ def _list(store: Store) -> None:
                          f"{t.build_count:6d} {rfc3339(t.updated_at):27} {tags or '-'}\n")  # fmt: skip
 
 
+def _list_snapshots(store: Store, layers: LayerStore) -> None:
+    """Each tag of a snapshot: the id a create boots it by, its sandbox, when it was taken, and
+    what its own layer (the sandbox's files; the layers below are its template's) takes on
+    disk."""
+    records = {r.build_id: r for r in store.snapshots()}
+    sys.stdout.write(f"\n{'SNAPSHOT':40} {'SANDBOX':22} {'TAKEN':27} {'SIZE':>10}\n")
+    for t in store.templates():
+        for tag in store.tags(t.template_id):
+            record = records.get(tag.build_id)
+            if record is None:
+                continue
+            layer = layers.find(layer_name(record.build_id))
+            size = 0 if layer is None else allocated((layer,))
+            sys.stdout.write(f"{snapshot_id(t, tag.tag):40} {record.sandbox_id:22} "
+                             f"{rfc3339(record.created_at):27} {size / 2**20:6.1f} MiB\n")  # fmt: skip
+
+
 async def _remove(store: Store, state_dir: Path, ref: str) -> None:
     template_ids = {s.template_id for s in store.sandboxes()}
     templates = Templates(store, lambda template_id: template_id in template_ids)
-    template = templates.get(ref)
+    template = templates.get(split_ref(ref)[0])  # a snapshot's `name:tag`: its template
     if store.builds(template.template_id, status="building"):
         raise NotAllowed(f"template '{ref}' is being built: delete it through the API")
     await templates.delete(template.template_id)

@@ -131,6 +131,15 @@ class Pause(Body):
     memory: bool = True
 
 
+class NewSnapshot(Body):
+    """`POST /sandboxes/{id}/snapshots` (a body is required: `{}` at least). `memory` is
+    checked and accepted either way: every snapshot keeps the files, and its sandboxes boot
+    cold (docs/sandboxd.md, "Snapshots")."""
+
+    name: str | None = None
+    memory: bool = True
+
+
 class TemplateSizes(Body):
     """A template's CPU, memory and disk, as a new template or build asks for them."""
 

@@ -1,6 +1,6 @@
 """The template endpoints over sandboxd.templates.catalog: list (v1 and v2), get, by alias, `POST
-/v2/templates` (a record over base's root filesystem), `PATCH` (public) and delete (its running
-builds stopped, its uploads removed; its layers go at the next collection). The build flow is
+/v2/templates` (a record over base's root filesystem), `PATCH` (public) and delete (snapshots'
+too; its running builds stopped, its uploads removed, its unused layers collected). The build flow is
 sandboxd/api/build_routes.py; E2B's routes sandboxd does not serve answer "not supported"
 (sandboxd/api/unserved.py)."""
 
@@ -16,6 +16,7 @@ from sandboxd.api.bodies import read_json
 from sandboxd.api.context import context
 from sandboxd.api.listing import MAX_LIMIT
 from sandboxd.api.request_models import NewTemplate, TemplateUpdate
+from sandboxd.templates.catalog import split_ref
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -79,8 +80,11 @@ async def update_v2(request: Request) -> Response:
 
 
 async def delete(request: Request) -> Response:
+    """The whole template, whatever tag the id names (a snapshot's id is `name:tag`), as the
+    reference deletes it."""
     api = context(request)
-    template = api.templates.get(request.path_params["template_id"])
+    name, _ = split_ref(request.path_params["template_id"])
+    template = api.templates.get(name)
     await api.templates.delete(template.template_id)
     await api.builder.cancel(template.template_id)
     await api.builder.uploads(template.template_id).remove()

@@ -31,10 +31,12 @@ from sandboxd.lifecycle.ingress import LOCAL_NODE, Ingress, Location
 from sandboxd.lifecycle.pauses import Pauses
 from sandboxd.lifecycle.sampler import MetricsSampler
 from sandboxd.lifecycle.sandbox import Sandbox, ingress_of
+from sandboxd.lifecycle.snapshots import Snapshots
 from sandboxd.lifecycle.template_boxes import TemplateBoxes
 from sandboxd.lifecycle.tokens import Tokens
 from sandboxd.templates import catalog
 from sandboxd.templates.catalog import Templates
+from sandboxd.templates.snapshots import parse_name
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
@@ -44,6 +46,7 @@ if TYPE_CHECKING:
     from sandboxd.lifecycle.sandbox import CreateRequest
     from sandboxd.runtime.engine import Box, Runtime
     from sandboxd.store.interface import Store
+    from sandboxd.templates.snapshots import Listed
 
 log = logging.getLogger("sandboxd.lifecycle")
 
@@ -73,6 +76,7 @@ class SandboxManager:
         self.boxes = TemplateBoxes(runtime, envd, pool_size)
         self.disks = DiskPauses(store, runtime, envd, layers)
         self.pauses = Pauses(store, runtime, envd, self.disks, self._gone)
+        self.snapshots = Snapshots(store, runtime, layers)
         self.evictor = Evictor(self.all, self._end_of)
         self.sampler = MetricsSampler(store, envd, self._running, self._sandboxes.__contains__)
 
@@ -315,6 +319,20 @@ class SandboxManager:
             row.end_at = max(row.end_at, min(now_us() + timeout_s * 1_000_000, cap))
             await self.store.write(functools.partial(self.store.put_sandbox, row))
         return sandbox, False
+
+    async def snapshot(self, sandbox_id: str, name: str | None) -> Listed:
+        """Snapshot a running sandbox, which runs on; `name`: `[namespace/]alias[:tag]`.
+
+        Raises:
+            NotAllowed: a bad name; SandboxNotFound: unknown or paused; WrongState: being paused
+            or resumed; SandboxError: the capture failed.
+        """
+        parsed = None if name is None else parse_name(name)
+        sandbox = self.existing(sandbox_id)
+        self.snapshots.check(sandbox)
+        async with sandbox.lock:
+            self.existing(sandbox_id)
+            return await self.snapshots.take(sandbox, parsed)
 
     async def set_timeout(self, sandbox_id: str, timeout_s: int) -> None:
         """endAt = now + timeout, clamped to the max length from the last start.

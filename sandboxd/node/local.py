@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from sandboxd.errors import SandboxError, SandboxNotFound
 from sandboxd.lifecycle.egress import update_network
 from sandboxd.lifecycle.sandbox import CreateRequest
-from sandboxd.node.models import LogEntry, SandboxInfo
+from sandboxd.node.models import LogEntry, SandboxInfo, SnapshotInfo
 
 if TYPE_CHECKING:
     from sandboxd.lifecycle.manager import SandboxManager
@@ -50,6 +50,10 @@ class LocalNode:
     ) -> tuple[SandboxInfo, bool]:
         sandbox, resumed = await self._manager.connect(sandbox_id, timeout_s, memory)
         return self._info(sandbox), resumed
+
+    async def snapshot(self, sandbox_id: str, name: str | None) -> SnapshotInfo:
+        taken = await self._manager.snapshot(sandbox_id, name)
+        return SnapshotInfo(taken.snapshot_id, list(taken.names))
 
     async def set_timeout(self, sandbox_id: str, timeout_s: int) -> None:
         await self._manager.set_timeout(sandbox_id, timeout_s)

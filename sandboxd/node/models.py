@@ -56,3 +56,12 @@ class LogEntry:
     level: str
     logger: str  # envd's logger, or the process that wrote it (systemd, envd, ...)
     message: str
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotInfo:
+    """A snapshot just taken: the id a create boots it by (`alias:tag` or `templateID:tag`)
+    and its template's names."""
+
+    snapshot_id: str
+    names: list[str]

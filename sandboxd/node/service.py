@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from sandboxd.node.models import LogEntry, SandboxConfig, SandboxInfo
+    from sandboxd.node.models import LogEntry, SandboxConfig, SandboxInfo, SnapshotInfo
     from sandboxd.store.rows import MetricSample
 
 
@@ -53,6 +53,16 @@ class NodeService(Protocol):
 
         Raises:
             NotAllowed: the timeout; SandboxNotFound; SandboxError: the thaw failed.
+        """
+        ...
+
+    async def snapshot(self, sandbox_id: str, name: str | None) -> SnapshotInfo:
+        """Snapshot a running sandbox, briefly frozen (it keeps its id, end and processes), as
+        a template build a create can boot; `name`: `[namespace/]alias[:tag]`.
+
+        Raises:
+            NotAllowed: a bad name; SandboxNotFound: unknown or paused; WrongState: being paused
+            or resumed; SandboxError: the capture failed.
         """
         ...
 

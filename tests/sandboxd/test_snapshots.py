@@ -1,0 +1,240 @@
+"""Snapshots over the wire (`POST /sandboxes/{id}/snapshots`, `GET /snapshots`, `DELETE
+/templates/{snapshotID}`, a create from a snapshot id): the source runs on with its id, end and
+processes; its children boot its files cold and diverge; a snapshot of a child stacks; names,
+tags, paging and filters; the refusals in the reference's words; a restart of serve keeps them;
+their layers are collected once nothing uses them; `sandboxd template ls` shows them."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import TYPE_CHECKING
+from urllib.parse import quote
+
+import pytest
+
+from tests.sandboxd.serving import NO_NETWORK, running_sandboxd
+from tests.sandboxd.test_disk_pause import BOOT_ID, background, collected, sh
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+    import httpx
+
+    from tests.sandboxd.serving import Sandboxd
+
+pytestmark = pytest.mark.root
+
+NOT_FOUND = "Sandbox \"{}\" doesn't exist or you don't have access to it"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, base_template: Path) -> Iterator[Sandboxd]:
+    with running_sandboxd(tmp_path_factory.mktemp("snapshots"), base_template, NO_NETWORK) as s:
+        yield s
+
+
+def create(api: httpx.Client, template: str = "base", **body: object) -> dict[str, str]:
+    answer = api.post("/v2/sandboxes", json={"templateID": template, "timeout": 300, **body})
+    assert answer.status_code == 201, answer.text
+    return dict(answer.json())
+
+
+def snapshot(api: httpx.Client, sandbox_id: str, **body: object) -> dict[str, object]:
+    answer = api.post(f"/sandboxes/{sandbox_id}/snapshots", json=body)
+    assert answer.status_code == 201, answer.text
+    return dict(answer.json())
+
+
+def delete(api: httpx.Client, snapshot_id: str) -> httpx.Response:
+    """As the SDKs delete one: the id percent-encoded as one path segment."""
+    return api.delete(f"/templates/{quote(snapshot_id, safe='')}")
+
+
+def snapshot_layers(server: Sandboxd) -> list[str]:
+    return sorted(p.name for p in (server.state_dir / "layers").glob("snapshot-*"))
+
+
+def test_the_source_runs_on_and_its_children_boot_its_files_and_diverge(
+    server: Sandboxd,
+) -> None:
+    with server.client() as api:
+        source = create(api, envVars={"FROM_SOURCE": "kept"})
+        sid, token = source["sandboxID"], source["envdAccessToken"]
+        sh(server, sid, "mkdir /home/user/app && echo original > /home/user/app/data", token)
+        background(server, sid, "sleep 3600", token)
+        sleeper = sh(server, sid, "pgrep -x sleep", token)
+        boot = sh(server, sid, BOOT_ID, token)
+        before = api.get(f"/sandboxes/{sid}").json()
+
+        taken = snapshot(api, sid)
+        snapshot_id = str(taken["snapshotID"])
+        assert snapshot_id.endswith(":default")
+        assert taken["names"] == []
+        after = api.get(f"/sandboxes/{sid}").json()
+        assert (after["state"], after["endAt"]) == ("running", before["endAt"])
+        assert sh(server, sid, "pgrep -x sleep", token) == sleeper  # the same process, alive
+        assert sh(server, sid, BOOT_ID, token) == boot
+
+        first = create(api, snapshot_id, envVars={"FROM_CHILD": "given"}, metadata={"n": "1"})
+        second = create(api, snapshot_id)
+        for child in (first, second):
+            assert child["sandboxID"] != sid
+            assert child["envdAccessToken"] != token
+            assert child["templateID"] == snapshot_id.removesuffix(":default")
+        c1, t1 = first["sandboxID"], first["envdAccessToken"]
+        c2, t2 = second["sandboxID"], second["envdAccessToken"]
+        assert sh(server, c1, "cat /home/user/app/data", t1) == "original\n"
+        assert sh(server, c1, BOOT_ID, t1) != boot  # a cold boot of the files
+        assert sh(server, c1, "pgrep -x sleep || true", t1) == ""
+        assert sh(server, c1, 'echo "$FROM_SOURCE $FROM_CHILD"', t1) == "kept given\n"
+        assert api.get(f"/sandboxes/{c1}").json()["metadata"] == {"n": "1"}
+        sh(server, c1, "echo changed > /home/user/app/data", t1)
+        assert sh(server, c2, "cat /home/user/app/data", t2) == "original\n"
+        assert sh(server, sid, "cat /home/user/app/data", token) == "original\n"
+
+        # A snapshot of a child stacks on the first: its grandchild has the child's files.
+        stacked = str(snapshot(api, c1)["snapshotID"])
+        grandchild = create(api, stacked)
+        assert sh(server, grandchild["sandboxID"], "cat /home/user/app/data",
+                  grandchild["envdAccessToken"]) == "changed\n"  # fmt: skip
+
+        refused = delete(api, snapshot_id)
+        assert refused.status_code == 400
+        template_id = snapshot_id.removesuffix(":default")
+        assert refused.json()["message"] == f"template '{template_id}' is used by sandboxes"
+        for child in (first, second, grandchild):
+            assert api.delete(f"/sandboxes/{child['sandboxID']}").status_code == 204
+        assert len(snapshot_layers(server)) == 2
+        assert delete(api, snapshot_id).status_code == 204
+        assert delete(api, snapshot_id).status_code == 404
+        assert api.post("/v2/sandboxes", json={"templateID": snapshot_id}).status_code == 404
+        # The stacked snapshot still boots: its build keeps the first one's layer.
+        assert len(snapshot_layers(server)) == 2
+        assert delete(api, stacked).status_code == 204
+        assert snapshot_layers(server) == []
+        assert api.delete(f"/sandboxes/{sid}").status_code == 204
+
+
+def test_names_tags_paging_and_filters(server: Sandboxd) -> None:
+    with server.client() as api:
+        source = create(api)["sandboxID"]
+        other = create(api)["sandboxID"]
+        named = snapshot(api, source, name=" Snap-A ")
+        assert named == {"snapshotID": "snap-a:default", "names": ["snap-a"]}
+        tagged = snapshot(api, source, name="sandboxd/snap-b:V1", memory=False)
+        assert tagged == {"snapshotID": "snap-b:v1", "names": ["snap-b"]}
+        retagged = snapshot(api, other, name="snap-a:v2", memory=True)  # the same template
+        assert retagged == {"snapshotID": "snap-a:v2", "names": ["snap-a"]}
+        unnamed = str(snapshot(api, other)["snapshotID"])
+
+        everything = [s["snapshotID"] for s in api.get("/snapshots").json()]
+        assert everything == [unnamed, "snap-b:v1", "snap-a:v2"]  # newest template first
+        paged, token = [], None
+        while True:
+            page = api.get(
+                "/snapshots", params={"limit": 1} | ({"nextToken": token} if token else {})
+            )
+            assert page.status_code == 200
+            paged += [s["snapshotID"] for s in page.json()]
+            token = page.headers.get("X-Next-Token")
+            if token is None:
+                break
+        assert paged == everything
+
+        def listed(**query: str | int) -> list[str]:
+            answer = api.get("/snapshots", params=query)
+            assert answer.status_code == 200, answer.text
+            return [s["snapshotID"] for s in answer.json()]
+
+        assert listed(sandboxID=source) == ["snap-b:v1", "snap-a:v2"]
+        assert listed(sandboxID=other) == [unnamed, "snap-a:v2"]
+        assert listed(sandboxID="inosuchsandbox") == []
+        assert listed(name="snap-a") == ["snap-a:v2"]
+        assert listed(name="snap-a:default") == ["snap-a:default"]
+        assert listed(name="sandboxd/snap-b") == ["snap-b:v1"]
+        assert listed(name="snap-c") == []
+        assert listed(limit=0) == everything
+        assert listed(limit=500) == everything
+        bad = api.get("/snapshots", params={"nextToken": "not-a-token"})
+        assert bad.json() == {"code": 400, "message": "Invalid next token"}
+
+        child = create(api, "snap-b:v1")  # a name and tag resolve as a template's do
+        assert child["templateID"] != "base"
+        assert api.delete(f"/sandboxes/{child['sandboxID']}").status_code == 204
+        for made in ("snap-a:default", "snap-b:v1", unnamed):
+            assert delete(api, made).status_code == 204
+        assert listed() == []
+        for sandbox_id in (source, other):
+            assert api.delete(f"/sandboxes/{sandbox_id}").status_code == 204
+
+
+def test_refusals_say_why(server: Sandboxd) -> None:
+    with server.client() as api:
+        sid = create(api)["sandboxID"]
+        path = f"/sandboxes/{sid}/snapshots"
+        assert api.post(path).status_code == 400  # the body is required
+        assert api.post(path, json={"memory": "no"}).status_code == 400
+        for name, message in (
+            ("Bad Name!", "Invalid name: alias 'bad name!' must match ^[a-z0-9_-]+$"),
+            ("ok:bad tag", "Invalid name: tag 'bad tag' must match ^[a-z0-9_.-]+$"),
+            ("", "Invalid name: alias '' must match ^[a-z0-9_-]+$"),
+            ("other/x", "namespace 'other' must match your team 'sandboxd'"),
+            ("base", "Invalid name: the base template is sandboxd's own"),
+        ):
+            answer = api.post(path, json={"name": name})
+            assert answer.json() == {"code": 400, "message": message}, name
+        unknown = "i" + "0" * 19
+        for gone in (unknown, sid):
+            if gone == sid:
+                assert api.post(f"/sandboxes/{sid}/pause").status_code == 204
+            answer = api.post(f"/sandboxes/{gone}/snapshots", json={})
+            assert answer.json() == {"code": 404, "message": NOT_FOUND.format(gone)}
+        assert api.delete(f"/sandboxes/{sid}").status_code == 204
+        assert api.post(path, json={}).status_code == 404
+        assert api.get("/snapshots").json() == []  # nothing was left of the refused ones
+        assert snapshot_layers(server) == []
+
+
+def test_snapshots_survive_a_restart_are_listed_by_the_command_line_and_are_collected(
+    tmp_path: Path, base_template: Path
+) -> None:
+    state = tmp_path / "state"
+    with running_sandboxd(state, base_template, NO_NETWORK) as server:
+        with server.client() as api:
+            source = create(api)
+            sid, token = source["sandboxID"], source["envdAccessToken"]
+            # Resumed from disk: the snapshot stacks its pause layer, which outlives its kill.
+            sh(server, sid, "echo before > /home/user/paused", token)
+            assert api.post(f"/sandboxes/{sid}/pause", json={"memory": False}).status_code == 204
+            assert api.post(f"/sandboxes/{sid}/connect", json={"timeout": 60}).status_code == 201
+            sh(server, sid, "head -c 1048576 /dev/urandom > /home/user/blob", token)
+            digest = sh(server, sid, "sha256sum < /home/user/blob", token)
+            snapshot_id = str(snapshot(api, sid, name="kept")["snapshotID"])
+            assert api.delete(f"/sandboxes/{sid}").status_code == 204
+        server.stop()
+        assert collected(state) == []
+        listing = _cli(state, "template", "ls")
+        line = next(x for x in listing.stdout.splitlines() if x.startswith(snapshot_id))
+        assert sid in line
+        assert float(line.split()[-2]) >= 1.0  # MiB: the blob, in its own layer
+        server.start()
+        with server.client() as api:
+            assert [s["snapshotID"] for s in api.get("/snapshots").json()] == [snapshot_id]
+            child = create(api, snapshot_id)
+            files = "cat /home/user/paused && sha256sum < /home/user/blob"
+            assert sh(server, child["sandboxID"], files, child["envdAccessToken"]) == (
+                f"before\n{digest}"
+            )
+            assert api.delete(f"/sandboxes/{child['sandboxID']}").status_code == 204
+            assert delete(api, snapshot_id).status_code == 204
+            assert snapshot_layers(server) == []
+            assert not any(p.name.startswith(f"pause-{sid}-") for p in (state / "layers").iterdir())
+
+
+def _cli(state: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "sandboxd", *args, "--state-dir", str(state)]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done
