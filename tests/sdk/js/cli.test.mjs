@@ -1,7 +1,6 @@
 // The E2B CLI (@e2b/cli) as a client of the control API and the proxy (normal mode only), with
 // the three environment variables the SDKs use: sandbox list, info, exec, logs, metrics, pause,
-// resume and kill of a sandbox made with the SDK, and a clear answer for what sandboxd does not
-// serve (snapshots).
+// resume and kill of a sandbox made with the SDK, and its snapshot commands.
 import assert from 'node:assert/strict'
 import { execFile } from 'node:child_process'
 import { dirname, join } from 'node:path'
@@ -19,10 +18,13 @@ const run = promisify(execFile)
 
 // The CLI's stdout; a non-zero exit throws (with stdout and stderr on the error).
 async function cli(...args) {
+  return (await cliOutput(...args)).stdout
+}
+
+async function cliOutput(...args) {
   const running = run(process.execPath, [cliPath, ...args], { timeout: 60_000 })
   running.child.stdin.end() // nothing to pipe in: `exec` would otherwise wait for it
-  const { stdout } = await running
-  return stdout
+  return await running
 }
 
 async function waitUntilAsync(predicate, timeoutMs) {
@@ -71,9 +73,15 @@ test('the CLI lists, inspects, runs in, reads logs and metrics of, pauses, resum
     assert.ok(!(await Sandbox.list().nextItems()).some((s) => s.sandboxId === id))
   })
 
-test('the CLI hears that snapshots are not served', normalOnly, async () => {
-  await assert.rejects(cli('sandbox', 'snapshot', 'list'), (error) => {
-    assert.match(`${error.stdout}${error.stderr}`, /not supported by sandboxd/)
-    return true
-  })
+test('the CLI takes, lists and deletes snapshots', normalOnly, async (t) => {
+  const sbx = await Sandbox.create()
+  t.after(() => Sandbox.kill(sbx.sandboxId))
+  const name = `cli-snap-${sbx.sandboxId}`
+  const created = await cli('sandbox', 'snapshot', 'create', sbx.sandboxId, '-n', name)
+  assert.match(created, new RegExp(`Created snapshot ${name}:default from sandbox ${sbx.sandboxId}`))
+  const listed = JSON.parse(await cli('sandbox', 'snapshot', 'list', sbx.sandboxId, '--format', 'json'))
+  assert.deepEqual(listed, [{ snapshotId: `${name}:default`, names: [name] }])
+  assert.match(await cli('sandbox', 'snapshot', 'delete', `${name}:default`), /has been deleted/)
+  const again = await cliOutput('sandbox', 'snapshot', 'delete', `${name}:default`)
+  assert.match(again.stderr, /wasn't found/)
 })
