@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
@@ -15,6 +16,7 @@ import pytest
 
 from tests.sandboxd.serving import NO_NETWORK, running_sandboxd
 from tests.sandboxd.test_disk_pause import BOOT_ID, background, collected, sh
+from tests.waiting import wait_until
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -195,6 +197,29 @@ def test_refusals_say_why(server: Sandboxd) -> None:
         assert api.post(path, json={}).status_code == 404
         assert api.get("/snapshots").json() == []  # nothing was left of the refused ones
         assert snapshot_layers(server) == []
+
+
+def test_a_sandbox_being_paused_is_refused_a_409(server: Sandboxd) -> None:
+    """Listed paused from the pause's start, while its files are exported: 128 MiB take the
+    export far longer than the snapshot call takes to be refused."""
+    with server.client() as api, ThreadPoolExecutor(1) as pausing:
+        source = create(api)
+        sid, token = source["sandboxID"], source["envdAccessToken"]
+        sh(server, sid, "head -c 134217728 /dev/zero > /home/user/big", token)
+
+        def pause_to_disk() -> int:
+            with server.client() as own:  # a client of its own, in its own thread
+                return own.post(f"/sandboxes/{sid}/pause", json={"memory": False}).status_code
+
+        pause = pausing.submit(pause_to_disk)
+        wait_until(lambda: api.get(f"/sandboxes/{sid}").json()["state"] == "paused", 30,
+                   "the pause to start")  # fmt: skip
+        refused = api.post(f"/sandboxes/{sid}/snapshots", json={})
+        assert not pause.done(), "the pause ended before the snapshot call was answered"
+        message = f"Sandbox '{sid}' cannot be snapshotted while in 'pausing' state"
+        assert refused.json() == {"code": 409, "message": message}
+        assert pause.result() == 204
+        assert api.delete(f"/sandboxes/{sid}").status_code == 204
 
 
 def test_snapshots_survive_a_restart_are_listed_by_the_command_line_and_are_collected(
