@@ -58,18 +58,37 @@ def snapshot_layers(server: Sandboxd) -> list[str]:
     return sorted(p.name for p in (server.state_dir / "layers").glob("snapshot-*"))
 
 
-def test_the_source_runs_on_and_its_children_boot_its_files_and_diverge(
-    server: Sandboxd,
-) -> None:
+def listed(api: httpx.Client, **query: str | int) -> list[str]:
+    answer = api.get("/snapshots", params=query)
+    assert answer.status_code == 200, answer.text
+    return [s["snapshotID"] for s in answer.json()]
+
+
+def paged(api: httpx.Client, limit: int) -> list[list[str]]:
+    """Every page of `GET /snapshots?limit=`, following `X-Next-Token`."""
+    pages, token = [], None
+    while True:
+        query = {"limit": limit} | ({"nextToken": token} if token else {})
+        answer = api.get("/snapshots", params=query)
+        assert answer.status_code == 200, answer.text
+        pages.append([s["snapshotID"] for s in answer.json()])
+        token = answer.headers.get("X-Next-Token")
+        if token is None:
+            return pages
+
+
+def ids(sandbox: dict[str, str]) -> tuple[str, str]:
+    return sandbox["sandboxID"], sandbox["envdAccessToken"]
+
+
+def test_the_source_runs_on_and_a_child_boots_its_files_cold(server: Sandboxd) -> None:
     with server.client() as api:
-        source = create(api, envVars={"FROM_SOURCE": "kept"})
-        sid, token = source["sandboxID"], source["envdAccessToken"]
-        sh(server, sid, "mkdir /home/user/app && echo original > /home/user/app/data", token)
+        sid, token = ids(create(api, envVars={"FROM_SOURCE": "kept"}))
+        sh(server, sid, "echo original > /home/user/data", token)
         background(server, sid, "sleep 3600", token)
         sleeper = sh(server, sid, "pgrep -x sleep", token)
         boot = sh(server, sid, BOOT_ID, token)
         before = api.get(f"/sandboxes/{sid}").json()
-
         taken = snapshot(api, sid)
         snapshot_id = str(taken["snapshotID"])
         assert snapshot_id.endswith(":default")
@@ -79,44 +98,49 @@ def test_the_source_runs_on_and_its_children_boot_its_files_and_diverge(
         assert sh(server, sid, "pgrep -x sleep", token) == sleeper  # the same process, alive
         assert sh(server, sid, BOOT_ID, token) == boot
 
-        first = create(api, snapshot_id, envVars={"FROM_CHILD": "given"}, metadata={"n": "1"})
-        second = create(api, snapshot_id)
-        for child in (first, second):
-            assert child["sandboxID"] != sid
-            assert child["envdAccessToken"] != token
-            assert child["templateID"] == snapshot_id.removesuffix(":default")
-        c1, t1 = first["sandboxID"], first["envdAccessToken"]
-        c2, t2 = second["sandboxID"], second["envdAccessToken"]
-        assert sh(server, c1, "cat /home/user/app/data", t1) == "original\n"
-        assert sh(server, c1, BOOT_ID, t1) != boot  # a cold boot of the files
-        assert sh(server, c1, "pgrep -x sleep || true", t1) == ""
-        assert sh(server, c1, 'echo "$FROM_SOURCE $FROM_CHILD"', t1) == "kept given\n"
-        assert api.get(f"/sandboxes/{c1}").json()["metadata"] == {"n": "1"}
-        sh(server, c1, "echo changed > /home/user/app/data", t1)
-        assert sh(server, c2, "cat /home/user/app/data", t2) == "original\n"
-        assert sh(server, sid, "cat /home/user/app/data", token) == "original\n"
+        child = create(api, snapshot_id, envVars={"FROM_CHILD": "given"}, metadata={"n": "1"})
+        cid, ctoken = ids(child)
+        assert (cid, ctoken) != (sid, token)
+        assert child["templateID"] == snapshot_id.removesuffix(":default")
+        assert api.get(f"/sandboxes/{cid}").json()["metadata"] == {"n": "1"}
+        assert sh(server, cid, "cat /home/user/data", ctoken) == "original\n"
+        assert sh(server, cid, BOOT_ID, ctoken) != boot  # a cold boot of the files
+        assert sh(server, cid, "pgrep -x sleep || true", ctoken) == ""
+        assert sh(server, cid, 'echo "$FROM_SOURCE $FROM_CHILD"', ctoken) == "kept given\n"
+        for sandbox_id in (cid, sid):
+            assert api.delete(f"/sandboxes/{sandbox_id}").status_code == 204
+        assert delete(api, snapshot_id).status_code == 204
+        assert snapshot_layers(server) == []
 
-        # A snapshot of a child stacks on the first: its grandchild has the child's files.
-        stacked = str(snapshot(api, c1)["snapshotID"])
-        grandchild = create(api, stacked)
-        assert sh(server, grandchild["sandboxID"], "cat /home/user/app/data",
-                  grandchild["envdAccessToken"]) == "changed\n"  # fmt: skip
 
+def test_children_diverge_a_snapshot_of_one_stacks_and_deletion_waits_for_them(
+    server: Sandboxd,
+) -> None:
+    with server.client() as api:
+        sid, token = ids(create(api))
+        sh(server, sid, "echo original > /home/user/data", token)
+        snapshot_id = str(snapshot(api, sid)["snapshotID"])
+        (c1, t1), (c2, t2) = ids(create(api, snapshot_id)), ids(create(api, snapshot_id))
+        sh(server, c1, "echo changed > /home/user/data", t1)
+        assert sh(server, c2, "cat /home/user/data", t2) == "original\n"
+        assert sh(server, sid, "cat /home/user/data", token) == "original\n"
+        stacked = str(snapshot(api, c1)["snapshotID"])  # the first one's layers and c1's
         refused = delete(api, snapshot_id)
-        assert refused.status_code == 400
         template_id = snapshot_id.removesuffix(":default")
-        assert refused.json()["message"] == f"template '{template_id}' is used by sandboxes"
-        for child in (first, second, grandchild):
-            assert api.delete(f"/sandboxes/{child['sandboxID']}").status_code == 204
-        assert len(snapshot_layers(server)) == 2
+        message = f"template '{template_id}' is used by sandboxes"
+        assert refused.json() == {"code": 400, "message": message}
+        for sandbox_id in (c1, c2):
+            assert api.delete(f"/sandboxes/{sandbox_id}").status_code == 204
         assert delete(api, snapshot_id).status_code == 204
         assert delete(api, snapshot_id).status_code == 404
         assert api.post("/v2/sandboxes", json={"templateID": snapshot_id}).status_code == 404
-        # The stacked snapshot still boots: its build keeps the first one's layer.
-        assert len(snapshot_layers(server)) == 2
+        assert len(snapshot_layers(server)) == 2  # the stacked one's build keeps both
+        gid, gtoken = ids(create(api, stacked))
+        assert sh(server, gid, "cat /home/user/data", gtoken) == "changed\n"
+        for sandbox_id in (gid, sid):
+            assert api.delete(f"/sandboxes/{sandbox_id}").status_code == 204
         assert delete(api, stacked).status_code == 204
         assert snapshot_layers(server) == []
-        assert api.delete(f"/sandboxes/{sid}").status_code == 204
 
 
 def test_names_tags_paging_and_filters(server: Sandboxd) -> None:
@@ -131,34 +155,21 @@ def test_names_tags_paging_and_filters(server: Sandboxd) -> None:
         assert retagged == {"snapshotID": "snap-a:v2", "names": ["snap-a"]}
         unnamed = str(snapshot(api, other)["snapshotID"])
 
-        everything = [s["snapshotID"] for s in api.get("/snapshots").json()]
+        everything = listed(api)
         assert everything == [unnamed, "snap-b:v1", "snap-a:v2"]  # newest template first
-        paged, token = [], None
-        while True:
-            page = api.get(
-                "/snapshots", params={"limit": 1} | ({"nextToken": token} if token else {})
-            )
-            assert page.status_code == 200
-            paged += [s["snapshotID"] for s in page.json()]
-            token = page.headers.get("X-Next-Token")
-            if token is None:
-                break
-        assert paged == everything
+        assert paged(api, 1) == [[unnamed], ["snap-b:v1"], ["snap-a:v2"]]
+        assert paged(api, 2) == [[unnamed, "snap-b:v1"], ["snap-a:v2"]]
+        assert paged(api, 3) == [everything]  # no X-Next-Token when nothing more follows
 
-        def listed(**query: str | int) -> list[str]:
-            answer = api.get("/snapshots", params=query)
-            assert answer.status_code == 200, answer.text
-            return [s["snapshotID"] for s in answer.json()]
-
-        assert listed(sandboxID=source) == ["snap-b:v1", "snap-a:v2"]
-        assert listed(sandboxID=other) == [unnamed, "snap-a:v2"]
-        assert listed(sandboxID="inosuchsandbox") == []
-        assert listed(name="snap-a") == ["snap-a:v2"]
-        assert listed(name="snap-a:default") == ["snap-a:default"]
-        assert listed(name="sandboxd/snap-b") == ["snap-b:v1"]
-        assert listed(name="snap-c") == []
-        assert listed(limit=0) == everything
-        assert listed(limit=500) == everything
+        assert listed(api, sandboxID=source) == ["snap-b:v1", "snap-a:v2"]
+        assert listed(api, sandboxID=other) == [unnamed, "snap-a:v2"]
+        assert listed(api, sandboxID="inosuchsandbox") == []
+        assert listed(api, name="snap-a") == ["snap-a:v2"]
+        assert listed(api, name="snap-a:default") == ["snap-a:default"]
+        assert listed(api, name="sandboxd/snap-b") == ["snap-b:v1"]
+        assert listed(api, name="snap-c") == []
+        assert listed(api, limit=0) == everything
+        assert listed(api, limit=500) == everything
         bad = api.get("/snapshots", params={"nextToken": "not-a-token"})
         assert bad.json() == {"code": 400, "message": "Invalid next token"}
 
@@ -167,7 +178,7 @@ def test_names_tags_paging_and_filters(server: Sandboxd) -> None:
         assert api.delete(f"/sandboxes/{child['sandboxID']}").status_code == 204
         for made in ("snap-a:default", "snap-b:v1", unnamed):
             assert delete(api, made).status_code == 204
-        assert listed() == []
+        assert listed(api) == []
         for sandbox_id in (source, other):
             assert api.delete(f"/sandboxes/{sandbox_id}").status_code == 204
 
