@@ -5,12 +5,13 @@ must carry the sandbox's access token before anything is resumed: envd's for env
 secure sandbox, the traffic token for its own ports when public traffic is off.
 
 The sandbox runs on for its create's timeout, at least a minute and at most the longest life
-(E2B's H/auto_resume_timeout.go: the floor keeps a short-lived sandbox from pausing again as
-soon as it woke)."""
+(E2B infra's api/internal/handlers/auto_resume_timeout.go: the floor keeps a short-lived sandbox
+from pausing again as soon as it woke)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 from typing import TYPE_CHECKING
 
@@ -19,7 +20,7 @@ from sandboxd.guest.client import ENVD_PORT
 from sandboxd.lifecycle.disk_pause import FILESYSTEM
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import AsyncIterator, Callable
 
     from sandboxd.lifecycle.ingress import Credentials
     from sandboxd.lifecycle.pauses import Pauses
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
 # How long a wake waits for a pause or resume under way (the reference's transition budget).
 TRANSITION_WAIT_S = 60.0
 MIN_TIMEOUT_S = 60
-DEFAULT_TIMEOUT_S = 300  # a sandbox whose record has no timeout
 
 
 def auto_resumes(sandbox: Sandbox) -> bool:
@@ -39,7 +39,7 @@ def auto_resumes(sandbox: Sandbox) -> bool:
 
 def wake_timeout(sandbox: Sandbox, max_timeout_s: int) -> int:
     """How long a woken sandbox runs: its create's timeout, clamped to [a minute, the max]."""
-    return min(max(sandbox.row.timeout_s or DEFAULT_TIMEOUT_S, MIN_TIMEOUT_S), max_timeout_s)
+    return min(max(sandbox.row.timeout_s, MIN_TIMEOUT_S), max_timeout_s)
 
 
 def check_credentials(sandbox: Sandbox, port: int, credentials: Credentials) -> None:
@@ -53,6 +53,26 @@ def check_credentials(sandbox: Sandbox, port: int, credentials: Credentials) -> 
         return
     if given is None or not hmac.compare_digest(given.encode(), expected.encode()):
         raise WakeRefused(f"sandbox {sandbox.id}: the request's token does not resume it")
+
+
+@contextlib.asynccontextmanager
+async def held(
+    lock: asyncio.Lock, sandbox_id: str, wait_s: float = TRANSITION_WAIT_S
+) -> AsyncIterator[None]:
+    """The sandbox's `lock` held for the block, once the pause or resume holding it ended.
+
+    Raises:
+        StillTransitioning: it was still held after `wait_s`.
+    """
+    try:
+        async with asyncio.timeout(wait_s):
+            await lock.acquire()
+    except TimeoutError:
+        raise StillTransitioning(f"Sandbox {sandbox_id} is still transitioning") from None
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 class Waker:
@@ -79,17 +99,10 @@ class Waker:
         sandbox = self.find(sandbox_id)
         if sandbox is None or not auto_resumes(sandbox):
             return
-        try:
-            async with asyncio.timeout(TRANSITION_WAIT_S):
-                await sandbox.lock.acquire()
-        except TimeoutError:
-            raise StillTransitioning(f"Sandbox {sandbox_id} is still transitioning") from None
-        try:
+        async with held(sandbox.lock, sandbox_id):
             if self.find(sandbox_id) is not sandbox or sandbox.running:
                 return  # killed meanwhile, or resumed by another request
             if sandbox.box is None or sandbox.row.pause_mode == FILESYSTEM:
                 return  # paused to disk: resumed explicitly only
             check_credentials(sandbox, port, credentials)
             await self.pauses.thaw(sandbox, wake_timeout(sandbox, self.max_timeout_s))
-        finally:
-            sandbox.lock.release()
