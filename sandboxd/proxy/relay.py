@@ -13,8 +13,9 @@ httpcore and certifi to the one pyproject that also installs envd into every san
 every body byte again, and hide the transports that `cut` must abort.
 
 Per request: the routing rules of sandboxd/proxy/routing.py; envd's orchestrator-only paths
-refused; a sandbox not running woken, or answered, by sandboxd/proxy/waking.py; a kept-alive connection to the port taken or made; the client leaving aborts the
-upstream connection, so the sandbox's server sees it leave too.
+refused; a sandbox not running woken, or answered, by sandboxd/proxy/waking.py; a kept-alive
+connection to the port taken or made; the client leaving aborts the upstream connection, so the
+sandbox's server sees it leave too.
 """
 
 from __future__ import annotations

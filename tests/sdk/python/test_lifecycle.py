@@ -1,7 +1,7 @@
 """The control API as the SDK uses it (normal mode only): create, connect, kill, list, info,
 timeouts, pause and resume (a filesystem pause too), the pause at a sandbox's end (`lifecycle`)
-and its resume by traffic (`auto_resume`), metrics, a sandbox killed while a command runs, and the quickstart a README gives a newcomer. Each
-test makes its own sandboxes and kills them."""
+and its resume by traffic (`auto_resume`), metrics, a sandbox killed while a command runs, and
+the quickstart a README gives a newcomer. Each test makes its own sandboxes and kills them."""
 
 from __future__ import annotations
 
