@@ -86,7 +86,10 @@ class Database:
         try:
             if self.writes.broken:
                 self.writes = _connect(self._url)
-            with self.writes.transaction():
+            # Pipelined: the transaction's statements go out without waiting for each answer,
+            # so a write is about one round trip however many changes it holds, and this
+            # thread waits for the GIL once rather than after each statement.
+            with self.writes.pipeline(), self.writes.transaction():
                 for change in changes:
                     change()
         except psycopg.OperationalError as exc:
