@@ -53,19 +53,22 @@ class PostgresServer:
 
     def start(self) -> None:
         """Make the cluster and start the server; returns once it accepts connections."""
-        bin_dir = _bin_dir()
         as_server = self._as_server_account()
         password_file = self.dir / "password"
         password_file.write_text(self.password + "\n")
         self._hand_over(password_file)
-        subprocess.run([*as_server, bin_dir / "initdb", "--pgdata", self.dir / "data",
+        subprocess.run([*as_server, _bin_dir() / "initdb", "--pgdata", self.dir / "data",
                         "--username", _ROLE, "--pwfile", password_file, "--auth", "scram-sha-256",
                         "--encoding", "UTF8", "--no-sync", "--no-instructions"],
                        cwd=self.dir, check=True, capture_output=True)  # fmt: skip
         password_file.unlink()
+        self.launch()
+
+    def launch(self) -> None:
+        """Start the server on the cluster made by `start`, as after `halt`."""
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
-                [*as_server, "--pdeathsig", "SIGKILL", bin_dir / "postgres",
+                [*self._as_server_account(), "--pdeathsig", "SIGKILL", _bin_dir() / "postgres",
                  "-D", self.dir / "data", "-p", str(self.port), "-c", "listen_addresses=127.0.0.1",
                  "-c", f"unix_socket_directories={self.dir}", "-c", "synchronous_commit=off"],
                 cwd=self.dir, stdout=log, stderr=log,
@@ -80,20 +83,25 @@ class PostgresServer:
         return self.url(name)
 
     def stop(self) -> None:
-        """Stop the server by its pid (a fast shutdown: SIGINT; SIGKILL if it still runs a
-        minute later) and remove its directory."""
-        proc, self.proc = self.proc, None
+        """Halt the server and remove its directory."""
         try:
-            if proc is not None:
-                proc.send_signal(signal.SIGINT)
-                try:
-                    proc.wait(timeout=60)
-                finally:
-                    if proc.poll() is None:
-                        proc.kill()
-                        proc.wait()
+            self.halt()
         finally:
             shutil.rmtree(self.dir, ignore_errors=True)
+
+    def halt(self) -> None:
+        """Stop the server by its pid (a fast shutdown: SIGINT; SIGKILL if it still runs a
+        minute later), its cluster kept for `launch`."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
 
     def _accepts(self) -> bool:
         assert self.proc is not None

@@ -26,6 +26,7 @@ from sandboxd.store.rows import BuildRow, LogLine, MetricSample, SandboxRow, Tem
 from sandboxd.store.sqlite import database as sqlite_database
 from sandboxd.store.sqlite.store import SqliteStore
 from tests.sandboxd.serving import free_port  # nothing listens there
+from tests.store.postgres_server import PostgresServer
 from tests.store.writer import sandbox
 from tests.waiting import wait_until
 
@@ -237,6 +238,26 @@ async def test_an_unreachable_database_is_said_so_without_its_password(tmp_path:
     with pytest.raises(StoreUnavailable, match="cannot open the database") as raised:
         open_store(tmp_path, url)
     assert "secret-word" not in str(raised.value)
+
+
+async def test_a_store_whose_server_went_away_says_so_and_connects_again(tmp_path: Path) -> None:
+    server = PostgresServer()
+    try:
+        server.start()
+        store = open_store(tmp_path, server.create_database())
+        await store.write(functools.partial(store.put_template, TEMPLATE))
+        server.halt()
+        with pytest.raises(StoreUnavailable, match="the database is unavailable"):
+            store.templates()
+        with pytest.raises(StoreUnavailable, match="the database is unavailable"):
+            await store.write(functools.partial(store.put_sandbox, SANDBOX))
+        server.launch()
+        assert store.templates() == [TEMPLATE]
+        await store.write(functools.partial(store.put_sandbox, SANDBOX))
+        assert store.sandboxes() == [SANDBOX]
+        store.close()
+    finally:
+        server.stop()
 
 
 # A SQLite column's type and the PostgreSQL types that may stand for it.
