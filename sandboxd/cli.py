@@ -57,10 +57,9 @@ def _store_options(p: argparse.ArgumentParser) -> None:
         "--database-url",
         default=os.environ.get(DATABASE_URL_ENV) or None,
         metavar="URL",
-        help="the store in the PostgreSQL database at this postgresql:// URL, which sandboxds "
-        "on several machines can share (needs sandboxd[postgres]; a password is better given "
-        f"as PGPASSWORD than here) (default ${DATABASE_URL_ENV}, else SQLite in the state "
-        "directory)",
+        help="the store in the PostgreSQL database at this postgresql:// URL (needs "
+        "sandboxd[postgres]; a password is better given as PGPASSWORD than here) (default "
+        f"${DATABASE_URL_ENV}, else SQLite in the state directory)",
     )
 
 

@@ -2,8 +2,8 @@
 `Store`, all of them over one database. Everything above the store types against `Store`; only
 the entry points that put sandboxd together (serve, the CLI: sandboxd.daemon.serve.open_store)
 open a backend: sandboxd.store.sqlite, the default, in the state directory; or
-sandboxd.store.postgres, a PostgreSQL database that sandboxds on several machines share. Rows:
-sandboxd.store.rows.
+sandboxd.store.postgres, a PostgreSQL database (the ground for sandboxds on several machines
+sharing one). Rows: sandboxd.store.rows.
 
 Reads return what is committed, at once: they are synchronous, which SQLite's lookups in pages
 in memory allow, and PostgreSQL's at the cost of a round trip on the event loop (a fraction of a

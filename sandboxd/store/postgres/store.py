@@ -1,6 +1,6 @@
-"""`PostgresStore`: sandboxd's store (sandboxd.store.interface.Store) in a PostgreSQL database
-that sandboxds on many machines can share. Its table groups (.tables, .build_tables) are each
-whole over a Database (.database); the store is their union over one, as SqliteStore is."""
+"""`PostgresStore`: sandboxd's store (sandboxd.store.interface.Store) in a PostgreSQL database.
+Its table groups (.tables, .build_tables) are each whole over a Database (.database); the store
+is their union over one, as SqliteStore is."""
 
 from __future__ import annotations
 
