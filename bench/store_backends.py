@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from bench.sandboxd_lifecycle import pool_full
 from sandboxd.daemon.serve import open_store
+from sandboxd.host.removal import remove_tree
 from sandboxd.store.rows import SandboxRow
 from tests.sandboxd.serving import API_KEY, NO_NETWORK, Sandboxd
 from tests.sandboxd.template_cache import ensure_base_template
@@ -124,6 +125,7 @@ def main() -> None:
         for server in servers.values():
             server.clean_up()
         database.stop()
+        remove_tree(work)
 
 
 if __name__ == "__main__":
