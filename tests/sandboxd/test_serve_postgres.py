@@ -1,7 +1,8 @@
 """`sandboxd serve --database-url postgresql://...`: the store in a PostgreSQL database (Debian's
 server, started for the run) instead of SQLite in the state directory. A sandbox created,
 listed and killed through the API, its row in the database; a restart that adopts it; the
-command line's key and template commands on the same database."""
+command line's key and template commands on the same database; 503 while the database server
+is away, and serving again once it is back."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 from sandboxd.daemon.serve import DATABASE_URL_ENV
 from sandboxd.store.sqlite.database import DB_FILE
 from tests.sandboxd.serving import NO_NETWORK, running_sandboxd, wait_gone
+from tests.store.postgres_server import PostgresServer
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -81,6 +83,24 @@ def test_the_command_line_uses_the_same_database(
         assert [t["aliases"] for t in answer.json()] == [["base"]]
         listing = _sandboxd("template", "ls", "--state-dir", str(state), url=postgres_url)
         assert "base" in listing.splitlines()[1]
+
+
+def test_a_database_away_answers_503_until_it_is_back(tmp_path: Path, base_template: Path) -> None:
+    database = PostgresServer()  # of this test's own: it is stopped halfway
+    try:
+        database.start()
+        url = database.create_database()
+        flags = (NO_NETWORK, "--database-url", url)
+        server = running_sandboxd(tmp_path / "state", base_template, *flags)
+        with server as serving, serving.client() as api:
+            database.halt()
+            away = api.get("/templates")
+            assert away.status_code == 503
+            assert "the database is unavailable" in away.json()["message"]
+            database.launch()
+            assert api.get("/templates").status_code == 200
+    finally:
+        database.stop()
 
 
 def test_a_database_url_of_another_kind_is_refused(tmp_path: Path) -> None:
