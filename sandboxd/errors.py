@@ -101,6 +101,12 @@ class HostError(SandboxError):
     """The host lacks something the runtime needs (root, cgroup2, systemd-nspawn, overlayfs)."""
 
 
+class StoreUnavailable(SandboxError):
+    """The store's database server cannot be reached (a PostgreSQL store: down, restarting, or
+    refusing the credentials); nothing of the read or write that met it took effect. Trying
+    again may work."""
+
+
 class TeardownError(SandboxError):
     """Killing a sandbox left something behind (a busy mount, a cgroup that would not empty);
     the message names what."""
