@@ -297,9 +297,11 @@ class NspawnRuntime:
             if box is not None:
                 boxes.append(box)
                 continue
-            log.warning("sandbox %s is not running: removing what is left of it", sandbox_id)
+            kept = spec is not None and sandbox_id in keep
+            log.warning("sandbox %s is not running: removing what is left of it%s", sandbox_id,
+                        " but its files" if kept else "")  # fmt: skip
             try:
-                if spec is not None and sandbox_id in keep:
+                if kept and spec is not None:
                     stopped.keep_files(self.steps, spec, dirs)
                 else:
                     self._teardown(sandbox_id)
@@ -333,9 +335,7 @@ class NspawnRuntime:
     def stats(self, box: Box) -> Usage:
         """CPU time, memory charged and process count of the whole sandbox.
 
-        Raises:
-            SandboxError: the sandbox is gone.
-        """
+        Raises SandboxError: the sandbox is gone."""
         try:
             return box.cgroups.usage()
         except FileNotFoundError:
