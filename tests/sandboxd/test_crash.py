@@ -23,7 +23,7 @@ from sandboxd.host.removal import mounts_under, remove_tree
 from sandboxd.runtime.nspawn.container import PROPAGATE_DIR
 from tests.network import sdk_suites
 from tests.sandboxd.serving import API_KEY, NO_NETWORK, running_sandboxd
-from tests.sandboxd.test_disk_pause import BOOT_ID, FS, SLEEPERS, background, create, sh
+from tests.sandboxd.test_disk_pause import BOOT_ID, FS, SLEEPERS, prepared, sh
 from tests.waiting import wait_until
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root: sandboxes and their mounts"),
 ]
 
-MARKER = "/home/user/marker"
+MARKER = "/home/user/marker"  # as test_disk_pause.prepared writes it
 READ_WITH_SDK = (
     "import sys\n"
     "from e2b import Sandbox\n"
@@ -56,14 +56,10 @@ def test_after_a_crash_every_paused_and_running_sandbox_resumes_with_its_files(
 ) -> None:
     with running_sandboxd(tmp_path / "state", base_template, NO_NETWORK) as server:
         with server.client() as api:
-            made = {kind: create(api) for kind in ("full", "filesystem", "running")}
-            tokens = {kind: s["envdAccessToken"] for kind, s in made.items()}
-            ids = {kind: s["sandboxID"] for kind, s in made.items()}
-            boots = {}
-            for kind, sid in ids.items():
-                sh(server, sid, f"echo {kind} > {MARKER}", tokens[kind])
-                background(server, sid, "sleep 3600", tokens[kind])
-                boots[kind] = sh(server, sid, BOOT_ID, tokens[kind])
+            made = {kind: prepared(server, api, kind) for kind in ("full", "filesystem", "running")}
+            ids = {kind: sid for kind, (sid, _) in made.items()}
+            tokens = {kind: token for kind, (_, token) in made.items()}
+            boots = {kind: sh(server, sid, BOOT_ID, tokens[kind]) for kind, sid in ids.items()}
             assert api.post(f"/sandboxes/{ids['full']}/pause").status_code == 204
             pause_fs = api.post(f"/sandboxes/{ids['filesystem']}/pause", json=FS)
             assert pause_fs.status_code == 204

@@ -80,6 +80,16 @@ def create(api: httpx.Client) -> dict[str, str]:
     return dict(answer.json())
 
 
+def prepared(server: Sandboxd, api: httpx.Client, marker: str) -> tuple[str, str]:
+    """A new sandbox (its id and token) with `marker` in /home/user/marker and a `sleep`
+    running."""
+    sandbox = create(api)
+    sid, token = sandbox["sandboxID"], sandbox["envdAccessToken"]
+    sh(server, sid, f"echo {marker} > /home/user/marker", token)
+    background(server, sid, "sleep 3600", token)
+    return sid, token
+
+
 BOOT_ID = "cat /proc/sys/kernel/random/boot_id"
 SLEEPERS = "pgrep -x sleep || true"
 
@@ -93,10 +103,7 @@ def test_files_survive_a_pause_to_disk_and_the_resume_is_a_boot_with_the_same_to
     server: Sandboxd,
 ) -> None:
     with server.client() as api:
-        sandbox = create(api)
-        sid, token = sandbox["sandboxID"], sandbox["envdAccessToken"]
-        sh(server, sid, "echo persisted > /home/user/marker", token)
-        background(server, sid, "sleep 3600", token)
+        sid, token = prepared(server, api, "persisted")
         assert sh(server, sid, SLEEPERS, token).strip()
         boot_before = sh(server, sid, BOOT_ID, token)
         assert api.post(f"/sandboxes/{sid}/pause", json=FS).status_code == 204
@@ -167,10 +174,7 @@ def test_a_full_pause_writes_its_files_to_a_pause_layer_that_its_thaw_deletes(
     server: Sandboxd,
 ) -> None:
     with server.client() as api:
-        sandbox = create(api)
-        sid, token = sandbox["sandboxID"], sandbox["envdAccessToken"]
-        sh(server, sid, "echo frozen > /home/user/marker", token)
-        background(server, sid, "sleep 3600", token)
+        sid, token = prepared(server, api, "frozen")
         sleepers, boot_before = sh(server, sid, SLEEPERS, token), sh(server, sid, BOOT_ID, token)
         assert api.post(f"/sandboxes/{sid}/pause").status_code == 204
         assert api.get(f"/sandboxes/{sid}").json()["pauseMode"] == "full"
