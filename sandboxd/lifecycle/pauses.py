@@ -75,17 +75,19 @@ class Pauses:
 
     async def thaw(self, sandbox: Sandbox, timeout_s: int, memory: bool = True) -> None:
         """Run a paused sandbox again for `timeout_s`: thawed (the layer its full pause wrote
-        deleted after), or booted from its files when it is paused to disk or without `memory`.
+        deleted after), or booted from its files when it is paused to disk, without `memory`,
+        or when its processes are gone (killed while it was frozen).
 
         Raises:
             SandboxError: the thaw or boot failed (it stays paused).
         """
         row = sandbox.row
         written = None
-        if sandbox.box is None or not memory:
+        box = sandbox.box
+        if box is None or not memory or not box.cgroups.populated():
             await self.disks.reboot(sandbox)  # booted, its /init taken; or still paused
         else:
-            await self._thaw_box(sandbox, sandbox.box)
+            await self._thaw_box(sandbox, box)
             written = row.disk_image
         row.state, row.pause_mode, row.disk_image, row.started_at = "running", None, None, now_us()
         row.end_at = row.started_at + timeout_s * 1_000_000

@@ -4,7 +4,8 @@ directory in /run), and serve started again on the same state. Every paused sand
 on disk, is listed and resumes with its files and its token; and so does a sandbox that was
 running (beyond E2B: it comes back paused to disk). A full pause that lost its processes is
 reported paused to disk, and its resume is a boot (a new boot id). One of them is connected and
-read through the unmodified Python SDK (tests/sdk/.venv)."""
+read through the unmodified Python SDK (tests/sdk/.venv). And a frozen sandbox whose processes
+were killed while serve ran resumes by a boot from its files too."""
 
 from __future__ import annotations
 
@@ -51,6 +52,7 @@ def sdk_env() -> None:
     sdk_suites.node_path()
 
 
+@pytest.mark.timeout(300)  # three sandboxes created, a restart, three boots and the SDK's start
 def test_after_a_crash_every_paused_and_running_sandbox_resumes_with_its_files(
     tmp_path: Path, base_template: Path, sdk_env: None
 ) -> None:
@@ -86,6 +88,24 @@ def test_after_a_crash_every_paused_and_running_sandbox_resumes_with_its_files(
                 assert server.traces(sid) == []
     layers = tmp_path / "state" / "layers"
     assert [p.name for p in layers.iterdir() if p.name.startswith("pause-")] == []
+
+
+def test_a_frozen_sandbox_whose_processes_were_killed_resumes_from_its_files(
+    tmp_path: Path, base_template: Path
+) -> None:
+    state = tmp_path / "state"
+    with running_sandboxd(state, base_template, NO_NETWORK) as server, server.client() as api:
+        sid, token = prepared(server, api, "frozen")
+        boot = sh(server, sid, BOOT_ID, token)
+        assert api.post(f"/sandboxes/{sid}/pause").status_code == 204
+        wait_until(functools.partial(killed, server.cgroups(sid)), 30, "its processes to die")
+        resumed = api.post(f"/v2/sandboxes/{sid}/connect", json={"timeout": 60})
+        assert resumed.status_code == 201, resumed.text
+        assert resumed.json()["envdAccessToken"] == token
+        assert sh(server, sid, f"cat {MARKER}", token) == "frozen\n"
+        assert sh(server, sid, BOOT_ID, token) != boot
+        assert api.delete(f"/sandboxes/{sid}").status_code == 204
+        assert server.traces(sid) == []
 
 
 def crash(server: Sandboxd) -> None:
