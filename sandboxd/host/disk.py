@@ -105,6 +105,23 @@ def make(image: Path, mount_point: Path, disk_mb: int, owner: int, cache: Path) 
         d.chmod(0o755)  # the upper directory is the sandbox's `/`; serve's umask is 077
 
 
+def reopen(image: Path, mount_point: Path) -> None:
+    """Mount an existing disk image read-only at `mount_point` again (its loop device and mount
+    went with a reboot), for its files to be read; nothing for a disk without a limit (no
+    image). `undo` unmounts it.
+
+    Raises:
+        OSError: the image could not be attached or mounted.
+    """
+    if not image.exists():
+        return
+    device, fd = loop.attach(image)
+    try:
+        libc.mount(device, str(mount_point), "ext4", MOUNT_OPTIONS, libc.MS_RDONLY)
+    finally:
+        os.close(fd)
+
+
 def undo(image: Path, mount_point: Path) -> None:
     """Unmount the disk and free its loop device; nothing to do for what was not made.
 

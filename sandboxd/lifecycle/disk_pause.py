@@ -4,7 +4,7 @@ processes and memory, network slot, uid range, loop device); its resume boots th
 with that layer on top, under the same id, and sends envd's /init again (the same env vars,
 user, workdir and token: the token derives from the id). Its record says what it boots
 (`SandboxRow.disk_image`), so that a restarted serve resumes it too. A full pause's connect with
-`memory: false` goes the same way: exported, killed, booted.
+`memory: false` goes the same way: killed and booted from the layer the full pause wrote.
 
 Each function runs under the sandbox's lock (sandboxd.lifecycle.manager)."""
 
@@ -46,15 +46,21 @@ def layer_prefix(sandbox_id: str) -> str:
     return f"pause-{sandbox_id}-"
 
 
-def disk_image(box: Box, layer: Path) -> dict[str, Any]:
+def next_layer(layers: LayerStore, sandbox_id: str) -> str:
+    """The name of a new pause layer of a sandbox: numbered past those of it in the store."""
+    prefix = layer_prefix(sandbox_id)
+    numbers = [p.name.removeprefix(prefix) for p in layers.layers() if p.name.startswith(prefix)]
+    return f"{prefix}{max((int(n) for n in numbers if n.isdigit()), default=0) + 1}"
+
+
+def disk_image(image: BootImage, limits: Limits, layer: Path) -> dict[str, Any]:
     """What the record keeps of a sandbox paused to disk: its image with `layer` on top, its
     limits."""
-    image = box.image
     return {
         "layers": [str(p) for p in (*image.layers, layer)],
         "init": image.init,
         "io_uring": image.io_uring,
-        "limits": dataclasses.asdict(box.limits),
+        "limits": dataclasses.asdict(limits),
     }
 
 
@@ -86,25 +92,18 @@ class DiskPauses:
         self.layers = layers
 
     async def pause(self, sandbox: Sandbox) -> None:
-        """Export the frozen (or running) sandbox's writable layer, record it, then remove the
-        sandbox from the host. On an error before the record it stays as it was.
+        """Export the frozen (or running) sandbox's writable layer (unless its full pause
+        wrote it: frozen since), record it, then remove the sandbox from the host. On an error
+        before the record it stays as it was.
 
         Raises:
             SandboxError: the freeze or the export failed.
         """
         box = sandbox.live()
-        frozen = box.frozen
-        await self.runtime.freeze(box)
-        try:
-            layer = await asyncio.to_thread(self._export, box)
-        except BaseException:
-            if not frozen:  # running again, as before the pause
-                with contextlib.suppress(SandboxError):
-                    await self.runtime.thaw(box)
-            raise
         row = sandbox.row
-        row.state, row.pause_mode = "paused", FILESYSTEM
-        row.disk_image, row.uid_base = disk_image(box, layer), None  # its range is let go
+        if row.disk_image is None or not box.frozen:
+            row.disk_image = disk_image(box.image, box.limits, await self.export_frozen(box))
+        row.state, row.pause_mode, row.uid_base = "paused", FILESYSTEM, None  # its range goes
         row.end_at = now_us()
         await self.store.write(
             functools.partial(self.store.put_sandbox, row),
@@ -117,10 +116,23 @@ class DiskPauses:
         except SandboxError:  # paused as recorded; a restart's adoption removes what is left
             log.exception("sandbox %s: removing it after its pause left something", box.id)
 
-    def _export(self, box: Box) -> Path:
-        """The new pause layer of `box` (numbered past those it booted with). Blocking."""
-        earlier = sum(p.name.startswith(layer_prefix(box.id)) for p in box.image.layers)
-        return export_layer(self.runtime, self.layers, box, f"{layer_prefix(box.id)}{earlier + 1}")
+    async def export_frozen(self, box: Box) -> Path:
+        """Freeze `box` and export its writable layer as a new pause layer; it stays frozen.
+        On an error it runs again if it ran before.
+
+        Raises:
+            SandboxError: the freeze or the export failed.
+        """
+        frozen = box.frozen
+        await self.runtime.freeze(box)
+        try:
+            name = next_layer(self.layers, box.id)
+            return await asyncio.to_thread(export_layer, self.runtime, self.layers, box, name)
+        except BaseException:
+            if not frozen:  # running again, as before the pause
+                with contextlib.suppress(SandboxError):
+                    await self.runtime.thaw(box)
+            raise
 
     async def reboot(self, sandbox: Sandbox) -> None:
         """A paused sandbox booted from its files, paused to disk first if it is frozen.
@@ -151,6 +163,15 @@ class DiskPauses:
             raise
         sandbox.box = box
         sandbox.row.uid_base = box.uid_base
+
+    def drop_written(self, record: dict[str, Any]) -> None:
+        """Delete the pause layer a full pause wrote (the top of its `disk_image` record) once
+        the sandbox runs again: its files are the running sandbox's now. Blocking; a layer that
+        will not go is left to layer collection (nothing records it any more)."""
+        try:
+            remove_tree(Path(record["layers"][-1]))
+        except SandboxError:
+            log.exception("removing the pause layer of a thawed sandbox left something")
 
     async def remove_layers(self, sandbox_id: str) -> None:
         """Delete the pause layers of a sandbox killed, but those a snapshot of it stacks (it

@@ -160,7 +160,7 @@ class SandboxManager:
         """Adopt what a previous sandboxd left, then start the evictor, sampler and pool."""
         if self.runtime.egress_proxy is not None:
             await self.runtime.egress_proxy.start()
-        for sandbox in await adopt(self.runtime, self.store, self.tokens):
+        for sandbox in await adopt(self.runtime, self.store, self.tokens, self.disks.layers):
             self._sandboxes[sandbox.id] = sandbox
             if sandbox.box is not None:  # None: paused to disk
                 self.envd.reach(sandbox.id, sandbox.box.dialer)

@@ -1,9 +1,12 @@
 """A sandbox's pause and its way back, under its lock (sandboxd.lifecycle.manager takes it): a
-freeze that keeps processes and memory, or a pause to disk (sandboxd.lifecycle.disk_pause); a
-thaw, or a boot from the files. Each change is recorded before anyone is told."""
+freeze that keeps processes and memory, its files written to disk as well (a pause layer, as a
+pause to disk's: a crash or reboot that ends its processes leaves it paused to disk, not gone),
+or a pause to disk (sandboxd.lifecycle.disk_pause); a thaw, or a boot from the files. Each
+change is recorded before anyone is told."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 from typing import TYPE_CHECKING
@@ -11,7 +14,7 @@ from typing import TYPE_CHECKING
 from sandboxd.errors import SandboxError, WrongState
 from sandboxd.guest.init import init_envd
 from sandboxd.ids import now_us
-from sandboxd.lifecycle.disk_pause import FULL
+from sandboxd.lifecycle.disk_pause import FULL, disk_image
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -42,8 +45,9 @@ class Pauses:
         self._gone = gone
 
     async def pause(self, sandbox: Sandbox, memory: bool = True) -> None:
-        """Freeze a running sandbox (processes and memory kept), or without `memory` pause it
-        to disk.
+        """Freeze a running sandbox (processes and memory kept, its files written to disk as
+        well: a pause layer it boots from should it lose its processes), or without `memory`
+        pause it to disk.
 
         Raises:
             WrongState: already paused; SandboxError: the pause failed (it runs on).
@@ -53,35 +57,46 @@ class Pauses:
         sandbox.row.state = "paused"  # listed as paused while pausing, as the reference
         self._gone(sandbox.id)
         try:
-            await (self.runtime.freeze(sandbox.live()) if memory else self.disks.pause(sandbox))
+            if memory:
+                box = sandbox.live()
+                written = disk_image(box.image, box.limits, await self.disks.export_frozen(box))
+            else:
+                await self.disks.pause(sandbox)
         except SandboxError as exc:
             sandbox.row.state = "running"
             raise SandboxError(f"pausing {sandbox.id}: {exc}") from exc
         if memory:  # a pause to disk is recorded before the sandbox leaves the host
-            sandbox.row.end_at, sandbox.row.pause_mode = now_us(), FULL
+            row = sandbox.row
+            row.end_at, row.pause_mode, row.disk_image = now_us(), FULL, written
             await self.store.write(
-                functools.partial(self.store.put_sandbox, sandbox.row),
-                functools.partial(self.store.add_event, sandbox.row.end_at, sandbox.id, "paused"),
+                functools.partial(self.store.put_sandbox, row),
+                functools.partial(self.store.add_event, row.end_at, sandbox.id, "paused"),
             )
 
     async def thaw(self, sandbox: Sandbox, timeout_s: int, memory: bool = True) -> None:
-        """Run a paused sandbox again for `timeout_s`: thawed, or booted from its files when it
-        is paused to disk or without `memory`.
+        """Run a paused sandbox again for `timeout_s`: thawed (the layer its full pause wrote
+        deleted after), or booted from its files when it is paused to disk, without `memory`,
+        or when its processes are gone (killed while it was frozen).
 
         Raises:
             SandboxError: the thaw or boot failed (it stays paused).
         """
-        if sandbox.box is None or not memory:
+        row = sandbox.row
+        written = None
+        box = sandbox.box
+        if box is None or not memory or not box.cgroups.populated():
             await self.disks.reboot(sandbox)  # booted, its /init taken; or still paused
         else:
-            await self._thaw_box(sandbox, sandbox.box)
-        row = sandbox.row
+            await self._thaw_box(sandbox, box)
+            written = row.disk_image
         row.state, row.pause_mode, row.disk_image, row.started_at = "running", None, None, now_us()
         row.end_at = row.started_at + timeout_s * 1_000_000
         await self.store.write(
             functools.partial(self.store.put_sandbox, row),
             functools.partial(self.store.add_event, row.started_at, sandbox.id, "resumed"),
         )
+        if written is not None:  # recorded as gone first: a crash here leaves only litter
+            await asyncio.to_thread(self.disks.drop_written, written)
 
     async def _thaw_box(self, sandbox: Sandbox, box: Box) -> None:
         try:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Protocol
 from sandboxd.runtime.spec import BootImage
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Collection, Sequence
     from pathlib import Path
 
     from sandboxd.host.cgroups import Limits, SandboxCgroups, Usage
@@ -117,9 +117,24 @@ class Runtime(Protocol):
         """Let go of a sandbox that keeps running (serve stopping: the next one adopts it)."""
         ...
 
-    def adopt(self) -> Sequence[Box]:
-        """The sandboxes a previous sandboxd left running; the leftovers of the others removed.
-        Call once at startup, before any boot. Blocking."""
+    def adopt(self, keep: Collection[str] = ()) -> Sequence[Box]:
+        """The sandboxes a previous sandboxd left running; the leftovers of the others removed,
+        but the files of those in `keep` (whose processes a crash or a reboot ended) left for
+        `export_stopped`. Call once at startup, before any boot. Blocking."""
+        ...
+
+    def export_stopped(self, sandbox_id: str, dest: Path) -> SandboxSpec:
+        """The writable layer of a sandbox whose files `adopt` kept written into `dest` (as
+        `export_diff`); the record of what it booted. Blocking.
+
+        Raises:
+            SandboxError: nothing of it is left (HostError: its disk would not mount);
+                TemplateError: as `export_diff`.
+        """
+        ...
+
+    def remove_stopped(self, sandbox_id: str) -> None:
+        """Remove what `adopt` kept of a sandbox. Raises TeardownError as `kill`."""
         ...
 
     def sweep_network(self) -> None:

@@ -1,7 +1,9 @@
 """A pause to disk over the wire (`POST /sandboxes/{id}/pause {"memory": false}`): the files kept,
 the processes and memory not, the resume a boot under the same id and envd token; listed paused
 with its `pauseMode`; across a restart of serve; a kill that leaves no layer; a connect with
-`memory: false` that boots a frozen sandbox from its files; the refusals."""
+`memory: false` that boots a frozen sandbox from its files; the refusals. A full pause writes its
+files to a pause layer as well, deleted by its thaw (tests/sandboxd/test_crash.py: what it is
+for)."""
 
 from __future__ import annotations
 
@@ -78,6 +80,16 @@ def create(api: httpx.Client) -> dict[str, str]:
     return dict(answer.json())
 
 
+def prepared(server: Sandboxd, api: httpx.Client, marker: str) -> tuple[str, str]:
+    """A new sandbox (its id and token) with `marker` in /home/user/marker and a `sleep`
+    running."""
+    sandbox = create(api)
+    sid, token = sandbox["sandboxID"], sandbox["envdAccessToken"]
+    sh(server, sid, f"echo {marker} > /home/user/marker", token)
+    background(server, sid, "sleep 3600", token)
+    return sid, token
+
+
 BOOT_ID = "cat /proc/sys/kernel/random/boot_id"
 SLEEPERS = "pgrep -x sleep || true"
 
@@ -91,10 +103,7 @@ def test_files_survive_a_pause_to_disk_and_the_resume_is_a_boot_with_the_same_to
     server: Sandboxd,
 ) -> None:
     with server.client() as api:
-        sandbox = create(api)
-        sid, token = sandbox["sandboxID"], sandbox["envdAccessToken"]
-        sh(server, sid, "echo persisted > /home/user/marker", token)
-        background(server, sid, "sleep 3600", token)
+        sid, token = prepared(server, api, "persisted")
         assert sh(server, sid, SLEEPERS, token).strip()
         boot_before = sh(server, sid, BOOT_ID, token)
         assert api.post(f"/sandboxes/{sid}/pause", json=FS).status_code == 204
@@ -159,6 +168,37 @@ def test_connect_without_memory_boots_a_frozen_sandbox_from_its_files(server: Sa
         assert again.status_code == 200
         assert sh(server, sid, BOOT_ID, token) != boot_before
         assert api.delete(f"/sandboxes/{sid}").status_code == 204
+
+
+def test_a_full_pause_writes_its_files_to_a_pause_layer_that_its_thaw_deletes(
+    server: Sandboxd,
+) -> None:
+    with server.client() as api:
+        sid, token = prepared(server, api, "frozen")
+        sleepers, boot_before = sh(server, sid, SLEEPERS, token), sh(server, sid, BOOT_ID, token)
+        assert api.post(f"/sandboxes/{sid}/pause").status_code == 204
+        assert api.get(f"/sandboxes/{sid}").json()["pauseMode"] == "full"
+        (layer,) = pause_layers(server, sid)
+        written = server.state_dir / "layers" / layer / "home" / "user" / "marker"
+        assert written.read_text() == "frozen\n"
+        with server.held_until_resumed(sid):  # frozen as before: processes and memory kept
+            assert api.post(f"/sandboxes/{sid}/resume", json={"timeout": 60}).status_code == 201
+        assert pause_layers(server, sid) == []  # the files are the running sandbox's again
+        assert sh(server, sid, SLEEPERS, token) == sleepers
+        assert sh(server, sid, BOOT_ID, token) == boot_before
+        # A full pause's connect without memory boots from the layer the pause wrote.
+        sh(server, sid, "echo later > /home/user/second", token)
+        assert api.post(f"/sandboxes/{sid}/pause").status_code == 204
+        assert len(pause_layers(server, sid)) == 1
+        resumed = api.post(f"/v2/sandboxes/{sid}/connect", json={"timeout": 60, "memory": False})
+        assert resumed.status_code == 201, resumed.text
+        assert sh(server, sid, "cat /home/user/marker /home/user/second", token) == (
+            "frozen\nlater\n"
+        )
+        assert sh(server, sid, BOOT_ID, token) != boot_before
+        assert len(pause_layers(server, sid)) == 1  # what it booted from
+        assert api.delete(f"/sandboxes/{sid}").status_code == 204
+        assert pause_layers(server, sid) == []
 
 
 def test_a_restarted_serve_resumes_a_sandbox_paused_to_disk_and_collection_keeps_its_layer(

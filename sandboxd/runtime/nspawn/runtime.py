@@ -27,7 +27,7 @@ from sandboxd.host.removal import mounts_under, remove_tree
 from sandboxd.host.sysctl import ensure_host_limits
 from sandboxd.ids import is_sandbox_id
 from sandboxd.network import resolv_conf, sweep
-from sandboxd.runtime.nspawn import container, journal
+from sandboxd.runtime.nspawn import container, journal, stopped
 from sandboxd.runtime.nspawn.box import NspawnBox, envd_pids, own, running
 from sandboxd.runtime.nspawn.export import layer_from_upper
 from sandboxd.runtime.nspawn.steps import (
@@ -40,6 +40,7 @@ from sandboxd.runtime.nspawn.steps import (
 from sandboxd.runtime.spec import RECORD, Leftover, SandboxSpec, read_record, write_record
 
 if TYPE_CHECKING:
+    from collections.abc import Collection
     from pathlib import Path
 
     from sandboxd.network.egress_proxy.server import EgressProxy
@@ -205,20 +206,12 @@ class NspawnRuntime:
         self, sandbox_id: str, cgroups: SandboxCgroups, deadline: float, waiting_for: str
     ) -> None:
         if not cgroups.populated():
-            raise BootError(f"systemd-nspawn exited{self._console_tail(sandbox_id)}")
+            raise BootError(f"systemd-nspawn exited{self._dirs(sandbox_id).console_tail()}")
         if time.monotonic() > deadline:
             raise BootError(
                 f"no answer from {waiting_for} after {self.boot_timeout_s:g} s"
-                f"{self._console_tail(sandbox_id)}"
+                f"{self._dirs(sandbox_id).console_tail()}"
             )
-
-    def _console_tail(self, sandbox_id: str, lines: int = 5) -> str:
-        try:
-            text = self._dirs(sandbox_id).console_log.read_text(errors="replace")
-        except FileNotFoundError:
-            return ""
-        tail = [line for line in text.splitlines() if line.strip()][-lines:]
-        return "; console: " + " | ".join(tail) if tail else ""
 
     async def _teardown_after_failure(self, sandbox_id: str) -> None:
         try:
@@ -285,10 +278,11 @@ class NspawnRuntime:
         """Close the sandbox's pinned network namespace; the sandbox runs on."""
         own(box).netns.close()
 
-    def adopt(self) -> list[NspawnBox]:
+    def adopt(self, keep: Collection[str] = ()) -> list[NspawnBox]:
         """The sandboxes a previous sandboxd left running (frozen ones included), found from
         the cgroup tree and the sandboxes directory. Leftovers of sandboxes that are no longer
-        running (nspawn gone, half-made boots) are removed.
+        running (nspawn gone, half-made boots) are removed, but of those in `keep` (with a
+        record) the files stay (sandboxd.runtime.nspawn.stopped), for `export_stopped`.
 
         Call once at startup, before any boot.
         """
@@ -297,22 +291,33 @@ class NspawnRuntime:
             ids.update(p.name for p in self.sandboxes_dir.iterdir() if is_sandbox_id(p.name))
         boxes: list[NspawnBox] = []
         for sandbox_id in sorted(ids):
-            box = self._find(sandbox_id)
+            dirs = self._dirs(sandbox_id)
+            spec = read_record(dirs.dir)
+            box = None if spec is None else running(spec, dirs.dir, self._cgroups(sandbox_id))
             if box is not None:
                 boxes.append(box)
                 continue
-            log.warning("sandbox %s is not running: removing what is left of it", sandbox_id)
+            kept = spec is not None and sandbox_id in keep
+            log.warning("sandbox %s is not running: removing what is left of it%s", sandbox_id,
+                        " but its files" if kept else "")  # fmt: skip
             try:
-                self._teardown(sandbox_id)
+                if kept and spec is not None:
+                    stopped.keep_files(self.steps, spec, dirs)
+                else:
+                    self._teardown(sandbox_id)
             except SandboxError:
                 log.exception("sandbox %s: could not remove its leftovers", sandbox_id)
         return boxes
 
-    def _find(self, sandbox_id: str) -> NspawnBox | None:
-        spec = read_record(self.sandboxes_dir / sandbox_id)
-        if spec is None:
-            return None
-        return running(spec, self.sandboxes_dir / sandbox_id, self._cgroups(sandbox_id))
+    def export_stopped(self, sandbox_id: str, dest: Path) -> SandboxSpec:
+        """The writable layer of a sandbox whose files `adopt` kept written into `dest` (as
+        `export_diff`); its record. Blocking. Raises as sandboxd.runtime.nspawn.stopped's."""
+        excluded = written_by_sandboxd(self.guest_unit)
+        return stopped.export_stopped(self._dirs(sandbox_id), dest, excluded)
+
+    def remove_stopped(self, sandbox_id: str) -> None:
+        """Remove what `adopt` kept of a stopped sandbox. Raises TeardownError as `kill`."""
+        self._teardown(sandbox_id)
 
     def sweep_network(self) -> None:
         """Remove what of sandboxes' networks serve's namespace holds that no record accounts
@@ -330,9 +335,7 @@ class NspawnRuntime:
     def stats(self, box: Box) -> Usage:
         """CPU time, memory charged and process count of the whole sandbox.
 
-        Raises:
-            SandboxError: the sandbox is gone.
-        """
+        Raises SandboxError: the sandbox is gone."""
         try:
             return box.cgroups.usage()
         except FileNotFoundError:

@@ -48,6 +48,15 @@ class SandboxDirs:
     def console_log(self) -> Path:
         return self.dir / CONSOLE_LOG
 
+    def console_tail(self, lines: int = 5) -> str:
+        """The last `lines` lines of its console log, for an error message ("" without)."""
+        try:
+            text = self.console_log.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+        tail = [line for line in text.splitlines() if line.strip()][-lines:]
+        return "; console: " + " | ".join(tail) if tail else ""
+
     @property
     def disk_image(self) -> Path:
         return self.dir / "disk.img"
