@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
+import time
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +17,8 @@ import pytest
 
 from sandboxd.lifecycle.tokens import Tokens
 from sandboxd.volumes.tokens import VolumeTokens
-from tests.sandboxd.serving import NO_NETWORK, Sandboxd, running_sandboxd
+from tests.sandboxd.serving import NO_NETWORK, Sandboxd
+from tests.waiting import wait_until
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -25,19 +27,27 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.root
 
 
+BODY_DEADLINE_S = 0.5  # the port's, shortened: a volume upload must outlast it
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, base_template: Path) -> Iterator[Sandboxd]:
     state = tmp_path_factory.mktemp("content") / "state"
-    with running_sandboxd(state, base_template, NO_NETWORK, "--volume-size-mb", "32") as s:
-        yield s
+    served = Sandboxd(state, base_template, NO_NETWORK, "--volume-size-mb", "160")
+    served.env["SANDBOXD_BODY_TIMEOUT_S"] = str(BODY_DEADLINE_S)
+    try:
+        served.start()
+        yield served
+    finally:
+        served.clean_up()
 
 
 class Content:
     """One volume's content API, as the SDKs call it."""
 
-    def __init__(self, server: Sandboxd, name: str) -> None:
+    def __init__(self, server: Sandboxd, name: str, **extra: object) -> None:
         with server.client() as api:
-            made = api.post("/volumes", json={"name": name}).json()
+            made = api.post("/volumes", json={"name": name, **extra}).json()
         self.id, self.token = made["volumeID"], made["token"]
         self.root = server.state_dir / "volumes" / self.id  # the host's view of its files
         self.http = httpx.Client(base_url=f"{server.url}/volumecontent/{self.id}", timeout=60,
@@ -256,14 +266,37 @@ def test_streaming_both_ways(volume: Content) -> None:
     assert got == data
 
 
-def test_full_volume(server: Sandboxd, volume: Content) -> None:
+def test_an_upload_outlasts_the_body_deadline(volume: Content) -> None:
+    """A volume upload takes as long as it takes while its bytes keep coming: the port's body
+    deadline (shortened here) counts between its pieces, not from its head."""
+    landed = volume.root / "slow.bin"
+    started = time.monotonic()
+
+    def pieces() -> Iterator[bytes]:  # each MiB sent once the one before is on the volume
+        for i in range(1, 121):
+            yield os.urandom(1 << 20)
+            wait_until(lambda: landed.exists() and landed.stat().st_size >= i << 20, 60,  # noqa: B023
+                       f"MiB {i} on the volume")  # fmt: skip
+
+    made = volume.call("PUT", "file", "/slow.bin", content=pieces(),
+                       headers={"Content-Type": "application/octet-stream"})  # fmt: skip
+    assert time.monotonic() - started > BODY_DEADLINE_S  # else this proved nothing
+    assert made.status_code == 201, made.text
+    assert made.json()["size"] == 120 << 20
+
+
+def test_full_volume(server: Sandboxd) -> None:
     """A 32 MiB volume takes no 40 MiB file: 507, the file gone, the host's disk untouched."""
+    volume = Content(server, "small", sizeMB=32)
     refused(volume.write("/fill.bin", os.urandom(40 << 20)), 507, "insufficient_storage",
             "the volume is full: no space left on its filesystem")  # fmt: skip
     refused(volume.call("GET", "path", "/fill.bin"), 404, "not_found", "path '/fill.bin' not found")
     image = server.state_dir / "volumes" / f"{volume.id}.img"
     assert os.stat(image).st_blocks * 512 <= 32 << 20
     assert volume.write("/after.txt", b"room again").status_code == 201
+    volume.http.close()
+    with server.client() as api:
+        assert api.delete(f"/volumes/{volume.id}").status_code == 204
 
 
 @pytest.fixture
