@@ -19,6 +19,7 @@ from sandboxd.host import libc
 from sandboxd.volumes.storage import OWNER
 from sandboxd.volumes.tree import (
     DIR_FLAGS,
+    FULL,
     RESOLVE,
     WALK_FLAGS,
     Entry,
@@ -131,7 +132,7 @@ class Upload:
                 view = view[os.write(self._fd, view) :]
         except OSError as exc:
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise VolumeFull("the volume is full: no space left on its filesystem") from None
+                raise VolumeFull(FULL) from None
             raise
 
     def finish(self) -> Entry:

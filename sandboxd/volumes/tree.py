@@ -20,7 +20,14 @@ import stat
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sandboxd.errors import NotAllowed, PathExists, PathNotFound, SandboxError, VolumeNotFound
+from sandboxd.errors import (
+    NotAllowed,
+    PathExists,
+    PathNotFound,
+    SandboxError,
+    VolumeFull,
+    VolumeNotFound,
+)
 from sandboxd.host import libc
 
 if TYPE_CHECKING:
@@ -34,6 +41,7 @@ DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # O_NOFOLLOW with O_DIRECTORY would answer as ENOTDIR instead.
 WALK_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 MAX_DEPTH = 10  # the reference's bound on a listing's depth
+FULL = "the volume is full: no space left on its filesystem"
 MAX_ID = 65535  # canonical ids: those of one sandbox's range (sandboxd.volumes.storage)
 
 
@@ -106,6 +114,9 @@ def refusal(exc: OSError, parts: tuple[str, ...]) -> SandboxError:
         errno.EXDEV: NotAllowed(f"path '{where}' leaves the volume"),
         errno.EISDIR: NotAllowed(f"path '{where}' is a directory"),
         errno.ENOTEMPTY: PathExists(f"path '{where}' is a directory that is not empty"),
+        errno.ENAMETOOLONG: NotAllowed(f"path '{where}' is too long"),
+        errno.ENOSPC: VolumeFull(FULL),
+        errno.EDQUOT: VolumeFull(FULL),
     }
     if exc.errno in known:
         return known[exc.errno]

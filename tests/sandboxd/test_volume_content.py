@@ -138,6 +138,9 @@ def test_parents_and_refused_paths(volume: Content) -> None:
     )
     refused(volume.write("/q", b"x", force="yes"), 400, "bad_request",
             "validation error: force: must be true or false")  # fmt: skip
+    long_name = "/" + "n" * 300
+    refused(volume.call("GET", "path", long_name), 400, "bad_request",
+            f"path '{long_name}' is too long")  # fmt: skip
     refused(volume.write("/q", b"x", uid=70000), 400, "bad_request",
             "validation error: uid: must be between 0 and 65535")  # fmt: skip
 
@@ -285,6 +288,20 @@ def test_an_upload_outlasts_the_body_deadline(volume: Content) -> None:
     assert made.json()["size"] == 120 << 20
 
 
+def fill(path: Path) -> None:
+    """Write `path` as a sandbox filling its volume would, to its last block.
+
+    Raises:
+        OSError: ENOSPC, once full.
+    """
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        while True:
+            os.write(fd, b"\0" * 4096)
+    finally:
+        os.close(fd)
+
+
 def test_full_volume(server: Sandboxd) -> None:
     """A 32 MiB volume takes no 40 MiB file: 507, the file gone, the host's disk untouched."""
     volume = Content(server, "small", sizeMB=32)
@@ -294,6 +311,12 @@ def test_full_volume(server: Sandboxd) -> None:
     image = server.state_dir / "volumes" / f"{volume.id}.img"
     assert os.stat(image).st_blocks * 512 <= 32 << 20
     assert volume.write("/after.txt", b"room again").status_code == 201
+    full = "the volume is full: no space left on its filesystem"
+    with pytest.raises(OSError, match="No space"):
+        fill(volume.root / "filler")
+    refused(volume.write("/one-more.txt", b"x" * 8192), 507, "insufficient_storage", full)
+    refused(volume.call("POST", "dir", "/more/dirs", params={"force": "true"}), 507,
+            "insufficient_storage", full)  # fmt: skip
     volume.http.close()
     with server.client() as api:
         assert api.delete(f"/volumes/{volume.id}").status_code == 204
