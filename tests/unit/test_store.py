@@ -12,7 +12,14 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from sandboxd.store.rows import BuildRow, LogLine, MetricSample, SandboxRow, TemplateRow
+from sandboxd.store.rows import (
+    BuildRow,
+    LogLine,
+    MetricSample,
+    SandboxRow,
+    TemplateRow,
+    VolumeRow,
+)
 from sandboxd.store.sqlite.database import DB_FILE, migrations
 from sandboxd.store.sqlite.store import SqliteStore
 
@@ -69,6 +76,23 @@ async def test_a_sandbox_paused_to_disk_comes_back_with_what_it_boots(store: Sto
                            "pause_mode": "filesystem", "disk_image": image})  # fmt: skip
     await store.write(functools.partial(store.put_sandbox, paused))
     assert store.sandboxes() == [paused]
+
+
+async def test_volumes_by_id_and_name_each_name_once(store: Store) -> None:
+    first = VolumeRow("0b5e2a6e-6f0c-4a47-9a53-1d9a3e0c0001", "data", 1024, 1)
+    second = VolumeRow("0b5e2a6e-6f0c-4a47-9a53-1d9a3e0c0002", "cache", 16, 2)
+    await store.write(functools.partial(store.add_volume, first),
+                      functools.partial(store.add_volume, second))  # fmt: skip
+    assert store.volume(first.volume_id) == first
+    assert store.volume_named("cache") == second
+    assert store.volumes() == [first, second]
+    taken = VolumeRow("0b5e2a6e-6f0c-4a47-9a53-1d9a3e0c0003", "data", 16, 3)
+    with pytest.raises(sqlite3.IntegrityError):
+        await store.write(functools.partial(store.add_volume, taken))
+    await store.write(functools.partial(store.delete_volume, first.volume_id))
+    assert store.volume(first.volume_id) is None
+    assert store.volume_named("data") is None
+    assert store.volumes() == [second]
 
 
 async def test_a_write_commits_all_its_changes_or_none(store: Store) -> None:
