@@ -32,6 +32,15 @@ class ImageNotFound(NotFound):
         super().__init__(f"image '{reference}' not found: {detail}")
 
 
+class VolumeNotFound(NotFound):
+    def __init__(self) -> None:
+        super().__init__("Volume not found")  # the reference's words
+
+
+class PathNotFound(NotFound):
+    """No such file or directory in a volume."""
+
+
 class WrongState(SandboxError):
     """The sandbox is not in the state the operation needs (pausing a paused one)."""
 
@@ -43,6 +52,14 @@ class StillTransitioning(WrongState):
 class WakeRefused(SandboxError):
     """A request that would resume a paused sandbox does not carry the sandbox's access token
     (envd's, or for its own ports the traffic token): it stays paused."""
+
+
+class PathExists(WrongState):
+    """A volume's path is taken: a file written or a directory made there without `force`."""
+
+
+class VolumeFull(SandboxError):
+    """A write into a volume found its filesystem full (its size limit)."""
 
 
 class NotAllowed(SandboxError):

@@ -19,6 +19,7 @@ from sandboxd.errors import (
     StoreUnavailable,
     TemplateError,
     UploadTooLarge,
+    VolumeFull,
     WrongState,
 )
 
@@ -40,6 +41,7 @@ _STATUSES: tuple[tuple[type[SandboxError], int], ...] = (
     (LengthRequired, 411),
     (UploadTooLarge, 413),
     (BadUpload, 400),
+    (VolumeFull, 507),
     (BootError, 503),  # nothing of the sandbox is left: trying again may work
     (StoreUnavailable, 503),
     (TemplateError, 500),

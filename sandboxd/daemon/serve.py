@@ -7,6 +7,7 @@ STOPPING=1 when it stops."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import logging
 import os
@@ -20,6 +21,7 @@ from urllib.parse import urlsplit
 import uvicorn
 
 from envd.systemd import sd_notify
+from sandboxd.api import volume_content
 from sandboxd.api.app import create_app
 from sandboxd.api.context import ApiContext
 from sandboxd.builds.base_image import BUILD_FILE, build_base
@@ -44,6 +46,13 @@ from sandboxd.runtime.nspawn.runtime import NspawnRuntime
 from sandboxd.runtime.spec import BootImage
 from sandboxd.store.sqlite.store import SqliteStore
 from sandboxd.templates.catalog import BASE_DISK_MB, register_base
+from sandboxd.volumes.catalog import (
+    DEFAULT_SIZE_MB as DEFAULT_VOLUME_MB,
+    MAX_SIZE_MB as MAX_VOLUME_MB,
+    VolumeCatalog,
+)
+from sandboxd.volumes.storage import VolumeStorage
+from sandboxd.volumes.tokens import VolumeTokens
 
 if TYPE_CHECKING:
     import socket
@@ -91,6 +100,8 @@ class ServeOptions:
     build_storage_mb: int | None = None  # None: half the state directory's filesystem
     provision: Provision = "auto"  # how built images boot (sandboxd.builds.systemd_init)
     database_url: str | None = None  # a postgresql:// URL; None: SQLite in the state directory
+    volume_mb: int = DEFAULT_VOLUME_MB  # a new volume's size
+    volume_max_mb: int = MAX_VOLUME_MB  # the most a create may ask for
 
 
 class _Server(uvicorn.Server):
@@ -155,6 +166,7 @@ def daemon_config(
     builder: Builder,
     dns: DnsForwarder | None,
     envd: EnvdClient,
+    volumes: VolumeCatalog,
 ) -> uvicorn.Config:
     """uvicorn's configuration: the control API over the node service in this process, and the
     listener handing requests for sandboxes to their proxy, with the daemon's lifespan."""
@@ -164,14 +176,14 @@ def daemon_config(
     proxy = SandboxProxy(manager, options.domain)
     manager.on_gone(proxy.cut)
     context = ApiContext(LocalNode(manager), store, manager.templates, builder, options.domain,
-                         manager.tokens.uploads_key())  # fmt: skip
+                         manager.tokens.uploads_key(), volumes)  # fmt: skip
     app = create_app(context, daemon_lifespan(manager, builder, dns, proxy, envd))
     return uvicorn.Config(
         app,
         host=options.bind,
         port=options.port,
         loop="uvloop",
-        http=Listener.serving(proxy, ConnectionPolicy.from_environment()),
+        http=Listener.serving(proxy, connection_policy()),
         log_config=None,
         access_log=False,
         timeout_graceful_shutdown=5,
@@ -204,6 +216,13 @@ def open_store(state_dir: Path, database_url: str | None) -> Store:
             "a PostgreSQL store needs psycopg: pip install 'sandboxd[postgres]'"
         ) from exc
     return PostgresStore(database_url)
+
+
+def connection_policy() -> ConnectionPolicy:
+    """The port's policy, volume uploads streamed: a file of any size takes as long as it
+    takes, so long as it keeps coming."""
+    policy = ConnectionPolicy.from_environment()
+    return dataclasses.replace(policy, streamed_prefixes=(volume_content.PREFIX,))
 
 
 def base_rootfs(state_dir: Path) -> Path:
@@ -344,7 +363,11 @@ def serve(options: ServeOptions) -> None:
                           envd_artifact=options.envd_artifact, mirror=options.registry_mirror,
                           limits=build_limits(options, state_dir),
                           provision=options.provision)  # fmt: skip
-        config = daemon_config(options, store, manager, builder, dns, envd)
+        volumes = VolumeCatalog(store, VolumeStorage(state_dir / "volumes"),
+                                VolumeTokens(manager.tokens.volumes_key()),
+                                options.volume_mb, options.volume_max_mb)  # fmt: skip
+        volumes.start()
+        config = daemon_config(options, store, manager, builder, dns, envd, volumes)
         _Server(config, notify_socket, serving_line(options)).run()
     except OSError as exc:
         raise SandboxError(f"cannot serve: {exc}") from exc

@@ -29,6 +29,7 @@ from sandboxd.store.rows import (
     SandboxRow,
     SnapshotRow,
     TemplateRow,
+    VolumeRow,
 )
 from sandboxd.store.sqlite import database as sqlite_database
 from sandboxd.store.sqlite.store import SqliteStore
@@ -160,6 +161,23 @@ async def test_lists_come_in_the_interfaces_order_and_pages(store: Store) -> Non
     assert store.builds("t2") == []
     assert store.log_lines("b1", 1, 2) == lines[1:3]
     assert store.log_lines("b1", 4, 10) == lines[4:]
+
+
+async def test_volumes_by_id_and_name_each_name_once(store: Store) -> None:
+    first = VolumeRow("0b5e2a6e-6f0c-4a47-9a53-1d9a3e0c0001", "data", 1024, 1)
+    second = VolumeRow("0b5e2a6e-6f0c-4a47-9a53-1d9a3e0c0002", "cache", 16, 2)
+    await store.write(functools.partial(store.add_volume, first),
+                      functools.partial(store.add_volume, second))  # fmt: skip
+    assert store.volume(first.volume_id) == first
+    assert store.volume_named("cache") == second
+    assert store.volumes() == [first, second]
+    taken = VolumeRow("0b5e2a6e-6f0c-4a47-9a53-1d9a3e0c0003", "data", 16, 3)
+    with pytest.raises((sqlite3.IntegrityError, psycopg.IntegrityError)):
+        await store.write(functools.partial(store.add_volume, taken))
+    await store.write(functools.partial(store.delete_volume, first.volume_id))
+    assert store.volume(first.volume_id) is None
+    assert store.volume_named("data") is None
+    assert store.volumes() == [second]
 
 
 async def test_a_write_commits_all_its_changes_or_none(store: Store) -> None:
