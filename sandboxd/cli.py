@@ -26,6 +26,11 @@ from sandboxd.host.disk import MIN_DISK_MB
 from sandboxd.network.slots import DEFAULT_NETWORK_POOL, NetworkPool, parse_pool
 from sandboxd.store.sqlite.store import SqliteStore
 from sandboxd.templates.catalog import BASE_DISK_MB
+from sandboxd.volumes.catalog import (
+    DEFAULT_SIZE_MB as DEFAULT_VOLUME_MB,
+    MAX_SIZE_MB as MAX_VOLUME_MB,
+)
+from sandboxd.volumes.storage import MIN_SIZE_MB as MIN_VOLUME_MB
 
 DEFAULT_STATE_DIR = Path("/var/lib/sandboxd")
 DEFAULT_PORT = 3000
@@ -181,6 +186,20 @@ def _serve_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser])
         "half of its filesystem); an upload past it is refused, a build fails",
     )
     p.add_argument(
+        "--volume-size-mb",
+        type=int,
+        default=DEFAULT_VOLUME_MB,
+        metavar="MIB",
+        help=f"the size of a new volume's filesystem (default {DEFAULT_VOLUME_MB})",
+    )
+    p.add_argument(
+        "--volume-max-size-mb",
+        type=int,
+        default=MAX_VOLUME_MB,
+        metavar="MIB",
+        help=f"the largest volume a create's sizeMB may ask for (default {MAX_VOLUME_MB})",
+    )
+    p.add_argument(
         "--registry-mirror",
         metavar="HOST[:PORT]",
         help="pull Docker Hub's images from this registry instead",
@@ -295,6 +314,8 @@ def main(argv: list[str] | None = None) -> int:
                 )
             if args.build_storage_mb is not None and args.build_storage_mb < 1:
                 raise SandboxError(f"{STORAGE_OPTION} must be 1 or more")
+            if args.volume_size_mb < MIN_VOLUME_MB:
+                raise SandboxError(f"--volume-size-mb must be {MIN_VOLUME_MB} or more")
             if args.no_network and (args.dns is not None or args.network_pool is not None):
                 raise SandboxError("--no-network cannot be combined with --network-pool or --dns")
             if (args.tls_cert is None) != (args.tls_key is None):
@@ -307,7 +328,8 @@ def main(argv: list[str] | None = None) -> int:
                                args.registry_mirror, tls_cert=args.tls_cert,
                                tls_key=args.tls_key, build_deadline_s=args.build_timeout,
                                build_storage_mb=args.build_storage_mb,
-                               provision=args.provision))  # fmt: skip
+                               provision=args.provision, volume_mb=args.volume_size_mb,
+                               volume_max_mb=args.volume_max_size_mb))  # fmt: skip
         elif args.command == "api-key":
             open_private(state_dir)
             _create_key(state_dir)

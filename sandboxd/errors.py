@@ -32,8 +32,25 @@ class ImageNotFound(NotFound):
         super().__init__(f"image '{reference}' not found: {detail}")
 
 
+class VolumeNotFound(NotFound):
+    def __init__(self) -> None:
+        super().__init__("Volume not found")  # the reference's words
+
+
+class PathNotFound(NotFound):
+    """No such file or directory in a volume."""
+
+
 class WrongState(SandboxError):
     """The sandbox is not in the state the operation needs (pausing a paused one)."""
+
+
+class PathExists(WrongState):
+    """A volume's path is taken: a file written or a directory made there without `force`."""
+
+
+class VolumeFull(SandboxError):
+    """A write into a volume found its filesystem full (its size limit)."""
 
 
 class NotAllowed(SandboxError):

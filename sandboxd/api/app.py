@@ -14,7 +14,7 @@ from starlette.exceptions import HTTPException
 from starlette.responses import Response
 from starlette.routing import Route
 
-from sandboxd.api import logs, metrics, sandbox_routes, template_routes
+from sandboxd.api import logs, metrics, sandbox_routes, template_routes, volume_routes
 from sandboxd.api.errors import RequestError, error_response, status_of
 from sandboxd.builds import upload_urls
 from sandboxd.errors import SandboxError
@@ -118,6 +118,7 @@ def create_app(context: ApiContext, lifespan: Lifespan[Starlette] | None = None)
             *metrics.routes(),
             *logs.routes(),
             *template_routes.routes(),
+            *volume_routes.routes(),
         ],
         exception_handlers={
             RequestError: _request_error,

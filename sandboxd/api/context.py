@@ -16,13 +16,14 @@ if TYPE_CHECKING:
     from sandboxd.node.service import NodeService
     from sandboxd.store.interface import Store
     from sandboxd.templates.catalog import Templates
+    from sandboxd.volumes.catalog import VolumeCatalog
 
 
 @dataclass(frozen=True)
 class ApiContext:
     """`node` runs the sandboxes; `store` holds the API keys, templates and metrics; `domain`
     is where the SDKs reach the sandboxes' ports (`get_host()`); `uploads_key` signs the build
-    context's upload URLs."""
+    context's upload URLs; `volumes` the volumes and their tokens."""
 
     node: NodeService
     store: Store
@@ -30,6 +31,7 @@ class ApiContext:
     builder: Builder
     domain: str
     uploads_key: bytes
+    volumes: VolumeCatalog
     creates: IdempotentCreates = field(default_factory=IdempotentCreates)
 
 

@@ -18,6 +18,7 @@ from sandboxd.errors import (
     SandboxError,
     TemplateError,
     UploadTooLarge,
+    VolumeFull,
     WrongState,
 )
 
@@ -39,6 +40,7 @@ _STATUSES: tuple[tuple[type[SandboxError], int], ...] = (
     (LengthRequired, 411),
     (UploadTooLarge, 413),
     (BadUpload, 400),
+    (VolumeFull, 507),
     (BootError, 503),  # nothing of the sandbox is left: trying again may work
     (TemplateError, 500),
 )

@@ -185,3 +185,11 @@ def describe(exc: ValidationError) -> str:
     where = ".".join(str(part) for part in first["loc"])
     message = first["msg"].removeprefix("Value error, ")
     return f"{where}: {message}" if where else message
+
+
+class NewVolume(Body):
+    """E2B's NewVolume; `sizeMB` is sandboxd's own (the SDKs never send it): the volume's size,
+    by default serve's --volume-size-mb."""
+
+    name: str
+    sizeMB: int | None = None

@@ -43,6 +43,13 @@ from sandboxd.runtime.nspawn.runtime import NspawnRuntime
 from sandboxd.runtime.spec import BootImage
 from sandboxd.store.sqlite.store import SqliteStore
 from sandboxd.templates.catalog import BASE_DISK_MB, register_base
+from sandboxd.volumes.catalog import (
+    DEFAULT_SIZE_MB as DEFAULT_VOLUME_MB,
+    MAX_SIZE_MB as MAX_VOLUME_MB,
+    VolumeCatalog,
+)
+from sandboxd.volumes.storage import VolumeStorage
+from sandboxd.volumes.tokens import VolumeTokens
 
 if TYPE_CHECKING:
     import socket
@@ -88,6 +95,8 @@ class ServeOptions:
     build_deadline_s: int = DEFAULT_DEADLINE_S
     build_storage_mb: int | None = None  # None: half the state directory's filesystem
     provision: Provision = "auto"  # how built images boot (sandboxd.builds.systemd_init)
+    volume_mb: int = DEFAULT_VOLUME_MB  # a new volume's size
+    volume_max_mb: int = MAX_VOLUME_MB  # the most a create may ask for
 
 
 class _Server(uvicorn.Server):
@@ -152,6 +161,7 @@ def daemon_config(
     builder: Builder,
     dns: DnsForwarder | None,
     envd: EnvdClient,
+    volumes: VolumeCatalog,
 ) -> uvicorn.Config:
     """uvicorn's configuration: the control API over the node service in this process, and the
     listener handing requests for sandboxes to their proxy, with the daemon's lifespan."""
@@ -161,7 +171,7 @@ def daemon_config(
     proxy = SandboxProxy(manager, options.domain)
     manager.on_gone(proxy.cut)
     context = ApiContext(LocalNode(manager), store, manager.templates, builder, options.domain,
-                         manager.tokens.uploads_key())  # fmt: skip
+                         manager.tokens.uploads_key(), volumes)  # fmt: skip
     app = create_app(context, daemon_lifespan(manager, builder, dns, proxy, envd))
     return uvicorn.Config(
         app,
@@ -316,7 +326,11 @@ def serve(options: ServeOptions) -> None:
                           envd_artifact=options.envd_artifact, mirror=options.registry_mirror,
                           limits=build_limits(options, state_dir),
                           provision=options.provision)  # fmt: skip
-        config = daemon_config(options, store, manager, builder, dns, envd)
+        volumes = VolumeCatalog(store, VolumeStorage(state_dir / "volumes"),
+                                VolumeTokens(manager.tokens.volumes_key()),
+                                options.volume_mb, options.volume_max_mb)  # fmt: skip
+        volumes.start()
+        config = daemon_config(options, store, manager, builder, dns, envd, volumes)
         _Server(config, notify_socket, serving_line(options)).run()
     except OSError as exc:
         raise SandboxError(f"cannot serve: {exc}") from exc

@@ -24,3 +24,7 @@ class Tokens:
     def uploads_key(self) -> bytes:
         """The key template upload URLs are signed with (sandboxd.builds.upload_urls)."""
         return hmac.new(self._secret, b"template-uploads", hashlib.sha256).digest()
+
+    def volumes_key(self) -> bytes:
+        """The key volume-content tokens are signed with (sandboxd.volumes.tokens)."""
+        return hmac.new(self._secret, b"volume-content", hashlib.sha256).digest()

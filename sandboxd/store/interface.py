@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         SandboxRow,
         TagRow,
         TemplateRow,
+        VolumeRow,
     )
 
 
@@ -127,7 +128,28 @@ class Builds(Protocol):
     def tag(self, template_id: str, tag: str) -> TagRow | None: ...
 
 
-class Store(Keys, Templates, Sandboxes, Samples, Builds, Protocol):
+class Volumes(Protocol):
+    """The volumes' records (their files are sandboxd.volumes.storage's)."""
+
+    def add_volume(self, v: VolumeRow) -> None:
+        """Insert `v`.
+
+        Raises:
+            Exception: the backend's error (sqlite3.IntegrityError) when its id or name is
+                taken.
+        """
+
+    def volume(self, volume_id: str) -> VolumeRow | None: ...
+
+    def volume_named(self, name: str) -> VolumeRow | None: ...
+
+    def volumes(self) -> list[VolumeRow]:
+        """All of them, oldest first."""
+
+    def delete_volume(self, volume_id: str) -> None: ...
+
+
+class Store(Keys, Templates, Sandboxes, Samples, Builds, Volumes, Protocol):
     """The tables of one sandboxd, in one database, written through `write`."""
 
     async def write(self, *changes: Callable[[], None]) -> None:

@@ -105,3 +105,11 @@ class TagRow:
     tag: str
     build_id: str
     created_at: int
+
+
+@dataclass(frozen=True)
+class VolumeRow:
+    volume_id: str  # a UUID
+    name: str  # unique among the volumes
+    size_mb: int  # its filesystem's size: what it may hold
+    created_at: int

@@ -30,6 +30,7 @@ from sandboxd.host.removal import remove_tree
 from sandboxd.runtime.nspawn import container
 from sandboxd.runtime.nspawn.runtime import NspawnRuntime
 from sandboxd.runtime.spec import RECORD
+from sandboxd.volumes.storage import VolumeStorage
 from tests.sandboxd.inside import loop_devices_of
 from tests.waiting import wait_until
 
@@ -63,6 +64,12 @@ def kill_sandboxes(state_dir: Path, cgroup_parent: str) -> None:
     for mount in {host.unified, *host.v1.values()}:
         with contextlib.suppress(FileNotFoundError):
             (mount / cgroup_parent).rmdir()
+
+
+def release_volumes(state_dir: Path) -> None:
+    """Unmount and remove the volumes a stopped sandboxd left mounted (they outlive its stop)."""
+    storage = VolumeStorage(state_dir / "volumes")
+    storage.ensure_mounted(())  # none wanted: each is removed, its loop device freed
 
 
 def free_port() -> int:
@@ -150,6 +157,7 @@ class Sandboxd:
             self.stop()
         finally:
             kill_sandboxes(self.state_dir, self.cgroup_parent)
+            release_volumes(self.state_dir)
 
     def cgroups(self, sandbox_id: str) -> SandboxCgroups:
         return SandboxCgroups(CgroupHost.detect(), self.cgroup_parent, sandbox_id)
@@ -250,6 +258,7 @@ def main(argv: list[str]) -> None:
     elif argv[:1] == ["clean-up"] and len(argv) == 3:
         state_dir = Path(argv[1])
         kill_sandboxes(state_dir, argv[2])
+        release_volumes(state_dir)
         remove_tree(state_dir)
     else:
         sys.exit("usage: python -m tests.sandboxd.serving free-port | clean-up STATE_DIR CGROUP")
