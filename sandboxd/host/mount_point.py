@@ -1,19 +1,21 @@
 """A directory to mount onto inside a tree a sandbox wrote (its root filesystem), made where
 missing and opened without a link ever leading out of the tree.
 
-The tree's own links are followed as a process chrooted into it would follow them, as nspawn
-does for its --bind (`chase_symlinks` with CHASE_PREFIX_ROOT): `/mnt -> /srv` puts a mount at
-`/mnt/data` on `/srv/data`. Every step is resolved from the tree's fd with openat2
-RESOLVE_IN_ROOT, so an absolute link or `..` ends at the tree's top, never above it; a missing
-directory is made with mkdirat in the directory just opened (a link by that name is not
-followed: EEXIST); and the caller mounts onto the returned fd, so nothing is looked up by path
-again between the check and the mount.
+The path is resolved as in a process chrooted into the tree, as nspawn resolves its --bind
+destinations (`chase_symlinks` with CHASE_PREFIX_ROOT|CHASE_NONEXISTENT, then the missing
+directories made): the tree's links are followed, an absolute one from the tree's top and `..`
+never above it, and a link to nothing leads to where its target would be, made there. The walk
+is one component at a time from open directory fds (openat with O_NOFOLLOW, readlinkat, mkdirat
+in the directory just opened), and the caller mounts onto the returned fd, so nothing is looked
+up by path on the host, then or between the check and the mount.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import stat
+from collections import deque
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
@@ -22,49 +24,74 @@ from sandboxd.host import libc
 if TYPE_CHECKING:
     from pathlib import Path
 
-_DIR = os.O_RDONLY | os.O_DIRECTORY
 MODE = 0o755
+MAX_LINKS = 40  # as the kernel's path walk (ELOOP past it)
+_ENTRY = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def open_dir(root: Path, path: str, owner: int) -> int:
-    """An fd of directory `path` (absolute) inside `root`, resolved as if `root` were `/`, each
-    missing directory on the way made, mode 0755, by `owner` (host uid and gid: the sandbox's
-    root; also inside a volume mounted there before, where it is stored as 0). Runs as root.
-    The caller closes it.
+    """An fd (O_PATH) of directory `path` (absolute) inside `root`, resolved as if `root` were
+    `/`, each missing directory on the way made, mode 0755, by `owner` (host uid and gid: the
+    sandbox's root; also inside a volume mounted there before, where it is stored as 0). Runs
+    as root, while nothing else changes the tree. The caller closes it.
 
     Raises:
-        OSError: a component is not a directory (ENOTDIR), a link to nothing (EEXIST), a /proc
-            magic link (ELOOP), or the path resolves to the tree's top itself (EBUSY: a mount
-            there would replace the whole tree).
+        OSError: a component is not a directory (ENOTDIR), more than MAX_LINKS links (ELOOP),
+            or the path resolves to the tree's top itself (EBUSY: a mount there would replace
+            the whole tree).
     """
-    root_fd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-    current = os.dup(root_fd)
+    stack = [os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)]  # the top, then each step
     try:
-        walked = PurePosixPath("/")
-        for part in PurePosixPath(path).parts[1:]:
-            walked /= part
-            try:
-                step = libc.open_in_root(root_fd, str(walked), _DIR)
-            except FileNotFoundError:
-                step = _made(current, part, root_fd, str(walked), owner)
-            os.close(current)
-            current = step
-        if os.path.samestat(os.fstat(current), os.fstat(root_fd)):
+        _walk(stack, deque(PurePosixPath(path).parts[1:]), owner)
+        if len(stack) == 1:
             raise OSError(errno.EBUSY, f"{path} is the root directory itself")
-    except BaseException:
-        os.close(current)
-        raise
+        return stack.pop()
     finally:
-        os.close(root_fd)
-    return current
+        for fd in stack:
+            os.close(fd)
 
 
-def _made(parent: int, name: str, root_fd: int, walked: str, owner: int) -> int:
-    """Directory `name` made in the directory `parent` by `owner` and opened (as `walked` from
-    the top, refusing a link in its place), 0755 whatever the umask."""
+def _walk(stack: list[int], todo: deque[str], owner: int) -> None:
+    """Resolve `todo`'s components from the directory `stack[-1]`, pushing each directory's fd
+    (`..` pops one, never the top; a link's target is walked instead of it)."""
+    links = 0
+    while todo:
+        part = todo.popleft()
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if len(stack) > 1:
+                os.close(stack.pop())
+            continue
+        fd = _entry(stack[-1], part, owner)
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISLNK(mode):
+            target = os.readlink(part, dir_fd=stack[-1])
+            os.close(fd)
+            links += 1
+            if links > MAX_LINKS:
+                raise OSError(errno.ELOOP, f"more than {MAX_LINKS} links")
+            todo.extendleft(reversed(target.split("/")))
+            if target.startswith("/"):
+                while len(stack) > 1:
+                    os.close(stack.pop())
+            continue
+        stack.append(fd)
+        if not stat.S_ISDIR(mode):
+            raise OSError(errno.ENOTDIR, f"{part} is not a directory")
+
+
+def _entry(parent: int, name: str, owner: int) -> int:
+    """`name` in the directory `parent`, itself if a link: opened, or made a directory by
+    `owner`, 0755 whatever the umask, if missing."""
+    try:
+        return os.open(name, _ENTRY, dir_fd=parent)
+    except FileNotFoundError:
+        pass
     with libc.filesystem_ids(owner):
         os.mkdir(name, MODE, dir_fd=parent)
-        made = libc.open_in_root(root_fd, walked, _DIR | os.O_NOFOLLOW)
+        made = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                       dir_fd=parent)  # fmt: skip
         try:
             os.fchmod(made, MODE)
         except OSError:

@@ -101,9 +101,10 @@ def link_layer(layer: Path, links: dict[str, str], dirs: list[str]) -> Path:
 async def test_links_at_a_mount_path_resolve_inside_the_sandbox(
     runtime: NspawnRuntime, base_template: Path, tmp_path: Path
 ) -> None:
-    """As `mkdir -p` and a mount inside the sandbox would: a link is followed within its root
-    (an absolute one or `..` past its top end there, never on the host's directory of that
-    name), one to nothing refuses the boot, and so does one to the root itself."""
+    """As nspawn's --bind resolves its destination: a link is followed within the sandbox's
+    root (an absolute one or `..` past its top end there, never on the host's directory of that
+    name), one to nothing leads to its target, made; a path through a file or to the root
+    itself fails the boot."""
     shared = shared_dir(tmp_path / "shared")
     (shared / "marker").write_text("volume\n")
     on_host = tmp_path / "host-dir"
@@ -112,13 +113,17 @@ async def test_links_at_a_mount_path_resolve_inside_the_sandbox(
         "mnt/srv": "/srv",
         "mnt/absolute": str(on_host),
         "mnt/dots": "../../../../../../../../.." + str(on_host),
-        "mnt/dangling": "/nowhere",
+        "mnt/dangling": "../nowhere/deeper",
         "mnt/top": "/",
     }, dirs=[str(on_host)])  # fmt: skip
+    (layer / "mnt/file").write_text("")
     image = BootImage((base_template, layer))
-    box = await runtime.boot(new_id(), image, mounts=(VolumeMount(shared, "/mnt/srv/s"),
+    box = await runtime.boot(new_id(), image, mounts=(
+        VolumeMount(shared, "/mnt/srv/s"), VolumeMount(shared, "/mnt/dangling/n"),
         VolumeMount(shared, "/mnt/absolute/a"), VolumeMount(shared, "/mnt/dots/d")))  # fmt: skip
-    assert run(box, "cat /mnt/srv/s/marker /srv/s/marker") == "volume\n" * 2
+    inside = run(box, "cat /mnt/srv/s/marker /srv/s/marker /nowhere/deeper/n/marker")
+    assert inside == "volume\n" * 3
+    assert run(box, "stat -c %U /nowhere /nowhere/deeper") == "root\nroot\n"
     # The sandbox's own directory of the host directory's name (under its /tmp, which its
     # systemd covers with a tmpfs: looked at from the host, in its root).
     in_root = SandboxDirs(box.dir).root / on_host.relative_to("/")
@@ -127,7 +132,10 @@ async def test_links_at_a_mount_path_resolve_inside_the_sandbox(
     assert mounts_under(on_host) == []
     await runtime.kill(box)
 
-    for path, why in (("/mnt/dangling", "File exists"), ("/mnt/top", "root directory itself")):
+    for path, why in (
+        ("/mnt/file/x", "at /mnt/file/x: file is not a directory"),
+        ("/mnt/top", "at /mnt/top: /mnt/top is the root directory itself"),
+    ):
         with pytest.raises(BootError, match=why):
             await runtime.boot(new_id(), image, mounts=(VolumeMount(shared, path),))
     assert sandbox_ids_left(runtime) == []

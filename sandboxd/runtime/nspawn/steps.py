@@ -199,7 +199,10 @@ class Volumes:
             return
         userns = mapped_namespace(spec.uid_base)
         for mount in sorted(spec.mounts, key=lambda m: m.path_inside.count("/")):
-            target = mount_point.open_dir(dirs.root, mount.path_inside, spec.uid_base)
+            try:
+                target = mount_point.open_dir(dirs.root, mount.path_inside, spec.uid_base)
+            except OSError as exc:
+                raise BootError(f"volume mount at {mount.path_inside}: {exc.strerror}") from exc
             try:
                 libc.idmapped_bind(str(mount.host_dir), target, userns, writable=True)
             finally:
