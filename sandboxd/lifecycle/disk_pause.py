@@ -1,8 +1,8 @@
 """A pause to disk (E2B's filesystem-only pause, `{"memory": false}`): the sandbox's writable
 layer kept as a layer of the layer store (`pause-ID-N`), everything else of it released (its
 processes and memory, network slot, uid range, loop device); its resume boots the same image
-with that layer on top, under the same id, and sends envd's /init again (the same env vars,
-user, workdir and token: the token derives from the id). Its record says what it boots
+with that layer on top and the same volumes mounted, under the same id, and sends envd's /init
+again (the same env vars, user, workdir and token: the token derives from the id). Its record says what it boots
 (`SandboxRow.disk_image`), so that a restarted serve resumes it too. A full pause's connect with
 `memory: false` goes the same way: exported, killed, booted.
 
@@ -25,7 +25,7 @@ from sandboxd.host.removal import remove_tree
 from sandboxd.ids import now_us
 from sandboxd.lifecycle.capture import export_layer
 from sandboxd.lifecycle.egress import apply_network
-from sandboxd.runtime.spec import INITS, BootImage
+from sandboxd.runtime.spec import INITS, BootImage, VolumeMount
 
 if TYPE_CHECKING:
     from sandboxd.guest.client import EnvdClient
@@ -47,13 +47,14 @@ def layer_prefix(sandbox_id: str) -> str:
 
 def disk_image(box: Box, layer: Path) -> dict[str, Any]:
     """What the record keeps of a sandbox paused to disk: its image with `layer` on top, its
-    limits."""
+    limits, its volume mounts."""
     image = box.image
     return {
         "layers": [str(p) for p in (*image.layers, layer)],
         "init": image.init,
         "io_uring": image.io_uring,
         "limits": dataclasses.asdict(box.limits),
+        "mounts": [[str(m.host_dir), m.path_inside] for m in box.mounts],
     }
 
 
@@ -73,6 +74,13 @@ def boot_image(record: dict[str, Any] | None) -> tuple[BootImage, Limits]:
         return BootImage(layers, init, record["io_uring"] is True), Limits(**record["limits"])
     except (KeyError, TypeError, ValueError) as exc:
         raise SandboxError(f"the record of the paused sandbox is unreadable: {exc}") from exc
+
+
+def boot_mounts(record: dict[str, Any] | None) -> tuple[VolumeMount, ...]:
+    """The volume mounts a `disk_image` record boots with (none in one from before them, or
+    in no record)."""
+    mounts = (record or {}).get("mounts") or []
+    return tuple(VolumeMount(Path(host), str(inside)) for host, inside in mounts)
 
 
 class DiskPauses:
@@ -136,7 +144,8 @@ class DiskPauses:
             SandboxError: the boot or /init failed (BootError, InitRefused, TemplateError).
         """
         image, limits = boot_image(sandbox.row.disk_image)
-        box = await self.runtime.boot(sandbox.id, image, limits, sandbox.row.disk_size_mb)
+        mounts = boot_mounts(sandbox.row.disk_image)
+        box = await self.runtime.boot(sandbox.id, image, limits, sandbox.row.disk_size_mb, mounts)
         self.envd.reach(sandbox.id, box.dialer)
         try:
             await apply_network(self.runtime, box, sandbox.row.options)

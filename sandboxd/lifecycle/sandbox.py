@@ -27,7 +27,8 @@ class CreateRequest:
     their wire names; of them it enforces `allow_internet_access`, `network`'s allowOut
     (addresses and domains), denyOut and dnsServers (sandboxd.lifecycle.egress) and its
     allowPublicTraffic and maskRequestHost (`ingress_of`) and autoPauseMemory (false: the pause
-    at endAt is to disk), not yet mcp, volumeMounts or autoResume (only shown)."""
+    at endAt is to disk) and volumeMounts (sandboxd.lifecycle.volume_mounts), not yet mcp or
+    autoResume (only shown)."""
 
     template: str
     timeout_s: int
