@@ -14,7 +14,14 @@ from starlette.exceptions import HTTPException
 from starlette.responses import Response
 from starlette.routing import Route
 
-from sandboxd.api import logs, metrics, sandbox_routes, template_routes, volume_routes
+from sandboxd.api import (
+    logs,
+    metrics,
+    sandbox_routes,
+    template_routes,
+    volume_content,
+    volume_routes,
+)
 from sandboxd.api.errors import RequestError, error_response, status_of
 from sandboxd.builds import upload_urls
 from sandboxd.errors import SandboxError
@@ -32,11 +39,14 @@ API_KEY = re.compile(r"^e2b_[0-9a-f]+$")
 # E2B's spec asks no key for it: load balancers and probes call it.
 HEALTH_PATH = "/health"
 UPLOADS = upload_urls.PATH_PREFIX
+# Without the key: the signed upload URLs, and the volume content its own tokens open.
+KEYLESS = (UPLOADS, volume_content.PREFIX)
 
 
 class ApiKeyMiddleware:
     """401 unless `X-API-Key` (any case) is a stored key of the SDK's form `e2b_` + hex
-    (`GET /health` aside, and the signed upload URLs: the SDKs upload without the key)."""
+    (`GET /health` aside, the signed upload URLs, which the SDKs use without the key, and the
+    volume content, opened by its own bearer tokens)."""
 
     def __init__(self, app: ASGIApp, store: Store) -> None:
         self.app = app
@@ -44,7 +54,7 @@ class ApiKeyMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
-        if scope["type"] == "http" and path != HEALTH_PATH and not path.startswith(UPLOADS):
+        if scope["type"] == "http" and path != HEALTH_PATH and not path.startswith(KEYLESS):
             key = Headers(scope=scope).get("x-api-key")
             if key is None:
                 await error_response(401, "Missing API key (X-API-Key header)")(
@@ -119,6 +129,7 @@ def create_app(context: ApiContext, lifespan: Lifespan[Starlette] | None = None)
             *logs.routes(),
             *template_routes.routes(),
             *volume_routes.routes(),
+            *volume_content.routes(),
         ],
         exception_handlers={
             RequestError: _request_error,

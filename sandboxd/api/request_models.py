@@ -193,3 +193,11 @@ class NewVolume(Body):
 
     name: str
     sizeMB: int | None = None
+
+
+class VolumeMetadata(Body):
+    """PATCH /volumecontent/{id}/path: only the fields given change."""
+
+    uid: int | None = None
+    gid: int | None = None
+    mode: int | None = None

@@ -7,6 +7,7 @@ STOPPING=1 when it stops."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import logging
 import os
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING
 import uvicorn
 
 from envd.systemd import sd_notify
+from sandboxd.api import volume_content
 from sandboxd.api.app import create_app
 from sandboxd.api.context import ApiContext
 from sandboxd.builds.base_image import BUILD_FILE, build_base
@@ -178,7 +180,7 @@ def daemon_config(
         host=options.bind,
         port=options.port,
         loop="uvloop",
-        http=Listener.serving(proxy, ConnectionPolicy.from_environment()),
+        http=Listener.serving(proxy, connection_policy()),
         log_config=None,
         access_log=False,
         timeout_graceful_shutdown=5,
@@ -186,6 +188,13 @@ def daemon_config(
         ssl_certfile=options.tls_cert,
         ssl_keyfile=options.tls_key,
     )
+
+
+def connection_policy() -> ConnectionPolicy:
+    """The port's policy, volume uploads streamed: a file of any size takes as long as it
+    takes, so long as it keeps coming."""
+    policy = ConnectionPolicy.from_environment()
+    return dataclasses.replace(policy, streamed_prefixes=(volume_content.PREFIX,))
 
 
 def base_rootfs(state_dir: Path) -> Path:

@@ -1,6 +1,7 @@
 """The connection policy of sandboxd's one port (envd's, envd/connection.py, for the same
 reasons): a request's head must arrive within HEADER_TIMEOUT_S of its first byte, a control
-API body within BODY_TIMEOUT_S of its head, and open connections are capped below the
+API body within BODY_TIMEOUT_S of its head (a streamed one, `streamed_prefixes`, such as a
+volume upload: with no more than BODY_TIMEOUT_S between its bytes), and open connections are capped below the
 descriptor limit; at the cap a new connection evicts one that has sent nothing for a second
 while waiting for a request, or is refused with a 503. Before it, 2000 connections sending a
 byte every 5 s were all held (and the limit, 20000 descriptors, was within reach of one
@@ -34,6 +35,9 @@ class ConnectionPolicy:
     header_timeout_s: float = HEADER_TIMEOUT_S
     body_timeout_s: float = BODY_TIMEOUT_S
     max_connections: int = 1 << 30
+    # Control API paths whose bodies are files of any size: the body deadline restarts with
+    # each piece of them that arrives.
+    streamed_prefixes: tuple[str, ...] = ()
 
     @classmethod
     def from_environment(cls) -> ConnectionPolicy:

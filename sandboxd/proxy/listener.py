@@ -75,6 +75,7 @@ class Listener(asyncio.Protocol):
         # A head, or a control body, that must be complete by then (loop time), and when the
         # client last sent anything.
         self._deadline: asyncio.TimerHandle | None = None
+        self._streamed_body = False  # the receiving control body's deadline restarts per piece
         self._last_data = 0.0
 
     @classmethod
@@ -187,9 +188,12 @@ class Listener(asyncio.Protocol):
                           parser.should_upgrade())  # fmt: skip
         exchange = self.proxy.exchange(request, self) or ControlExchange(self, request)
         self._clear_deadline()
+        self._streamed_body = False
         if isinstance(exchange, ControlExchange) and self._answering is None:
-            # Its body is read whole, and small (a queued one is not read until its turn).
+            # Its body is read whole, and small (a queued one is not read until its turn), or
+            # streamed to a file: then it only has to keep coming.
             self._set_deadline(self.policy.body_timeout_s)
+            self._streamed_body = request.head.path.startswith(self.policy.streamed_prefixes)
         self._receiving = exchange
         if self._answering is None:
             self._begin(exchange)
@@ -200,6 +204,8 @@ class Listener(asyncio.Protocol):
     def on_body(self, body: bytes) -> None:
         if self._receiving is not None:
             self._receiving.body(body)
+            if self._streamed_body and self._deadline is not None:
+                self._set_deadline(self.policy.body_timeout_s)
 
     def on_message_complete(self) -> None:
         self._clear_deadline()

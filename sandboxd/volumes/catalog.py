@@ -56,11 +56,7 @@ class VolumeCatalog:
         self._changes = asyncio.Lock()  # a create's name check and its insert are one step
 
     def start(self) -> None:
-        """Mount the recorded volumes a host reboot unmounted; remove what a stop cut short.
-
-        Raises:
-            OSError: a volume's image could not be mounted.
-        """
+        """Mount the recorded volumes a host reboot unmounted; remove what a stop cut short."""
         self.storage.ensure_mounted(v.volume_id for v in self.store.volumes())
 
     async def create(self, name: str, size_mb: int | None = None) -> VolumeRow:

@@ -105,11 +105,9 @@ class VolumeStorage:
 
     def ensure_mounted(self, volume_ids: Iterable[str]) -> None:
         """Mount each of the volumes not mounted (after a host reboot), and remove the images
-        and mount points of volumes not among them (a create cut short by a stop).
-
-        Raises:
-            OSError: a volume's image could not be mounted.
-        """
+        and mount points of volumes not among them (a create cut short by a stop). A volume
+        whose image will not mount is logged and left unmounted: the content API answers 404
+        for it, and the others are served."""
         wanted = set(volume_ids)
         if self.root.is_dir():
             for entry in self.root.iterdir():
@@ -119,7 +117,10 @@ class VolumeStorage:
                     self.delete(volume_id)
         for volume_id in sorted(wanted):
             if not os.path.ismount(self.mount_path(volume_id)):
-                self._mount(volume_id)
+                try:
+                    self._mount(volume_id)
+                except OSError as exc:
+                    log.error("volume %s cannot be mounted: %s", volume_id, exc)
 
     def mounted(self, volume_id: str) -> bool:
         return os.path.ismount(self.mount_path(volume_id))

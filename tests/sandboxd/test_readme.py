@@ -1,7 +1,7 @@
 """The README as a newcomer follows it: its first command, `scripts/start`, gives a working
 sandbox service and prints what to export and a one-line SDK example that works as pasted; and
 every ```python block of README.md runs as written with the unmodified SDK (its own virtualenv,
-tests/sdk/.venv) against that service, with only the three variables the README names.
+tests/sdk/.venv) against that service, with only the variables the README names.
 
 scripts/start runs here as a user runs it, with serve's flags after it for a free port, a
 temporary state directory, the cached base template and a cgroup parent of the test's own; its
@@ -146,6 +146,7 @@ def test_every_python_block_of_the_readme_runs_as_written(
     assert "hello from user\n" in everything
     assert "Hello, sandbox!\n" in everything
     assert SITE_INDEX in everything  # the template's start command served the copied site
+    assert "Hello, volume!\n['hello.txt']\n" in everything
 
 
 def test_get_host_names_serves_domain_without_e2b_domain(
