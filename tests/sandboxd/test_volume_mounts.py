@@ -2,8 +2,9 @@
 create): one volume in two sandboxes at once, each seeing the other's writes with root's and
 `user`'s files owned right inside both and canonical ids on the host; the volume outliving both
 and in use (not deleted) while any sandbox has it; every refusal of a create's mounts in one
-400; the mounts again after a resume from a pause to disk and after serve's restart; and a link
-the sandbox plants at its mount path, which leads the next boot's mount nowhere out of it."""
+400; the mounts again after a resume from a pause to disk (or a frozen one's boot from its
+files) and after serve's restart; and a link the sandbox plants at its mount path, which leads
+the next boot's mount nowhere out of it."""
 
 from __future__ import annotations
 
@@ -158,6 +159,11 @@ def test_mounted_again_after_a_pause_to_disk(server: Sandboxd, api: httpx.Client
     assert server.sh(sid, "cat /mnt/data/first /mnt/data/from-host", token, "user") == (
         "one\nwritten meanwhile\n"
     )
+    # Frozen, then connected with `memory: false`: to disk and booted, the volume with it.
+    assert api.post(f"/sandboxes/{sid}/pause").status_code == 204
+    connected = api.post(f"/v2/sandboxes/{sid}/connect", json={"timeout": 60, "memory": False})
+    assert connected.status_code == 201, connected.text
+    assert server.sh(sid, "cat /mnt/data/first", token) == "one\n"
     assert api.delete(f"/sandboxes/{sid}").status_code == 204
     assert api.delete(f"/volumes/{volume['volumeID']}").status_code == 204
 
