@@ -55,8 +55,7 @@ def listed(s: SandboxInfo) -> dict[str, Any]:
         out["alias"] = s.alias
     if s.pause_mode is not None:
         out["pauseMode"] = s.pause_mode
-    if "volumeMounts" in s.options:
-        out["volumeMounts"] = s.options["volumeMounts"]
+    out["volumeMounts"] = s.options.get("volumeMounts", [])
     return out
 
 

@@ -367,6 +367,7 @@ def serve(options: ServeOptions) -> None:
                                 VolumeTokens(manager.tokens.volumes_key()),
                                 options.volume_mb, options.volume_max_mb)  # fmt: skip
         volumes.start()
+        manager.volumes.attach(volumes)  # mounts in sandboxes; a volume mounted is in use
         config = daemon_config(options, store, manager, builder, dns, envd, volumes)
         _Server(config, notify_socket, serving_line(options)).run()
     except OSError as exc:

@@ -69,20 +69,24 @@ def unmount(path: Path) -> None:
         raise TeardownError(f"cannot unmount {path}: {exc.strerror}") from exc
 
 
-def detach_mounts(path: Path) -> None:
-    """Lazily unmount everything at or below `path` (umount -R -l).
+def detach_mounts(path: Path, *, below_only: bool = False) -> None:
+    """Lazily unmount everything at or below `path` (umount -R -l), or only below it.
 
     Raises:
         TeardownError: something is still mounted there afterwards.
     """
+
+    def points() -> list[str]:
+        found = mounts_under(path)
+        return [p for p in found if p != str(path).rstrip("/")] if below_only else found
+
     for _ in range(8):  # stacked mounts come off one layer per round
-        points = mounts_under(path)
-        if not points:
+        if not (round_points := points()):
             return
-        for point in points:
+        for point in round_points:
             with contextlib.suppress(OSError):
                 libc.umount(point, libc.MNT_DETACH)
-    if left := mounts_under(path):
+    if left := points():
         raise TeardownError(f"still mounted under {path}: {', '.join(left)}")
 
 

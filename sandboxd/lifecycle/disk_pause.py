@@ -1,8 +1,8 @@
 """A pause to disk (E2B's filesystem-only pause, `{"memory": false}`): the sandbox's writable
 layer kept as a layer of the layer store (`pause-ID-N`), everything else of it released (its
 processes and memory, network slot, uid range, loop device); its resume boots the same image
-with that layer on top, under the same id, and sends envd's /init again (the same env vars,
-user, workdir and token: the token derives from the id). Its record says what it boots
+with that layer on top and the same volumes mounted, under the same id, and sends envd's /init
+again (the same env vars, user, workdir and token: the token derives from the id). Its record says what it boots
 (`SandboxRow.disk_image`), so that a restarted serve resumes it too. A full pause's connect with
 `memory: false` goes the same way: killed and booted from the layer the full pause wrote.
 
@@ -25,10 +25,12 @@ from sandboxd.host.removal import remove_tree
 from sandboxd.ids import now_us
 from sandboxd.lifecycle.capture import export_layer
 from sandboxd.lifecycle.egress import apply_network
-from sandboxd.runtime.spec import INITS, BootImage
+from sandboxd.runtime.spec import INITS, BootImage, VolumeMount
 from sandboxd.templates.catalog import tagged_layers
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from sandboxd.guest.client import EnvdClient
     from sandboxd.layers.store import LayerStore
     from sandboxd.lifecycle.sandbox import Sandbox
@@ -53,14 +55,17 @@ def next_layer(layers: LayerStore, sandbox_id: str) -> str:
     return f"{prefix}{max((int(n) for n in numbers if n.isdigit()), default=0) + 1}"
 
 
-def disk_image(image: BootImage, limits: Limits, layer: Path) -> dict[str, Any]:
+def disk_image(
+    image: BootImage, limits: Limits, mounts: Sequence[VolumeMount], layer: Path
+) -> dict[str, Any]:
     """What the record keeps of a sandbox paused to disk: its image with `layer` on top, its
-    limits."""
+    limits, its volume mounts."""
     return {
         "layers": [str(p) for p in (*image.layers, layer)],
         "init": image.init,
         "io_uring": image.io_uring,
         "limits": dataclasses.asdict(limits),
+        "mounts": [[str(m.host_dir), m.path_inside] for m in mounts],
     }
 
 
@@ -80,6 +85,13 @@ def boot_image(record: dict[str, Any] | None) -> tuple[BootImage, Limits]:
         return BootImage(layers, init, record["io_uring"] is True), Limits(**record["limits"])
     except (KeyError, TypeError, ValueError) as exc:
         raise SandboxError(f"the record of the paused sandbox is unreadable: {exc}") from exc
+
+
+def boot_mounts(record: dict[str, Any] | None) -> tuple[VolumeMount, ...]:
+    """The volume mounts a `disk_image` record boots with (none in one from before them, or
+    in no record)."""
+    mounts = (record or {}).get("mounts") or []
+    return tuple(VolumeMount(Path(host), str(inside)) for host, inside in mounts)
 
 
 class DiskPauses:
@@ -102,7 +114,9 @@ class DiskPauses:
         box = sandbox.live()
         row = sandbox.row
         if row.disk_image is None or not box.frozen:
-            row.disk_image = disk_image(box.image, box.limits, await self.export_frozen(box))
+            row.disk_image = disk_image(
+                box.image, box.limits, box.mounts, await self.export_frozen(box)
+            )
         row.state, row.pause_mode, row.uid_base = "paused", FILESYSTEM, None  # its range goes
         row.end_at = now_us()
         await self.store.write(
@@ -149,7 +163,8 @@ class DiskPauses:
             SandboxError: the boot or /init failed (BootError, InitRefused, TemplateError).
         """
         image, limits = boot_image(sandbox.row.disk_image)
-        box = await self.runtime.boot(sandbox.id, image, limits, sandbox.row.disk_size_mb)
+        mounts = boot_mounts(sandbox.row.disk_image)
+        box = await self.runtime.boot(sandbox.id, image, limits, sandbox.row.disk_size_mb, mounts)
         self.envd.reach(sandbox.id, box.dialer)
         try:
             await apply_network(self.runtime, box, sandbox.row.options)

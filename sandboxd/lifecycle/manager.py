@@ -34,6 +34,7 @@ from sandboxd.lifecycle.sandbox import Sandbox, ingress_of
 from sandboxd.lifecycle.snapshots import Snapshots
 from sandboxd.lifecycle.template_boxes import TemplateBoxes
 from sandboxd.lifecycle.tokens import Tokens
+from sandboxd.lifecycle.volume_mounts import VolumeMounts
 from sandboxd.lifecycle.wake import Waker
 from sandboxd.templates import catalog
 from sandboxd.templates.catalog import Templates
@@ -46,7 +47,10 @@ if TYPE_CHECKING:
     from sandboxd.layers.store import LayerStore
     from sandboxd.lifecycle.sandbox import CreateRequest
     from sandboxd.runtime.engine import Box, Runtime
+    from sandboxd.runtime.spec import VolumeMount
     from sandboxd.store.interface import Store
+    from sandboxd.store.rows import TemplateRow
+    from sandboxd.templates.image import TemplateImage
     from sandboxd.templates.snapshots import Listed
 
 log = logging.getLogger("sandboxd.lifecycle")
@@ -81,6 +85,7 @@ class SandboxManager:
         self.waker = Waker(self.get_live, self.pauses, max_timeout_s)
         self.evictor = Evictor(self.all, self._end_of)
         self.sampler = MetricsSampler(store, envd, self._running, self._sandboxes.__contains__)
+        self.volumes = VolumeMounts(self.all)  # serve attaches the volume catalog
 
     # SandboxLookup
 
@@ -188,17 +193,24 @@ class SandboxManager:
     # Create
 
     async def create(self, request: CreateRequest) -> Sandbox:
-        """Boot (or take a warm) sandbox of the template, /init it, record it.
+        """Boot (or take a warm) sandbox of the template with its volumes, /init it, record it.
 
         Raises:
-            NotAllowed: a timeout of 0 or past the maximum.
+            NotAllowed: a timeout of 0 or past the maximum, or volume mounts that are not.
             TemplateNotFound, TemplateError: no such template, or an unusable one.
             BootError, InitRefused: the sandbox did not come up (nothing of it is left).
         """
         self.check_timeout(request.timeout_s)
         template, image = self.templates.resolve(request.template)
+        mounts = self.volumes.resolve(request.options.get("volumeMounts"))
+        with self.volumes.creating(mounts):  # in use until the sandbox is listed
+            return await self._create(request, template, image, mounts)
+
+    async def _create(self, request: CreateRequest, template: TemplateRow, image: TemplateImage,
+                      mounts: tuple[VolumeMount, ...]) -> Sandbox:  # fmt: skip
+        limits = catalog.limits(template)
         try:
-            box = await self.boxes.take(image, catalog.limits(template), template.disk_size_mb)
+            box = await self.boxes.take(image, limits, template.disk_size_mb, mounts)
         except TemplateError as exc:
             raise TemplateError(f"template '{template.template_id}' is unusable: {exc}") from exc
         # Times are set again once envd took /init; these keep the evictor off meanwhile.

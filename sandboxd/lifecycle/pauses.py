@@ -59,7 +59,9 @@ class Pauses:
         try:
             if memory:
                 box = sandbox.live()
-                written = disk_image(box.image, box.limits, await self.disks.export_frozen(box))
+                written = disk_image(
+                    box.image, box.limits, box.mounts, await self.disks.export_frozen(box)
+                )
             else:
                 await self.disks.pause(sandbox)
         except SandboxError as exc:

@@ -81,4 +81,6 @@ def _export(runtime: Runtime, layers: LayerStore, sandbox_id: str) -> dict[str, 
 
     path, _ = layers.add(next_layer(layers, sandbox_id), fill)
     spec = booted[0]
-    return disk_image(BootImage(spec.layers, spec.init, spec.io_uring), spec.limits, path)
+    return disk_image(
+        BootImage(spec.layers, spec.init, spec.io_uring), spec.limits, spec.mounts, path
+    )

@@ -27,8 +27,8 @@ class CreateRequest:
     their wire names; of them it enforces `allow_internet_access`, `network`'s allowOut
     (addresses and domains), denyOut and dnsServers (sandboxd.lifecycle.egress) and its
     allowPublicTraffic and maskRequestHost (`ingress_of`), autoPauseMemory (false: the pause
-    at endAt is to disk) and autoResume (traffic resumes it: sandboxd.lifecycle.wake), not yet
-    mcp or volumeMounts (only shown)."""
+    at endAt is to disk), autoResume (traffic resumes it: sandboxd.lifecycle.wake) and
+    volumeMounts (sandboxd.lifecycle.volume_mounts), not yet mcp (only shown)."""
 
     template: str
     timeout_s: int

@@ -1,7 +1,8 @@
 """Sandboxes of a template's image, ready to hand out: booted, and with the template's start
 command running and its ready command passed (as E2B's snapshot of a template is taken with
 them done). From the warm pool when it holds one, which fills itself through the same boot, so
-a pooled create stays an /init away even for a template with a slow start command."""
+a pooled create stays an /init away even for a template with a slow start command; one with
+volumes to mount is booted with them (a pooled sandbox has none)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
     from sandboxd.guest.client import EnvdClient
     from sandboxd.host.cgroups import Limits
     from sandboxd.runtime.engine import Box, Runtime
+    from sandboxd.runtime.spec import VolumeMount
     from sandboxd.templates.image import TemplateImage
 
 log = logging.getLogger("sandboxd.lifecycle.template_boxes")
@@ -29,22 +31,30 @@ class TemplateBoxes:
         self._envd = envd
         self.pool = WarmPool(runtime, pool_size, self.boot)
 
-    async def take(self, image: TemplateImage, limits: Limits, disk_mb: int) -> Box:
-        """A ready sandbox of `image`: a pooled one, or one booted now.
+    async def take(
+        self, image: TemplateImage, limits: Limits, disk_mb: int, mounts: tuple[VolumeMount, ...]
+    ) -> Box:
+        """A ready sandbox of `image` with `mounts`: a pooled one (none), or one booted now.
 
         Raises:
             TemplateError: the image cannot boot; BootError: it did not come up, or its start
                 command did not get ready (nothing of the sandbox is left).
         """
-        box = await self.pool.take(image, limits, disk_mb)
-        return box if box is not None else await self.boot(image, limits, disk_mb)
+        box = None if mounts else await self.pool.take(image, limits, disk_mb)
+        return box if box is not None else await self.boot(image, limits, disk_mb, mounts)
 
     def fill(self, image: TemplateImage, limits: Limits, disk_mb: int) -> None:
         self.pool.fill(image, limits, disk_mb)
 
-    async def boot(self, image: TemplateImage, limits: Limits, disk_mb: int) -> Box:
-        """Boot a sandbox of `image` and run its start and ready commands."""
-        box = await self.runtime.boot(new_sandbox_id(), image.boot_image, limits, disk_mb)
+    async def boot(
+        self,
+        image: TemplateImage,
+        limits: Limits,
+        disk_mb: int,
+        mounts: tuple[VolumeMount, ...] = (),
+    ) -> Box:
+        """Boot a sandbox of `image` with `mounts` and run its start and ready commands."""
+        box = await self.runtime.boot(new_sandbox_id(), image.boot_image, limits, disk_mb, mounts)
         if not (image.start_cmd or image.ready_cmd):
             return box
         try:

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from sandboxd.network.egress_proxy.server import EgressProxy
     from sandboxd.network.slots import NetSlot
     from sandboxd.runtime.dialer import Dialer
-    from sandboxd.runtime.spec import SandboxSpec
+    from sandboxd.runtime.spec import SandboxSpec, VolumeMount
 
 
 @dataclass
@@ -53,6 +53,10 @@ class Box:
         return self.spec.net
 
     @property
+    def mounts(self) -> tuple[VolumeMount, ...]:
+        return self.spec.mounts
+
+    @property
     def frozen(self) -> bool:
         return self.cgroups.frozen()
 
@@ -81,13 +85,20 @@ class Runtime(Protocol):
         ...
 
     async def boot(
-        self, sandbox_id: str, image: BootImage, limits: Limits | None = None, disk_mb: int = 0
+        self,
+        sandbox_id: str,
+        image: BootImage,
+        limits: Limits | None = None,
+        disk_mb: int = 0,
+        mounts: Sequence[VolumeMount] = (),
     ) -> Box:
         """Boot `image` as sandbox `sandbox_id` with a writable layer of `disk_mb` (0: no
-        limit); return once its guest agent is ready.
+        limit) and each of `mounts`' host directories read-write at its path inside, its
+        files' ids 0..65535 the sandbox's own there; return once its guest agent is ready.
 
         Raises:
-            SandboxError: the id is malformed or already in use (nothing was touched).
+            SandboxError: the id is malformed or already in use, or a mount's path is not one
+                (nothing was touched).
             TemplateError: `image` lacks what its init needs (nothing is left behind).
             BootError: the sandbox did not come up; everything the boot made is removed.
         """

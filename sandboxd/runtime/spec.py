@@ -1,5 +1,6 @@
 """What one sandbox is made of on the host, frozen when it is claimed: its image's read-only
-layers and init, its limits, its uid range, its disk size and its network slot. Written whole as
+layers and init, its limits, its uid range, its disk size, its network slot and the host
+directories mounted into it. Written whole as
 the sandbox's record before anything of it is made, so that every undo (a failed boot, a kill, a
 retried kill, the leftovers an adopting sandboxd finds) is driven by the same record, and an
 adopted sandbox is exactly what was booted."""
@@ -8,12 +9,17 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
+from sandboxd.errors import SandboxError
 from sandboxd.host.cgroups import Limits
 from sandboxd.network.slots import NetSlot
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 RECORD = "sandbox.json"
 
@@ -35,6 +41,44 @@ class BootImage:
 
 
 @dataclass(frozen=True)
+class VolumeMount:
+    """A host directory mounted read-write at `path_inside` (absolute, normalised, not `/`),
+    its files' ids 0..65535 shown as the sandbox's own (as its template's layers are): what is
+    stored on the host keeps the same ids whichever sandbox wrote it."""
+
+    host_dir: Path
+    path_inside: str
+
+
+def mount_path_problem(path: str) -> str | None:
+    """Why `path` cannot be where a volume is mounted inside a sandbox, or None (the
+    reference's reasons, infra's `isValidMountPath`, and the root, which it lets through)."""
+    if not path:
+        return "path cannot be empty"
+    if not path.startswith("/"):
+        return "path must be absolute"
+    if posixpath.normpath(path) != path or path.startswith("//"):
+        return "path must not contain any '.' or '..' components"
+    if path == "/":
+        return "path cannot be the root directory"
+    return None
+
+
+def check_mounts(mounts: Sequence[VolumeMount]) -> None:
+    """Raises SandboxError for a mount whose path inside is not one or is used twice, or whose
+    host directory is not an absolute path of a directory."""
+    seen: set[str] = set()
+    for mount in mounts:
+        if problem := mount_path_problem(mount.path_inside) or (
+            "the path is used twice" if mount.path_inside in seen else None
+        ):
+            raise SandboxError(f"volume mount at {mount.path_inside!r}: {problem}")
+        if not mount.host_dir.is_absolute() or not mount.host_dir.is_dir():
+            raise SandboxError(f"volume mount from {mount.host_dir}: not a directory")
+        seen.add(mount.path_inside)
+
+
+@dataclass(frozen=True)
 class SandboxSpec:
     """One sandbox, as its record has it."""
 
@@ -46,10 +90,12 @@ class SandboxSpec:
     net: NetSlot | None = None  # None: only a loopback (serve without --network-pool)
     init: Init = "systemd"
     io_uring: bool = False
+    mounts: tuple[VolumeMount, ...] = ()
 
     def to_json(self) -> str:
         data = asdict(self)
         data["layers"] = [str(p) for p in self.layers]
+        data["mounts"] = [[str(m.host_dir), m.path_inside] for m in self.mounts]
         return json.dumps(data)
 
     @classmethod
@@ -65,6 +111,7 @@ class SandboxSpec:
             None if data.get("net") is None else _slot(data["net"]),
             _init(data.get("init", "systemd")),  # records from before init modes: systemd
             data.get("io_uring") is True,
+            tuple(VolumeMount(Path(host), str(inside)) for host, inside in data.get("mounts", [])),
         )
 
 

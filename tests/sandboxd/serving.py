@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from sandboxd.guest.client import EnvdClient
+from sandboxd.guest.commands import POSIX_SH, Command, run
 from sandboxd.guest.readiness import ENVD_UNIT, envd_ready
 from sandboxd.host import uid_ranges
 from sandboxd.host.cgroups import CgroupHost, SandboxCgroups
@@ -200,6 +201,26 @@ class Sandboxd:
             finally:
                 await client.aclose()
                 netns.close()
+
+        return asyncio.run(ask())
+
+    def sh(self, sandbox_id: str, script: str, token: str | None, user: str = "root") -> str:
+        """`script` run by envd inside the sandbox as `user`; its stdout (it must exit 0)."""
+
+        async def ask() -> str:
+            netns = self.netns(sandbox_id)
+            client = EnvdClient()
+            client.reach(sandbox_id, netns)
+            out: list[bytes] = []
+            try:
+                code = await run(client, sandbox_id, Command(script, POSIX_SH, user=user),
+                                 token=token, on_output=lambda kind, data: out.append(data)
+                                 if kind == "stdout" else None)  # fmt: skip
+            finally:
+                await client.aclose()
+                netns.close()
+            assert code == 0, f"{script!r} as {user} exited {code}"
+            return b"".join(out).decode()
 
         return asyncio.run(ask())
 

@@ -14,7 +14,7 @@ import pytest
 
 from sandboxd.builds.collect import layer_users
 from sandboxd.guest.client import EnvdClient
-from sandboxd.guest.commands import POSIX_SH, Command, run, start
+from sandboxd.guest.commands import POSIX_SH, Command, start
 from sandboxd.layers.collect import collect
 from sandboxd.layers.store import LayerStore
 from sandboxd.store.sqlite.store import SqliteStore
@@ -41,23 +41,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, base_template: Path) -> Ite
 
 def sh(server: Sandboxd, sandbox_id: str, script: str, token: str | None) -> str:
     """`script` run by envd inside the sandbox as root; its stdout (it must exit 0)."""
-
-    async def ask() -> str:
-        netns = server.netns(sandbox_id)
-        client = EnvdClient()
-        client.reach(sandbox_id, netns)
-        out: list[bytes] = []
-        try:
-            command = Command(script, POSIX_SH)
-            code = await run(client, sandbox_id, command, token=token,
-                             on_output=lambda kind, data: out.append(data) if kind == "stdout" else None)  # fmt: skip
-        finally:
-            await client.aclose()
-            netns.close()
-        assert code == 0, f"{script!r} exited {code}"
-        return b"".join(out).decode()
-
-    return asyncio.run(ask())
+    return server.sh(sandbox_id, script, token)
 
 
 def background(server: Sandboxd, sandbox_id: str, script: str, token: str | None) -> None:

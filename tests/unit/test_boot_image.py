@@ -1,5 +1,6 @@
 """Boot images without booting: a sandbox record keeps its init (and one from before init modes
-reads as systemd), and what each init needs in the layers."""
+reads as systemd) and its volume mounts (none in one from before them), and what each init
+needs in the layers."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from sandboxd.errors import TemplateError
 from sandboxd.host.cgroups import Limits
 from sandboxd.runtime.nspawn.container import ENVD_LAUNCHER, command, require_rootfs
-from sandboxd.runtime.spec import BootImage, SandboxSpec, read_record, write_record
+from sandboxd.runtime.spec import BootImage, SandboxSpec, VolumeMount, read_record, write_record
 
 
 def test_a_record_keeps_its_init_and_older_records_are_systemd(tmp_path: Path) -> None:
@@ -25,6 +26,15 @@ def test_a_record_keeps_its_init_and_older_records_are_systemd(tmp_path: Path) -
     assert read_record(tmp_path) is None
     write_record(tmp_path, spec)
     assert read_record(tmp_path) == spec
+
+
+def test_a_record_keeps_its_mounts_and_older_records_have_none() -> None:
+    mounts = (VolumeMount(Path("/v/a"), "/mnt/data"), VolumeMount(Path("/v/b"), "/home/user/b"))
+    spec = SandboxSpec("a1", (Path("/l0"),), Limits(), 524288, 0, mounts=mounts)
+    assert SandboxSpec.from_json(spec.to_json()) == spec
+    record = json.loads(spec.to_json())
+    del record["mounts"]
+    assert SandboxSpec.from_json(json.dumps(record)).mounts == ()
 
 
 def test_each_init_has_its_nspawn_command() -> None:

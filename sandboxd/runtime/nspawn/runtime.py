@@ -4,10 +4,10 @@ adopt the running ones after a restart.
 
 Each sandbox is `SANDBOXES_DIR/ID` (its record, disk, layers, overlay root and console log),
 the cgroups `PARENT/ID` in every hierarchy and the claim of its uid range; nothing else on the
-host is made, and nothing of the host is bound into it. Its record (sandboxd.runtime.spec) says
-what it is made of and drives every undo (sandboxd.runtime.nspawn.steps). The cgroup tree and
-the directory are the whole truth: a new `NspawnRuntime` on the same directory finds every
-sandbox again with `adopt()`.
+host is made, and nothing of the host is bound into it but the volumes it is given. Its record
+(sandboxd.runtime.spec) says what it is made of and drives every undo
+(sandboxd.runtime.nspawn.steps). The cgroup tree and the directory are the whole truth: a new
+`NspawnRuntime` on the same directory finds every sandbox again with `adopt()`.
 """
 
 from __future__ import annotations
@@ -22,13 +22,12 @@ from typing import TYPE_CHECKING
 from sandboxd.errors import BootError, HostError, SandboxError, TeardownError
 from sandboxd.host import uid_ranges
 from sandboxd.host.cgroups import CgroupHost, Limits, SandboxCgroups, Usage, existing_sandboxes
-from sandboxd.host.netns import NetNamespace
 from sandboxd.host.removal import mounts_under, remove_tree
 from sandboxd.host.sysctl import ensure_host_limits
 from sandboxd.ids import is_sandbox_id
 from sandboxd.network import resolv_conf, sweep
-from sandboxd.runtime.nspawn import container, journal, stopped
-from sandboxd.runtime.nspawn.box import NspawnBox, envd_pids, own, running
+from sandboxd.runtime.nspawn import container, journal, readiness, stopped
+from sandboxd.runtime.nspawn.box import NspawnBox, own, running
 from sandboxd.runtime.nspawn.export import layer_from_upper
 from sandboxd.runtime.nspawn.steps import (
     SandboxDirs,
@@ -37,21 +36,27 @@ from sandboxd.runtime.nspawn.steps import (
     undo_all,
     written_by_sandboxd,
 )
-from sandboxd.runtime.spec import RECORD, Leftover, SandboxSpec, read_record, write_record
+from sandboxd.runtime.spec import (
+    RECORD,
+    Leftover,
+    SandboxSpec,
+    check_mounts,
+    read_record,
+    write_record,
+)
 
 if TYPE_CHECKING:
-    from collections.abc import Collection
+    from collections.abc import Collection, Sequence
     from pathlib import Path
 
     from sandboxd.network.egress_proxy.server import EgressProxy
     from sandboxd.network.slots import NetworkPool
     from sandboxd.runtime.dialer import ReadinessProbe
     from sandboxd.runtime.engine import Box, LogEntry
-    from sandboxd.runtime.spec import BootImage
+    from sandboxd.runtime.spec import BootImage, VolumeMount
 
 log = logging.getLogger("sandboxd.runtime.nspawn.runtime")
 
-POLL_S = 0.01
 DISK_IMAGES = "disk-images"
 
 
@@ -95,23 +100,24 @@ class NspawnRuntime:
     def _dirs(self, sandbox_id: str) -> SandboxDirs:
         return SandboxDirs(self.sandboxes_dir / sandbox_id)
 
-    async def boot(
-        self, sandbox_id: str, image: BootImage, limits: Limits | None = None, disk_mb: int = 0
-    ) -> NspawnBox:
+    async def boot(self, sandbox_id: str, image: BootImage, limits: Limits | None = None,
+                   disk_mb: int = 0, mounts: Sequence[VolumeMount] = ()) -> NspawnBox:  # fmt: skip
         """Boot `image` (read-only layers and how envd starts in them) as sandbox `sandbox_id`,
         in a user namespace of a uid range of its own, with a writable layer of `disk_mb` (0: no
-        limit); return once `probe` finds its guest agent ready.
+        limit) and `mounts` (sandboxd.runtime.nspawn.steps.Volumes); return once `probe` finds
+        its guest agent ready.
 
         Raises:
-            SandboxError: the id is malformed or already in use (nothing was touched).
+            SandboxError: the id is malformed or already in use, or a mount's path is not one
+                (nothing was touched).
             TemplateError: `image` lacks what its init needs (nothing is left behind).
             BootError: the sandbox did not come up within `boot_timeout_s`, or nspawn exited;
                 everything the boot made has been removed.
         """
         started = time.monotonic()
-        image = self._claim(sandbox_id, image, disk_mb)
+        image = self._claim(sandbox_id, image, disk_mb, mounts)
         launch = asyncio.ensure_future(
-            asyncio.to_thread(self._launch, sandbox_id, image, limits or Limits(), disk_mb)
+            asyncio.to_thread(self._launch, sandbox_id, image, limits or Limits(), disk_mb, mounts)
         )
         try:
             spec = await asyncio.shield(launch)
@@ -128,13 +134,16 @@ class NspawnRuntime:
         log.info("sandbox %s up in %.2f s", sandbox_id, time.monotonic() - started)
         return box
 
-    def _claim(self, sandbox_id: str, image: BootImage, disk_mb: int) -> BootImage:
-        """Check the id and image and make the sandbox's directory: the claim that makes one
-        boot per id. Returns the image with its layers' absolute paths."""
+    def _claim(
+        self, sandbox_id: str, image: BootImage, disk_mb: int, mounts: Sequence[VolumeMount]
+    ) -> BootImage:
+        """Check the id, image and mounts and make the sandbox's directory: the claim that makes
+        one boot per id. Returns the image with its layers' absolute paths."""
         if not is_sandbox_id(sandbox_id):
             raise SandboxError(f"sandbox id {sandbox_id!r}: only a-z and 0-9, 1 to 63 of them")
         if disk_mb < 0:
             raise SandboxError(f"disk size {disk_mb} MiB: 0 (no limit) or more")
+        check_mounts(mounts)
         image = dataclasses.replace(image, layers=tuple(p.absolute() for p in image.layers))
         container.require_rootfs(image)
         box_dir = self.sandboxes_dir / sandbox_id
@@ -148,9 +157,8 @@ class NspawnRuntime:
             raise SandboxError(f"sandbox {sandbox_id} already has cgroups (not adopted?)")
         return image
 
-    def _launch(
-        self, sandbox_id: str, image: BootImage, limits: Limits, disk_mb: int
-    ) -> SandboxSpec:
+    def _launch(self, sandbox_id: str, image: BootImage, limits: Limits, disk_mb: int,
+                mounts: Sequence[VolumeMount]) -> SandboxSpec:  # fmt: skip
         """Claim a uid range and write the record (what every undo is driven by) under the
         claims' lock, then every host step in order (sandboxd.runtime.nspawn.steps). Off the event loop:
         the claim reads the other sandboxes' records and the record is fsynced. Returns the
@@ -160,7 +168,7 @@ class NspawnRuntime:
         def recorded(uid_base: int) -> SandboxSpec:
             net = self.network.slot(uid_base) if self.network else None
             spec = SandboxSpec(sandbox_id, image.layers, limits, uid_base, disk_mb, net,
-                               image.init, image.io_uring)  # fmt: skip
+                               image.init, image.io_uring, tuple(mounts))  # fmt: skip
             write_record(record.parent, spec)
             return spec
 
@@ -169,49 +177,8 @@ class NspawnRuntime:
         return spec
 
     async def _await_boot(self, spec: SandboxSpec, started: float) -> NspawnBox:
-        """Find nspawn and the container's leader, then probe its guest agent every 10 ms."""
-        sandbox_id = spec.id
-        cgroups = self._cgroups(sandbox_id)
-        deadline = started + self.boot_timeout_s
-        nspawn_pid = leader = None
-        while leader is None:
-            self._check_boot(sandbox_id, cgroups, deadline, "the container's init")
-            nspawn_pid = nspawn_pid or container.supervisor(cgroups)
-            leader = container.leader(nspawn_pid) if nspawn_pid else None
-            if leader is None:
-                await asyncio.sleep(POLL_S)
-        assert nspawn_pid is not None  # noqa: S101  # found together with the leader
-        netns = NetNamespace(leader)
-        box = NspawnBox.of(
-            spec, self.sandboxes_dir / sandbox_id, cgroups, nspawn_pid, leader, netns
-        )
-        # envd's priority is given as soon as its process shows (it spends its start-up
-        # importing, which a busy host's other work would otherwise slow down).
-        prioritised = False
-        try:
-            while True:
-                prioritised = prioritised or cgroups.prioritise(envd_pids(box, self.guest_unit))
-                if await self.probe(netns):
-                    break
-                self._check_boot(sandbox_id, cgroups, deadline, "the guest agent")
-                await asyncio.sleep(POLL_S)
-        except BaseException:
-            netns.close()
-            raise
-        if not prioritised:
-            cgroups.prioritise(envd_pids(box, self.guest_unit))
-        return box
-
-    def _check_boot(
-        self, sandbox_id: str, cgroups: SandboxCgroups, deadline: float, waiting_for: str
-    ) -> None:
-        if not cgroups.populated():
-            raise BootError(f"systemd-nspawn exited{self._dirs(sandbox_id).console_tail()}")
-        if time.monotonic() > deadline:
-            raise BootError(
-                f"no answer from {waiting_for} after {self.boot_timeout_s:g} s"
-                f"{self._dirs(sandbox_id).console_tail()}"
-            )
+        return await readiness.await_boot(spec, self._dirs(spec.id), self._cgroups(spec.id), self.probe,
+                                          self.guest_unit, started, self.boot_timeout_s)  # fmt: skip
 
     async def _teardown_after_failure(self, sandbox_id: str) -> None:
         try:

@@ -6,8 +6,8 @@ record, wherever the boot or an earlier teardown stopped.
 
 The order (docs/sandboxd.md, "Host steps"): cgroups with the limits, handed to the
 sandbox's uid range; the writable layer (sandboxd.host.disk) and the unit drop-ins a user-namespaced
-boot needs in it; the template's layers, idmapped to the range; the overlay root over them;
-nspawn in a user namespace of the range; with a network slot, its resolver written into the
+boot needs in it; the template's layers, idmapped to the range; the overlay root over them; the
+volumes mounted in it, idmapped too; nspawn in a user namespace of the range; with a network slot, its resolver written into the
 writable layer before the overlay, and its veth pair and firewall chain once nspawn made the
 container's network namespace.
 """
@@ -22,7 +22,7 @@ from pathlib import Path  # used at run time by dataclasses
 from typing import TYPE_CHECKING, Protocol
 
 from sandboxd.errors import BootError, HostError, TeardownError
-from sandboxd.host import disk, libc, overlay
+from sandboxd.host import disk, libc, mount_point, overlay
 from sandboxd.host.cgroups import CgroupHost, SandboxCgroups
 from sandboxd.host.removal import detach_mounts, unmount
 from sandboxd.host.userns import mapped_namespace
@@ -49,7 +49,8 @@ class SandboxDirs:
         return self.dir / CONSOLE_LOG
 
     def console_tail(self, lines: int = 5) -> str:
-        """The last `lines` lines of its console log, for an error message ("" without)."""
+        """The console's last non-blank `lines`, as a boot error's end ("; console: ..."),
+        or nothing."""
         try:
             text = self.console_log.read_text(errors="replace")
         except FileNotFoundError:
@@ -185,6 +186,33 @@ class Overlay:
         unmount(dirs.root)
 
 
+class Volumes:
+    """Each volume mount's host directory bound read-write onto its path in the overlay root,
+    idmapped as the layers are: its files' ids 0..65535 are the sandbox's inside, and stay
+    those on the host whichever sandbox wrote them. nspawn takes the root with the mounts in it
+    (sandboxd.host.budget binds it recursively). The mount points are made and opened without
+    leaving the root whatever links it holds (sandboxd.host.mount_point), a mount inside
+    another's after it."""
+
+    def make(self, spec: SandboxSpec, dirs: SandboxDirs) -> None:
+        if not spec.mounts:
+            return
+        userns = mapped_namespace(spec.uid_base)
+        for mount in sorted(spec.mounts, key=lambda m: m.path_inside.count("/")):
+            try:
+                target = mount_point.open_dir(dirs.root, mount.path_inside, spec.uid_base)
+            except OSError as exc:
+                raise BootError(f"volume mount at {mount.path_inside}: {exc.strerror}") from exc
+            try:
+                libc.idmapped_bind(str(mount.host_dir), target, userns, writable=True)
+            finally:
+                os.close(target)
+
+    def undo(self, spec: SandboxSpec | Leftover, dirs: SandboxDirs) -> None:
+        """Whatever is mounted below the root, record or not (the overlay comes off next)."""
+        detach_mounts(dirs.root, below_only=True)
+
+
 @dataclass(frozen=True)
 class Nspawn:
     """The container, inside the sandbox's cgroups. Its undo ends every process of the
@@ -280,7 +308,7 @@ def boot_steps(
 ) -> list[Step]:
     cgroups = Cgroups(host, cgroup_parent)
     return [cgroups, Disk(disk_images), UnitOverrides(guest_unit), Resolver(), Layers(), Overlay(),
-            Nspawn(cgroups), Veth(cgroups)]  # fmt: skip
+            Volumes(), Nspawn(cgroups), Veth(cgroups)]  # fmt: skip
 
 
 def make_all(steps: list[Step], spec: SandboxSpec, dirs: SandboxDirs) -> None:
