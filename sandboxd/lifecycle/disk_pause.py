@@ -19,12 +19,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sandboxd.errors import SandboxError
-from sandboxd.guest.init import init_envd
 from sandboxd.host.cgroups import Limits
 from sandboxd.host.removal import remove_tree
 from sandboxd.ids import now_us
 from sandboxd.lifecycle.capture import export_layer
-from sandboxd.lifecycle.egress import apply_network
+from sandboxd.lifecycle.guest_start import start_guest
 from sandboxd.runtime.spec import INITS, BootImage
 
 if TYPE_CHECKING:
@@ -137,17 +136,7 @@ class DiskPauses:
         """
         image, limits = boot_image(sandbox.row.disk_image)
         box = await self.runtime.boot(sandbox.id, image, limits, sandbox.row.disk_size_mb)
-        self.envd.reach(sandbox.id, box.dialer)
-        try:
-            await apply_network(self.runtime, box, sandbox.row.options)
-            await init_envd(self.envd, sandbox.id, sandbox.envd_init)
-        except BaseException:
-            await self.envd.forget(sandbox.id)
-            try:
-                await self.runtime.kill(box)
-            except SandboxError:
-                log.exception("sandbox %s: cleaning up after a failed resume", sandbox.id)
-            raise
+        await start_guest(self.runtime, self.envd, sandbox, box)
         sandbox.box = box
         sandbox.row.uid_base = box.uid_base
 

@@ -21,12 +21,12 @@ from sandboxd.errors import (
     TemplateError,
     WrongState,
 )
-from sandboxd.guest.init import init_envd
 from sandboxd.ids import now_us
 from sandboxd.lifecycle.adoption import adopt
 from sandboxd.lifecycle.disk_pause import DiskPauses
-from sandboxd.lifecycle.egress import apply_network, restore_proxied
+from sandboxd.lifecycle.egress import restore_proxied
 from sandboxd.lifecycle.evictor import EXPIRE_RETRY_S, Evictor
+from sandboxd.lifecycle.guest_start import start_guest
 from sandboxd.lifecycle.ingress import LOCAL_NODE, Ingress, Location
 from sandboxd.lifecycle.pauses import Pauses
 from sandboxd.lifecycle.sampler import MetricsSampler
@@ -193,15 +193,8 @@ class SandboxManager:
         row.default_user, row.default_workdir = image.user, image.workdir
         token = self.tokens.envd(box.id) if request.secure else None
         sandbox = Sandbox(row, box, token, ingress_of(row, self.tokens.traffic(box.id)))
-        # Reachable by sandboxd's own envd client only: neither listed nor known to the API and
-        # the proxy until the create succeeds.
-        self.envd.reach(box.id, box.dialer)
-        try:
-            await apply_network(self.runtime, box, row.options)  # before envd serves the user
-            await init_envd(self.envd, box.id, sandbox.envd_init)
-        except BaseException:
-            await self._kill_quietly(box)
-            raise
+        # Neither listed nor known to the API and the proxy until the create succeeds.
+        await start_guest(self.runtime, self.envd, sandbox, box)
         row.started_at = now_us()
         row.end_at = row.started_at + request.timeout_s * 1_000_000
         self._sandboxes[box.id] = sandbox
@@ -212,12 +205,6 @@ class SandboxManager:
         )
         self._spawn(self.sampler.first(sandbox))  # the first metrics point, without waiting 5 s
         return sandbox
-
-    async def _kill_quietly(self, box: Box) -> None:
-        try:
-            await self._off_host(box)
-        except SandboxError:
-            log.exception("sandbox %s: cleaning up after a failed create", box.id)
 
     async def _off_host(self, box: Box) -> None:
         """Remove the sandbox from the host, and sandboxd's own connections into it.
