@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from sandboxd.layers.collect import LayerUsers
 from sandboxd.runtime.spec import read_record
+from sandboxd.templates.catalog import tagged_layers
 
 if TYPE_CHECKING:
     from sandboxd.store.interface import Store
@@ -19,12 +20,7 @@ def layer_users(store: Store, sandboxes_dir: Path) -> LayerUsers:
     """What stacks layers now. Blocking (reads every sandbox's record)."""
     if store.builds(status="building"):
         return LayerUsers(building=True, templates=(), sandboxes=())
-    templates: list[Path] = []
-    for template in store.templates():
-        for tag in store.tags(template.template_id):
-            build = store.build(tag.build_id)
-            if build is not None and build.image is not None:
-                templates.extend(Path(p) for p in build.image["layers"])
+    templates = tagged_layers(store)
     sandboxes: list[Path] = []
     if sandboxes_dir.is_dir():
         for box_dir in sandboxes_dir.iterdir():

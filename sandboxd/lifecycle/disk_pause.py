@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 
 from sandboxd.errors import SandboxError
 from sandboxd.host.cgroups import Limits
-from sandboxd.host.removal import remove_tree
 from sandboxd.ids import now_us
 from sandboxd.lifecycle.capture import export_layer
 from sandboxd.lifecycle.guest_start import start_guest
@@ -139,13 +138,3 @@ class DiskPauses:
         await start_guest(self.runtime, self.envd, sandbox, box)
         sandbox.box = box
         sandbox.row.uid_base = box.uid_base
-
-    def remove_layers(self, sandbox_id: str) -> None:
-        """Delete the pause layers of a sandbox killed. Blocking.
-
-        Raises:
-            TeardownError: a layer would not go.
-        """
-        for layer in self.layers.layers():
-            if layer.name.startswith(layer_prefix(sandbox_id)):
-                remove_tree(layer)

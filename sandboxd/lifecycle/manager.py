@@ -28,13 +28,14 @@ from sandboxd.lifecycle.egress import restore_proxied
 from sandboxd.lifecycle.evictor import EXPIRE_RETRY_S, Evictor
 from sandboxd.lifecycle.guest_start import start_guest
 from sandboxd.lifecycle.ingress import LOCAL_NODE, Ingress, Location
+from sandboxd.lifecycle.made_layers import release
 from sandboxd.lifecycle.pauses import Pauses
 from sandboxd.lifecycle.sampler import MetricsSampler
 from sandboxd.lifecycle.sandbox import Sandbox, ingress_of
 from sandboxd.lifecycle.template_boxes import TemplateBoxes
 from sandboxd.lifecycle.tokens import Tokens
 from sandboxd.templates import catalog
-from sandboxd.templates.catalog import Templates
+from sandboxd.templates.catalog import Templates, tagged_layers
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
@@ -243,7 +244,8 @@ class SandboxManager:
         try:
             if sandbox.box is not None:
                 await self._off_host(sandbox.box)
-            await asyncio.to_thread(self.disks.remove_layers, sandbox.id)
+            kept = tagged_layers(self.store)
+            await release(self.disks.layers, sandbox, self._sandboxes.values(), kept)
         except SandboxError as exc:
             sandbox.dying = True
             self._sandboxes.setdefault(sandbox.id, sandbox)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from envd.settings import ENVD_VERSION
@@ -20,7 +21,6 @@ from sandboxd.templates.image import TemplateImage
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from pathlib import Path
 
     from sandboxd.store.interface import Store
 
@@ -68,6 +68,17 @@ def register_base(store: Store, rootfs: Path, disk_mb: int) -> None:
     template.rootfs, template.envd_version = str(rootfs), ENVD_VERSION
     template.disk_size_mb = disk_mb
     store.put_template(template)
+
+
+def tagged_layers(store: Store) -> list[Path]:
+    """The layers of every template's tagged builds: what their sandboxes boot."""
+    layers: list[Path] = []
+    for template in store.templates():
+        for tag in store.tags(template.template_id):
+            build = store.build(tag.build_id)
+            if build is not None and build.image is not None:
+                layers.extend(Path(p) for p in build.image["layers"])
+    return layers
 
 
 class Templates:
