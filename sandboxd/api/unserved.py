@@ -26,7 +26,6 @@ UNSERVED = (
     ("POST", "/templates/{template_id}/builds/{build_id}", "v1 template builds (the SDKs use v2)"),
     ("GET", "/snapshots", "snapshots"),
     ("POST", "/sandboxes/{sandbox_id}/snapshots", "snapshots"),
-    ("POST", "/sandboxes/{sandbox_id}/fork", "forking a sandbox"),
 )
 
 

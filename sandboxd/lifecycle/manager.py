@@ -1,6 +1,7 @@
 """The sandboxes' lives as the node service offers them (sandboxd.node.local): create (from the
-warm pool or a boot, then envd's /init), kill, pause, resume and connect, timeouts, and adoption
-after a restart. Every change is written to the store; the Runtime does the work on the host.
+warm pool or a boot, then envd's /init), kill, pause, resume and connect, fork, timeouts, and
+adoption after a restart. Every change is written to the store; the Runtime does the work on the
+host.
 
 States are `running` and `paused`. A sandbox being killed is gone at once (404, unlisted); one
 being paused or resumed holds its lock, so other transitions wait for it.
@@ -26,6 +27,7 @@ from sandboxd.lifecycle.adoption import adopt
 from sandboxd.lifecycle.disk_pause import DiskPauses
 from sandboxd.lifecycle.egress import restore_proxied
 from sandboxd.lifecycle.evictor import EXPIRE_RETRY_S, Evictor
+from sandboxd.lifecycle.fork import Forks
 from sandboxd.lifecycle.guest_start import start_guest
 from sandboxd.lifecycle.ingress import LOCAL_NODE, Ingress, Location
 from sandboxd.lifecycle.made_layers import release
@@ -74,6 +76,7 @@ class SandboxManager:
         self.boxes = TemplateBoxes(runtime, envd, pool_size)
         self.disks = DiskPauses(store, runtime, envd, layers)
         self.pauses = Pauses(store, runtime, envd, self.disks, self._gone)
+        self.forks = Forks(runtime, envd, layers, self.tokens)
         self.evictor = Evictor(self.all, self._end_of)
         self.sampler = MetricsSampler(store, envd, self._running, self._sandboxes.__contains__)
 
@@ -196,16 +199,40 @@ class SandboxManager:
         sandbox = Sandbox(row, box, token, ingress_of(row, self.tokens.traffic(box.id)))
         # Neither listed nor known to the API and the proxy until the create succeeds.
         await start_guest(self.runtime, self.envd, sandbox, box)
+        count = functools.partial(self.store.count_spawn, template.template_id)
+        await self._admit(sandbox, request.timeout_s, count)
+        return sandbox
+
+    async def fork(
+        self, sandbox_id: str, timeout_s: int, count: int
+    ) -> list[Sandbox | SandboxError]:
+        """`count` new sandboxes of a running sandbox's files, for `timeout_s`
+        (sandboxd.lifecycle.fork); each entry a child, or why it did not start.
+
+        Raises:
+            NotAllowed: the timeout; SandboxNotFound; WrongState: it is paused;
+            SandboxError: its files could not be captured.
+        """
+        self.check_timeout(timeout_s)
+        parent = self.existing(sandbox_id)
+        async with parent.lock:
+            self.existing(sandbox_id)
+            source = await self.forks.capture(parent)
+        return await self.forks.children(source, timeout_s, count, self._admit)
+
+    async def _admit(self, sandbox: Sandbox, timeout_s: int, *more: Callable[[int], None]) -> None:
+        """Record a sandbox that took its /init, running for `timeout_s` from now, and make it
+        known; `more(started_at)` are written with it."""
+        row = sandbox.row
         row.started_at = now_us()
-        row.end_at = row.started_at + request.timeout_s * 1_000_000
-        self._sandboxes[box.id] = sandbox
+        row.end_at = row.started_at + timeout_s * 1_000_000
+        self._sandboxes[sandbox.id] = sandbox
         await self.store.write(
             functools.partial(self.store.put_sandbox, row),
-            functools.partial(self.store.add_event, row.started_at, box.id, "created"),
-            functools.partial(self.store.count_spawn, template.template_id, row.started_at),
+            functools.partial(self.store.add_event, row.started_at, sandbox.id, "created"),
+            *(functools.partial(write, row.started_at) for write in more),
         )
         self._spawn(self.sampler.first(sandbox))  # the first metrics point, without waiting 5 s
-        return sandbox
 
     async def _off_host(self, box: Box) -> None:
         """Remove the sandbox from the host, and sandboxd's own connections into it.
@@ -244,7 +271,7 @@ class SandboxManager:
         try:
             if sandbox.box is not None:
                 await self._off_host(sandbox.box)
-            kept = tagged_layers(self.store)
+            kept = (*self.forks.in_flight, *tagged_layers(self.store))
             await release(self.disks.layers, sandbox, self._sandboxes.values(), kept)
         except SandboxError as exc:
             sandbox.dying = True
