@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+import httpx
 import pytest
 
 from tests.sandboxd.guest_shell import background, sh
@@ -18,8 +19,6 @@ from tests.sandboxd.test_disk_pause import SLEEPERS, collected
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
-
-    import httpx
 
     from tests.sandboxd.serving import Sandboxd
 
@@ -100,6 +99,13 @@ def test_a_child_has_the_parents_files_and_settings_and_the_parent_runs_on(
         sh(server, cid, f"echo 'modified in fork' > {STATE}", ctoken)
         assert sh(server, pid, f"cat {STATE}", ptoken) == "state before fork\n"
         assert server.envd(cid, "GET", "/envs", token=ptoken)[0] == 401  # its own token
+        with httpx.Client(base_url=server.url, timeout=30) as proxy:  # its own traffic token
+            port = {"E2b-Sandbox-Id": cid, "E2b-Sandbox-Port": "8090"}
+            assert proxy.get("/", headers=port).status_code == 403
+            parents = {**port, "e2b-traffic-access-token": parent["trafficAccessToken"]}
+            assert proxy.get("/", headers=parents).json()["message"] == (
+                "Sandbox is secured with traffic access token. Provided token is invalid."
+            )
 
         after = api.get(f"/sandboxes/{pid}").json()
         assert (after["state"], after["endAt"], after["startedAt"]) == (
