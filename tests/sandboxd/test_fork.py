@@ -15,6 +15,7 @@ import pytest
 from tests.sandboxd.guest_shell import background, sh
 from tests.sandboxd.serving import NO_NETWORK, running_sandboxd
 from tests.sandboxd.test_disk_pause import SLEEPERS, collected
+from tests.waiting import wait_until
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -65,7 +66,7 @@ def lifetime_s(info: dict[str, Any]) -> float:
 
 
 def fork_layers(state: Path, parent_id: str) -> list[str]:
-    return [p.name for p in (state / "layers").iterdir() if p.name.startswith(f"fork-{parent_id}-")]
+    return made_by(state, f"fork-{parent_id}-")
 
 
 def test_a_child_has_the_parents_files_and_settings_and_the_parent_runs_on(
@@ -79,8 +80,7 @@ def test_a_child_has_the_parents_files_and_settings_and_the_parent_runs_on(
         pid, ptoken = parent["sandboxID"], parent["envdAccessToken"]
         sh(server, pid, "rm /etc/issue", ptoken)
         background(server, pid, "sleep 3600", ptoken)
-        sleeper = sh(server, pid, SLEEPERS, ptoken)
-        assert sleeper.strip()
+        sleeper = wait_until(lambda: sh(server, pid, SLEEPERS, ptoken).strip(), 30, "the sleep")
         before = api.get(f"/sandboxes/{pid}").json()
 
         [child] = fork(api, pid, 1, timeout=120)
@@ -110,7 +110,7 @@ def test_a_child_has_the_parents_files_and_settings_and_the_parent_runs_on(
         after = api.get(f"/sandboxes/{pid}").json()
         assert (after["state"], after["endAt"], after["startedAt"]) == (
             "running", before["endAt"], before["startedAt"])  # fmt: skip
-        assert sh(server, pid, SLEEPERS, ptoken) == sleeper
+        assert sh(server, pid, SLEEPERS, ptoken).strip() == sleeper
         info = api.get(f"/sandboxes/{cid}").json()
         assert info["state"] == "running"
         assert lifetime_s(info) == 120
@@ -192,6 +192,9 @@ def test_children_pause_to_disk_outlive_a_restart_and_the_parent_and_free_the_la
     with running_sandboxd(state, base_template, NO_NETWORK) as server:
         with server.client() as api:
             pid = parent_with_state(server, api)["sandboxID"]
+            # Resumed from disk, the parent stacks a pause layer of its own: so will its children.
+            assert api.post(f"/sandboxes/{pid}/pause", json={"memory": False}).status_code == 204
+            assert api.post(f"/sandboxes/{pid}/resume", json={"timeout": 600}).status_code == 201
             first, second = fork(api, pid, 2, timeout=600)
             [layer] = fork_layers(state, pid)
             one, token_one = first["sandboxID"], first["envdAccessToken"]
@@ -204,6 +207,7 @@ def test_children_pause_to_disk_outlive_a_restart_and_the_parent_and_free_the_la
             )
             assert api.delete(f"/sandboxes/{pid}").status_code == 204
             assert fork_layers(state, pid) == [layer]  # its children stack it
+            assert made_by(state, f"pause-{pid}-") == [f"pause-{pid}-1"]  # and its pause layer
             assert api.post(f"/sandboxes/{two}/pause", json={"memory": False}).status_code == 204
         server.stop()
         assert collected(state) == []  # the one collection rule keeps it too
@@ -219,5 +223,9 @@ def test_children_pause_to_disk_outlive_a_restart_and_the_parent_and_free_the_la
             assert sh(server, two, f"cat {STATE}", token_two) == "state before fork\n"
             assert api.delete(f"/sandboxes/{two}").status_code == 204
             assert fork_layers(state, pid) == []
-        made = [p.name for p in (state / "layers").iterdir() if p.name.startswith("pause-")]
-        assert made == []
+        assert made_by(state, "pause-") == []
+
+
+def made_by(state: Path, prefix: str) -> list[str]:
+    """The layers of the store whose names start with `prefix`."""
+    return sorted(p.name for p in (state / "layers").iterdir() if p.name.startswith(prefix))
