@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import os
 import sqlite3
 import sys
 import time
@@ -18,13 +19,19 @@ from sandboxd.builds.envd_layer import OPTION as ENVD_ARTIFACT_OPTION
 from sandboxd.builds.storage import OPTION as STORAGE_OPTION
 from sandboxd.builds.systemd_init import PROVISIONS
 from sandboxd.daemon import tls
-from sandboxd.daemon.serve import ServeOptions, base_rootfs, new_api_key, serve
+from sandboxd.daemon.serve import (
+    DATABASE_URL_ENV,
+    ServeOptions,
+    base_rootfs,
+    new_api_key,
+    open_store,
+    serve,
+)
 from sandboxd.daemon.state_dir import open_private
 from sandboxd.daemon.systemd_unit import install_service
 from sandboxd.errors import SandboxError
 from sandboxd.host.disk import MIN_DISK_MB
 from sandboxd.network.slots import DEFAULT_NETWORK_POOL, NetworkPool, parse_pool
-from sandboxd.store.sqlite.store import SqliteStore
 from sandboxd.templates.catalog import BASE_DISK_MB
 
 DEFAULT_STATE_DIR = Path("/var/lib/sandboxd")
@@ -40,6 +47,19 @@ def _state_dir_option(p: argparse.ArgumentParser) -> None:
         type=Path,
         default=DEFAULT_STATE_DIR,
         help=f"sandboxd's state directory (default {DEFAULT_STATE_DIR})",
+    )
+
+
+def _store_options(p: argparse.ArgumentParser) -> None:
+    """--state-dir, and --database-url for the commands that use the store."""
+    _state_dir_option(p)
+    p.add_argument(
+        "--database-url",
+        default=os.environ.get(DATABASE_URL_ENV) or None,
+        metavar="URL",
+        help="the store in the PostgreSQL database at this postgresql:// URL (needs "
+        "sandboxd[postgres]; a password is better given as PGPASSWORD than here) (default "
+        f"${DATABASE_URL_ENV}, else SQLite in the state directory)",
     )
 
 
@@ -85,7 +105,7 @@ def _serve_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser])
         description="Serve E2B's control API and run sandboxes. SIGTERM stops serving and "
         "leaves the sandboxes running: the next start adopts them.",
     )
-    _state_dir_option(p)
+    _store_options(p)
     _verbose_option(p)
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"(default {DEFAULT_PORT})")
     p.add_argument(
@@ -206,7 +226,7 @@ def _parser() -> argparse.ArgumentParser:
         help="print a new API key and store its hash",
         description="Print a new API key (e2b_ and 40 hex digits); only its hash is stored.",
     )
-    _state_dir_option(create)
+    _store_options(create)
     template = commands.add_parser("template", help="manage templates")
     template_commands = template.add_subparsers(dest="template_command", required=True)
     build = template_commands.add_parser(
@@ -228,7 +248,7 @@ def _parser() -> argparse.ArgumentParser:
         help="build the root filesystem here instead of STATE_DIR/templates/base/rootfs",
     )
     build.add_argument("--commit", help="the build commit envd reports (default: git HEAD)")
-    template_cli.add_parsers(template_commands, _state_dir_option)
+    template_cli.add_parsers(template_commands, _store_options)
     _install_service_parser(commands)
     _tls_parser(commands)
     return p
@@ -260,8 +280,8 @@ def _install_service_parser(commands: argparse._SubParsersAction[argparse.Argume
     p.add_argument("serve_flags", nargs="*", metavar="SERVE-FLAG", help="flags for serve")
 
 
-def _create_key(state_dir: Path) -> None:
-    store = SqliteStore(state_dir)
+def _create_key(state_dir: Path, database_url: str | None) -> None:
+    store = open_store(state_dir, database_url)
     try:
         key = new_api_key()
         store.add_key(key, time.time_ns() // 1000)
@@ -307,15 +327,20 @@ def main(argv: list[str] | None = None) -> int:
                                args.registry_mirror, tls_cert=args.tls_cert,
                                tls_key=args.tls_key, build_deadline_s=args.build_timeout,
                                build_storage_mb=args.build_storage_mb,
-                               provision=args.provision))  # fmt: skip
+                               provision=args.provision,
+                               database_url=args.database_url))  # fmt: skip
         elif args.command == "api-key":
             open_private(state_dir)
-            _create_key(state_dir)
+            _create_key(state_dir, args.database_url)
         elif args.command == "tls":
             _tls_init(state_dir, args.domain)
         elif args.template_command in ("ls", "rm"):
             open_private(state_dir)
-            template_cli.run(args, state_dir)
+            store = open_store(state_dir, args.database_url)
+            try:
+                template_cli.run(args, state_dir, store)
+            finally:
+                store.close()
         else:
             build_base(
                 (args.output or base_rootfs(state_dir)).absolute(),

@@ -36,6 +36,15 @@ class WrongState(SandboxError):
     """The sandbox is not in the state the operation needs (pausing a paused one)."""
 
 
+class StillTransitioning(WrongState):
+    """A pause or resume of the sandbox was still under way after the wait for it to end."""
+
+
+class WakeRefused(SandboxError):
+    """A request that would resume a paused sandbox does not carry the sandbox's access token
+    (envd's, or for its own ports the traffic token): it stays paused."""
+
+
 class NotAllowed(SandboxError):
     """A request the rules refuse whatever the state of the host: a timeout past the maximum
     length, deleting the base template or one that sandboxes use."""
@@ -90,6 +99,12 @@ class BootError(SandboxError):
 
 class HostError(SandboxError):
     """The host lacks something the runtime needs (root, cgroup2, systemd-nspawn, overlayfs)."""
+
+
+class StoreUnavailable(SandboxError):
+    """The store's database server cannot be reached (a PostgreSQL store: down, restarting, or
+    refusing the credentials); nothing of the read or write that met it took effect. Trying
+    again may work."""
 
 
 class TeardownError(SandboxError):

@@ -1,6 +1,6 @@
 """`sandboxd template ls` and `sandboxd template rm`: the templates of a state directory from
-the command line, beside a running serve or without one (the store is shared through SQLite's
-WAL; what `rm` removes is what `DELETE /templates/{id}` removes, and it refuses the same)."""
+the command line, beside a running serve or without one (the store is shared: through SQLite's
+WAL, or the PostgreSQL database serve uses; what `rm` removes is what `DELETE /templates/{id}` removes, and it refuses the same)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from sandboxd.host.removal import remove_tree
 from sandboxd.ids import rfc3339
 from sandboxd.layers.collect import collect
 from sandboxd.layers.store import LayerStore
-from sandboxd.store.sqlite.store import SqliteStore
 from sandboxd.templates.catalog import Templates
 
 if TYPE_CHECKING:
@@ -36,16 +35,12 @@ def add_parsers(
         state_dir_option(p)
 
 
-def run(args: argparse.Namespace, state_dir: Path) -> None:
+def run(args: argparse.Namespace, state_dir: Path, store: Store) -> None:
     """Raises SandboxError (unknown template, refused deletion)."""
-    store: Store = SqliteStore(state_dir)
-    try:
-        if args.template_command == "ls":
-            _list(store)
-        else:
-            asyncio.run(_remove(store, state_dir, args.template))
-    finally:
-        store.close()
+    if args.template_command == "ls":
+        _list(store)
+    else:
+        asyncio.run(_remove(store, state_dir, args.template))
 
 
 def _list(store: Store) -> None:

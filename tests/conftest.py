@@ -18,6 +18,7 @@ import pytest
 
 from tests import prebuild
 from tests.envd_process import TRACEBACK_MARKER, EnvdProcess, start_envd
+from tests.store.postgres_server import PostgresServer
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Generator, Iterator
@@ -55,6 +56,24 @@ def envd_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[
 def http(envd: EnvdProcess) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=envd.url, timeout=30) as client:
         yield client
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """Debian's PostgreSQL, started at the first test that asks for a database and stopped by
+    its pid at the end of the run (tests/store/postgres_server.py)."""
+    server = PostgresServer()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def postgres_url(postgres_server: PostgresServer) -> str:
+    """The URL of a new, empty database of its own."""
+    return postgres_server.create_database()
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from starlette.routing import Route
 from sandboxd.api import logs, metrics, sandbox_routes, template_routes
 from sandboxd.api.errors import RequestError, error_response, status_of
 from sandboxd.builds import upload_urls
-from sandboxd.errors import SandboxError
+from sandboxd.errors import SandboxError, StoreUnavailable
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -36,7 +36,8 @@ UPLOADS = upload_urls.PATH_PREFIX
 
 class ApiKeyMiddleware:
     """401 unless `X-API-Key` (any case) is a stored key of the SDK's form `e2b_` + hex
-    (`GET /health` aside, and the signed upload URLs: the SDKs upload without the key)."""
+    (`GET /health` aside, and the signed upload URLs: the SDKs upload without the key); 503
+    while the store's database server cannot be reached."""
 
     def __init__(self, app: ASGIApp, store: Store) -> None:
         self.app = app
@@ -51,7 +52,12 @@ class ApiKeyMiddleware:
                     scope, receive, send
                 )
                 return
-            if not API_KEY.match(key) or not self.store.has_key(key):
+            try:
+                known = API_KEY.match(key) is not None and self.store.has_key(key)
+            except StoreUnavailable as exc:  # before the routes' handlers: answered here
+                await error_response(503, str(exc))(scope, receive, send)
+                return
+            if not known:
                 await error_response(401, "Invalid API key")(scope, receive, send)
                 return
         await self.app(scope, receive, send)

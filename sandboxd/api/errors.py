@@ -16,6 +16,7 @@ from sandboxd.errors import (
     NotAllowed,
     NotFound,
     SandboxError,
+    StoreUnavailable,
     TemplateError,
     UploadTooLarge,
     WrongState,
@@ -40,6 +41,7 @@ _STATUSES: tuple[tuple[type[SandboxError], int], ...] = (
     (UploadTooLarge, 413),
     (BadUpload, 400),
     (BootError, 503),  # nothing of the sandbox is left: trying again may work
+    (StoreUnavailable, 503),
     (TemplateError, 500),
 )
 

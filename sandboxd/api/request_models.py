@@ -93,6 +93,10 @@ class NewSandbox(Body):
                 raise ValueError(f"envVars: {name!r} is not a variable name (empty, = or NUL)")
             if "\0" in value:
                 raise ValueError(f"envVars: the value of {name!r} holds a NUL byte")
+        for name, value in (self.metadata or {}).items():
+            # Stored as JSON, which a PostgreSQL store (jsonb) cannot hold a NUL in.
+            if "\0" in name or "\0" in value:
+                raise ValueError(f"metadata: {name!r} or its value holds a NUL byte")
         return self
 
 

@@ -15,6 +15,7 @@ import secrets
 import ssl
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 import uvicorn
 
@@ -58,6 +59,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("sandboxd.daemon.serve")
 
 API_KEY_ENV = "SANDBOXD_API_KEY"
+DATABASE_URL_ENV = "SANDBOXD_DATABASE_URL"
 API_KEY_FORM = re.compile(r"^e2b_[0-9a-f]{40}$")
 # The priority sandboxd serves at. On a busy host most of a slow `/health` or proxied request
 # was sandboxd's event loop waiting for a CPU, not working (its callbacks' run-queue wait was
@@ -88,6 +90,7 @@ class ServeOptions:
     build_deadline_s: int = DEFAULT_DEADLINE_S
     build_storage_mb: int | None = None  # None: half the state directory's filesystem
     provision: Provision = "auto"  # how built images boot (sandboxd.builds.systemd_init)
+    database_url: str | None = None  # a postgresql:// URL; None: SQLite in the state directory
 
 
 class _Server(uvicorn.Server):
@@ -176,6 +179,31 @@ def daemon_config(
         ssl_certfile=options.tls_cert,
         ssl_keyfile=options.tls_key,
     )
+
+
+def open_store(state_dir: Path, database_url: str | None) -> Store:
+    """The store: SQLite in `state_dir`, or the PostgreSQL database at `database_url`, whose
+    driver (the `sandboxd[postgres]` extra) is imported only then.
+
+    Raises:
+        HostError: the URL is not postgresql://, or psycopg is not installed.
+        StoreUnavailable: the PostgreSQL server cannot be reached or refused the credentials.
+        sqlite3.Error, psycopg.Error: the database is not one, or a migration failed.
+    """
+    if database_url is None:
+        return SqliteStore(state_dir)
+    scheme = urlsplit(database_url).scheme
+    if scheme not in ("postgresql", "postgres"):
+        raise HostError(f"--database-url must be a postgresql:// URL, not {scheme or '?'}://")
+    try:
+        from sandboxd.store.postgres.store import PostgresStore  # psycopg: an extra
+    except ModuleNotFoundError as exc:
+        if not (exc.name or "").startswith("psycopg"):
+            raise
+        raise HostError(
+            "a PostgreSQL store needs psycopg: pip install 'sandboxd[postgres]'"
+        ) from exc
+    return PostgresStore(database_url)
 
 
 def base_rootfs(state_dir: Path) -> Path:
@@ -287,7 +315,7 @@ def serve(options: ServeOptions) -> None:
     notify_socket = os.environ.pop("NOTIFY_SOCKET", None)
     check_tls(options)
     open_private(state_dir)  # the options checked first: a typo touches nothing
-    store: Store = SqliteStore(state_dir)
+    store = open_store(state_dir, options.database_url)
     try:
         register_env_key(store)
         ensure_base(store, state_dir, options.base_rootfs, options.disk_mb, notify_socket)

@@ -81,6 +81,12 @@ def follow_links(path: str, readlink: Callable[[str], str | None]) -> list[str] 
     return done
 
 
+def lexists(layers: Sequence[Path], path: str) -> bool:
+    """Whether the stack has an entry at `path` (absolute, in the image) as it stands, a link
+    counted as itself: no link followed, on the way or at the end."""
+    return _entry(layers, path.lstrip("/")) is not None
+
+
 def resolve(layers: Sequence[Path], path: str) -> tuple[Path, os.stat_result] | None:
     """The host path and stat of `path` (absolute, in the image) through the stack, links on
     the way resolved inside the image; None when it does not exist there."""

@@ -68,9 +68,7 @@ class LayerStore:
         if final.is_dir():
             return final, False
         self._ensure_dir()
-        self._locks.mkdir(mode=0o700, exist_ok=True)
-        with open(self._locks / final.name, "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # another maker of the same layer: wait for its end
+        with self._lock(final.name):  # another maker of the same layer: wait for its end
             if final.is_dir():
                 return final, False
             new = self.dir / f"{NEW_PREFIX}{final.name}"
@@ -83,6 +81,28 @@ class LayerStore:
                 raise
             os.rename(new, final)
         return final, True
+
+    @contextlib.contextmanager
+    def _lock(self, name: str) -> Iterator[None]:
+        """The exclusive lock of layer `name` for the block. Its file goes when the block ends,
+        so that locks do not pile up one per layer ever made: a waiter that wakes on a file
+        already unlinked takes a fresh one instead, which is why the inode is compared."""
+        self._locks.mkdir(mode=0o700, exist_ok=True)
+        path = self._locks / name
+        while True:
+            lock = open(path, "w")  # noqa: SIM115 -- held across the yield below
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                if os.stat(path).st_ino == os.fstat(lock.fileno()).st_ino:
+                    break
+            except FileNotFoundError:
+                pass
+            lock.close()
+        try:
+            yield
+        finally:
+            path.unlink()
+            lock.close()
 
     def pull_dir(self) -> Path:
         """A new private directory for one pull's download, beside the layers (so a blob is

@@ -40,3 +40,13 @@ class Ingress:
         if self.mask_host is None:
             return None
         return self.mask_host.replace(MASK_PORT, str(port)).encode()
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """The access tokens a request to a sandbox carries (`X-Access-Token` for envd's port,
+    `e2b-traffic-access-token` for its own ports), None for a header it lacks: what a request
+    that would resume a paused sandbox is checked by."""
+
+    envd_token: str | None = None
+    traffic_token: str | None = None

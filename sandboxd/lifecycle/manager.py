@@ -29,13 +29,14 @@ from sandboxd.lifecycle.egress import restore_proxied
 from sandboxd.lifecycle.evictor import EXPIRE_RETRY_S, Evictor
 from sandboxd.lifecycle.fork import Forks
 from sandboxd.lifecycle.guest_start import start_guest
-from sandboxd.lifecycle.ingress import LOCAL_NODE, Ingress, Location
+from sandboxd.lifecycle.ingress import LOCAL_NODE, Credentials, Ingress, Location
 from sandboxd.lifecycle.made_layers import release
 from sandboxd.lifecycle.pauses import Pauses
 from sandboxd.lifecycle.sampler import MetricsSampler
 from sandboxd.lifecycle.sandbox import Sandbox, ingress_of
 from sandboxd.lifecycle.template_boxes import TemplateBoxes
 from sandboxd.lifecycle.tokens import Tokens
+from sandboxd.lifecycle.wake import Waker
 from sandboxd.templates import catalog
 from sandboxd.templates.catalog import Templates, tagged_layers
 
@@ -77,6 +78,7 @@ class SandboxManager:
         self.disks = DiskPauses(store, runtime, envd, layers)
         self.pauses = Pauses(store, runtime, envd, self.disks, self._gone)
         self.forks = Forks(runtime, envd, layers, self.tokens)
+        self.waker = Waker(self.get_live, self.pauses, max_timeout_s)
         self.evictor = Evictor(self.all, self._end_of)
         self.sampler = MetricsSampler(store, envd, self._running, self._sandboxes.__contains__)
 
@@ -91,6 +93,10 @@ class SandboxManager:
     def ingress(self, sandbox_id: str) -> Ingress:
         sandbox = self._sandboxes.get(sandbox_id)
         return Ingress() if sandbox is None else sandbox.ingress
+
+    async def wake(self, sandbox_id: str, port: int, credentials: Credentials) -> Location | None:
+        await self.waker.wake(sandbox_id, port, credentials)
+        return self.locate(sandbox_id)
 
     def sandbox_for_signature(
         self, path: str, operation: str, username: str, signature: str, expiration: str | None
@@ -114,10 +120,15 @@ class SandboxManager:
     def get(self, sandbox_id: str) -> Sandbox | None:
         return self._sandboxes.get(sandbox_id)
 
+    def get_live(self, sandbox_id: str) -> Sandbox | None:
+        """The sandbox, running or paused; None when unknown or being killed."""
+        sandbox = self._sandboxes.get(sandbox_id)
+        return None if sandbox is None or sandbox.dying else sandbox
+
     def existing(self, sandbox_id: str) -> Sandbox:
         """The sandbox, running or paused; raises SandboxNotFound (also for one being killed)."""
-        sandbox = self._sandboxes.get(sandbox_id)
-        if sandbox is None or sandbox.dying:
+        sandbox = self.get_live(sandbox_id)
+        if sandbox is None:
             raise SandboxNotFound(sandbox_id)
         return sandbox
 

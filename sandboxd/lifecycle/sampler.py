@@ -9,6 +9,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
+from sandboxd.errors import StoreUnavailable
 from sandboxd.guest.client import EnvdUnreachable
 from sandboxd.guest.metrics import metrics
 from sandboxd.store.rows import MetricSample
@@ -50,6 +51,8 @@ class MetricsSampler:
             started = time.monotonic()
             try:
                 await self._round(started)
+            except StoreUnavailable as exc:  # the database server is away: said, not traced
+                log.warning("sampling metrics: %s", exc)
             except Exception:  # a store that is busy or full now: the next round tries again
                 log.exception("sampling metrics")
             await asyncio.sleep(max(0.0, SAMPLE_EVERY_S - (time.monotonic() - started)))

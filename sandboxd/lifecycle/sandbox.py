@@ -26,8 +26,9 @@ class CreateRequest:
     sandboxd.node.models). `options` are the create's settings sandboxd stores and shows, under
     their wire names; of them it enforces `allow_internet_access`, `network`'s allowOut
     (addresses and domains), denyOut and dnsServers (sandboxd.lifecycle.egress) and its
-    allowPublicTraffic and maskRequestHost (`ingress_of`) and autoPauseMemory (false: the pause
-    at endAt is to disk), not yet mcp, volumeMounts or autoResume (only shown)."""
+    allowPublicTraffic and maskRequestHost (`ingress_of`), autoPauseMemory (false: the pause
+    at endAt is to disk) and autoResume (traffic resumes it: sandboxd.lifecycle.wake), not yet
+    mcp or volumeMounts (only shown)."""
 
     template: str
     timeout_s: int

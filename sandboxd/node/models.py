@@ -13,8 +13,8 @@ class SandboxConfig:
     """A validated create. `options` are the create's settings the node stores and shows,
     under their wire names; of them it enforces `allow_internet_access`, `network`'s allowOut
     (addresses and domains), denyOut, dnsServers, allowPublicTraffic, maskRequestHost and
-    autoPauseMemory (false: the pause at endAt is to disk), not yet mcp, volumeMounts or
-    autoResume (only shown)."""
+    autoPauseMemory (false: the pause at endAt is to disk) and autoResume (traffic through the
+    proxy resumes it), not yet mcp or volumeMounts (only shown)."""
 
     template: str
     timeout_s: int

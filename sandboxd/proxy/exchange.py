@@ -1,7 +1,7 @@
 """What passes between sandboxd's listener and whatever answers a request on it: the client's
 connection as an exchange sees it (`Client`), an exchange (`Exchange`: a relay into a sandbox,
 a control API request, or an answer of the proxy's own), the request as the proxy needs it, and
-the proxy's own answers (E2B's 400, 404 and 502)."""
+the proxy's own answers (E2B's 400, 403, 404, 409 and 502)."""
 
 from __future__ import annotations
 
@@ -64,7 +64,8 @@ class Request:
 
 
 class Answer:
-    """An answer of the proxy's own (E2B's 400, 404 and 502); the request body is dropped."""
+    """An answer of the proxy's own (E2B's 400, 403, 404, 409 and 502); the request body is
+    dropped."""
 
     def __init__(self, client: Client, request: Request, status: bytes, body: bytes,
                  media: bytes) -> None:  # fmt: skip

@@ -13,13 +13,15 @@ httpcore and certifi to the one pyproject that also installs envd into every san
 every body byte again, and hide the transports that `cut` must abort.
 
 Per request: the routing rules of sandboxd/proxy/routing.py; envd's orchestrator-only paths
-refused; a kept-alive connection to the port taken or made; the client leaving aborts the
-upstream connection, so the sandbox's server sees it leave too.
+refused; a sandbox not running woken, or answered, by sandboxd/proxy/waking.py; a kept-alive
+connection to the port taken or made; the client leaving aborts the upstream connection, so the
+sandbox's server sees it leave too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import hmac
 import logging
 from typing import TYPE_CHECKING
@@ -44,6 +46,7 @@ from sandboxd.proxy.routing import (
     resolve,
 )
 from sandboxd.proxy.upstream import COPY_BELOW, FRAMING_HEADERS, UpstreamConnection, UpstreamPool
+from sandboxd.proxy.waking import Waking
 
 if TYPE_CHECKING:
     from sandboxd.lifecycle.ingress import Ingress, Location
@@ -71,6 +74,7 @@ class SandboxProxy:
         self.lookup = lookup
         self.domain = domain
         self.pool = UpstreamPool()
+        self.waking: set[asyncio.Task[None]] = set()  # the wakes of paused sandboxes under way
 
     def exchange(self, request: Request, client: Client) -> Exchange | None:
         """The exchange that answers a request for a sandbox; None when the request is for
@@ -87,8 +91,15 @@ class SandboxProxy:
         if is_envd_control_path(target, head.path):
             return Answer(client, request, *plain_answer(404, "404 page not found"))
         location = self.lookup.locate(target.sandbox_id)
-        if location is None:
-            return Answer(client, request, *sandbox_not_found(target))
+        if location is None:  # paused (it may wake), or gone: sandboxd/proxy/waking.py
+            admit = functools.partial(self.admit, client, request, target)
+            return Waking(client, request, target, self.lookup, admit, self.waking)
+        return self.admit(client, request, target, location)
+
+    def admit(self, client: Client, request: Request, target: Target,
+              location: Location) -> Exchange:  # fmt: skip
+        """The relay of a request to the running sandbox at `location`, or the 403 of E2B's
+        traffic token."""
         host = None
         if target.port != ENVD_PORT:
             ingress = self.lookup.ingress(target.sandbox_id)

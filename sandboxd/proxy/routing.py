@@ -27,7 +27,7 @@ from sandboxd.ids import is_sandbox_id
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from sandboxd.lifecycle.ingress import Ingress, Location
+    from sandboxd.lifecycle.ingress import Credentials, Ingress, Location
 
 # envd's routes only E2B's orchestrator may call (reference: internal_routes.go).
 ENVD_CONTROL_PATHS = frozenset(
@@ -37,6 +37,7 @@ SIGNED_FILE_OPERATIONS = {"GET": "read", "POST": "write"}
 ID_HEADER = b"e2b-sandbox-id"
 PORT_HEADER = b"e2b-sandbox-port"
 TRAFFIC_TOKEN_HEADER = b"e2b-traffic-access-token"
+ACCESS_TOKEN_HEADER = b"x-access-token"  # envd's
 
 
 class SandboxLookup(Protocol):
@@ -45,6 +46,18 @@ class SandboxLookup(Protocol):
 
     def locate(self, sandbox_id: str) -> Location | None:
         """Where the running sandbox is; None when unknown, killed or paused."""
+        ...
+
+    async def wake(self, sandbox_id: str, port: int, credentials: Credentials) -> Location | None:
+        """Resume a paused sandbox whose create enabled auto-resume, for a request to `port`
+        that carries `credentials` (a pause or resume under way waited for); where it runs
+        then, None when it does not (unknown, killed, without auto-resume, paused to disk).
+
+        Raises:
+            StillTransitioning: a pause or resume was still under way after a minute.
+            WakeRefused: the credentials do not fit the port (it stays paused).
+            SandboxError: the resume failed.
+        """
         ...
 
     def ingress(self, sandbox_id: str) -> Ingress:

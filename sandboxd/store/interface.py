@@ -1,10 +1,20 @@
 """What sandboxd asks of its store: the tables it keeps, one protocol per group of them, and
 `Store`, all of them over one database. Everything above the store types against `Store`; only
-the entry points that put sandboxd together (serve, the CLI) open a backend
-(sandboxd.store.sqlite, the default and so far the only one). Rows: sandboxd.store.rows.
+the entry points that put sandboxd together (serve, the CLI: sandboxd.daemon.serve.open_store)
+open a backend: sandboxd.store.sqlite, the default, in the state directory; or
+sandboxd.store.postgres, a PostgreSQL database (the ground for sandboxds on several machines
+sharing one). Rows: sandboxd.store.rows.
 
 Reads return what is committed, at once: they are synchronous, which SQLite's lookups in pages
-in memory allow; a backend across a network will want them awaited, a change to every caller.
+in memory allow, and PostgreSQL's at the cost of a round trip on the event loop (a fraction of a
+millisecond on loopback or a LAN); a database farther away will want them awaited, a change to
+every caller. A PostgreSQL store whose server cannot be reached raises
+sandboxd.errors.StoreUnavailable from reads and writes (the API answers 503).
+
+What both backends keep alike: a row's key is its first field, and a `put_` replaces only the
+row of that key (another unique column, a template's alias, clashing is the backend's integrity
+error); lists come in the order each method names; JSON fields come back equal to what went in
+(an object's keys not necessarily in their order).
 
 Writes (the `add_`, `put_`, `delete_` methods and `count_spawn`) are handed, bound to their
 arguments, to `Store.write`, which runs them in order in one transaction:
@@ -71,7 +81,8 @@ class Sandboxes(Protocol):
     def put_sandbox(self, s: SandboxRow) -> None:
         """Insert `s`, or replace the row of its sandbox_id."""
 
-    def sandboxes(self) -> list[SandboxRow]: ...
+    def sandboxes(self) -> list[SandboxRow]:
+        """All of them, oldest first (`started_at`, then `sandbox_id`)."""
 
     def delete_sandbox(self, sandbox_id: str) -> None: ...
 
@@ -135,8 +146,10 @@ class Store(Keys, Templates, Sandboxes, Samples, Builds, Protocol):
         returns once it is committed.
 
         Raises:
-            Exception: the backend's error (sqlite3.Error for SQLite): the transaction failed
-                and was rolled back, none of `changes` took effect.
+            StoreUnavailable: the database server cannot be reached (PostgreSQL); nothing
+                was committed.
+            Exception: the backend's error (sqlite3.Error, psycopg.Error): the transaction
+                failed and was rolled back, none of `changes` took effect.
         """
 
     def close(self) -> None:

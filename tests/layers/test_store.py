@@ -38,6 +38,7 @@ def test_a_layer_is_made_once_under_its_name(tmp_path: Path) -> None:
     assert store.find("sha256:cd") is None
     assert store.layers() == [path]
     assert os.stat(store.dir).st_mode & 0o777 == 0o700
+    assert list((store.dir / ".locks").iterdir()) == []  # no lock file left per layer
 
 
 def test_a_failed_make_leaves_no_layer(tmp_path: Path) -> None:
@@ -63,14 +64,17 @@ def test_makers_of_one_layer_at_once_make_it_once(tmp_path: Path) -> None:
         release.wait(10)
         (new / "file").write_text("made")
 
-    with ThreadPoolExecutor(2) as pool:
+    with ThreadPoolExecutor(3) as pool:
         first = pool.submit(store.add, "step-x", slow)
         started.wait(10)
-        second = pool.submit(store.add, "step-x", slow)
+        # Two more makers meanwhile: each takes the lock (a fresh file once the first maker's
+        # is unlinked) and finds the layer made.
+        others = [pool.submit(store.add, "step-x", slow) for _ in range(2)]
         release.set()
-        results = {first.result(), second.result()}
-    assert results == {(tmp_path / "step-x", True), (tmp_path / "step-x", False)}
+        results = [first.result(), *(f.result() for f in others)]
+    assert sorted(results) == [(tmp_path / "step-x", False)] * 2 + [(tmp_path / "step-x", True)]
     assert len(calls) == 1
+    assert list((tmp_path / ".locks").iterdir()) == []
 
 
 @pytest.mark.root

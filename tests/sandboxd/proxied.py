@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import uvicorn
 
 from envd.http.signing import file_signature
-from sandboxd.lifecycle.ingress import LOCAL_NODE, Ingress, Location
+from sandboxd.lifecycle.ingress import LOCAL_NODE, Credentials, Ingress, Location
 from sandboxd.proxy.connection_policy import ConnectionPolicy
 from sandboxd.proxy.listener import Listener
 from sandboxd.proxy.relay import SandboxProxy
@@ -38,6 +38,9 @@ class MemoryLookup:
     def locate(self, sandbox_id: str) -> Location | None:
         box = self.running.get(sandbox_id)
         return None if box is None else Location(LOCAL_NODE, box.dialer)
+
+    async def wake(self, sandbox_id: str, port: int, credentials: Credentials) -> Location | None:
+        return None  # none is ever paused: auto-resume is tested through sandboxd serve
 
     def ingress(self, sandbox_id: str) -> Ingress:
         return Ingress()  # the proxy's ingress rules are tested through sandboxd serve

@@ -151,6 +151,7 @@ def test_the_key_header_is_case_insensitive(server: Sandboxd) -> None:
         ({"templateID": "base", "timeout": "10"}, "timeout"),
         ({"templateID": "base", "timeout": -1}, "timeout"),
         ({"templateID": "base", "metadata": {"a": 1}}, "metadata.a"),
+        ({"templateID": "base", "metadata": {"a": "b\0c"}}, "metadata"),
         ({"templateID": "base", "envVars": ["A"]}, "envVars"),
         ({"templateID": "base", "secure": "yes"}, "secure"),
         ({"templateID": "base", "network": {"denyOut": ["nowhere"]}}, "denyOut"),

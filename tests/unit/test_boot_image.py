@@ -60,3 +60,16 @@ def test_what_each_init_needs_is_looked_for_in_every_layer(tmp_path: Path) -> No
         require_rootfs(BootImage((image, tmp_path / "missing"), "envd"))
     with pytest.raises(TemplateError, match="no layers"):
         require_rootfs(BootImage(()))
+
+
+def test_a_layers_links_never_lead_the_look_into_the_host(tmp_path: Path) -> None:
+    """A layer a sandbox wrote (a pause's) whose /sbin is an absolute link to a host directory
+    that has an `init`: not found through the host, found through the image."""
+    host = _layer(tmp_path, "host", "sbin/init")
+    hostile = _layer(tmp_path, "hostile", "bin/sh")
+    (hostile / "sbin").symlink_to(host / "sbin")
+    with pytest.raises(TemplateError, match="no /sbin/init in the template's layers"):
+        require_rootfs(BootImage((hostile,)))
+    relative = _layer(tmp_path, "relative", "usr/sbin/init")
+    (relative / "sbin").symlink_to("usr/sbin")  # the image's own link, resolved inside it
+    require_rootfs(BootImage((relative,)))

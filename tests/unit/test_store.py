@@ -1,20 +1,34 @@
-"""The store's contract (sandboxd.store.interface) as every backend must keep it, on the SQLite
-one: rows come back as they went in, `write` commits its changes together or not at all, keys
-are kept only hashed; and SQLite's own promise, a state directory reopens at the newest schema
-without losing what it held."""
+"""The store's contract (sandboxd.store.interface) as every backend must keep it, on each of
+them (SQLite in a state directory, PostgreSQL in a database of Debian's server started for the
+run): rows come back as they went in and in the interface's order, `write` commits its changes
+together or not at all, a row is replaced only by its key, keys are kept only hashed, writes of
+two processes at once all land; a store reopens at the newest schema without losing what it
+held; and both backends' migrations make the same tables and columns."""
 
 from __future__ import annotations
 
 import contextlib
 import functools
 import sqlite3
+import subprocess
+import sys
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import psycopg
 import pytest
 
+from sandboxd.daemon.serve import open_store
+from sandboxd.errors import StoreUnavailable
+from sandboxd.store.postgres import database as postgres_database
+from sandboxd.store.postgres.store import PostgresStore
 from sandboxd.store.rows import BuildRow, LogLine, MetricSample, SandboxRow, TemplateRow
-from sandboxd.store.sqlite.database import DB_FILE, migrations
+from sandboxd.store.sqlite import database as sqlite_database
 from sandboxd.store.sqlite.store import SqliteStore
+from tests.sandboxd.serving import free_port  # nothing listens there
+from tests.store.postgres_server import PostgresServer
+from tests.store.writer import sandbox
+from tests.waiting import wait_until
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -30,16 +44,53 @@ SANDBOX = SandboxRow("s1", "t1", "alias", "running", 1, 2, 60, False, True, 2, 5
                      uid_base=65536)  # fmt: skip
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
+@dataclass
+class Backend:
+    """Where a test's store lives: a state directory, and for PostgreSQL a database URL."""
+
+    state_dir: Path
+    url: str | None  # None: SQLite
+
+    def open(self) -> Store:
+        return open_store(self.state_dir, self.url)
+
+    def stored_bytes(self) -> bytes:
+        """Everything the backend holds, as bytes: SQLite's files, PostgreSQL's tables."""
+        if self.url is None:
+            return b"".join(p.read_bytes() for p in self.state_dir.iterdir())
+        return "".join(_postgres_rows(self.url)).encode()
+
+    def schema_version(self) -> int:
+        if self.url is None:
+            with contextlib.closing(
+                sqlite3.connect(self.state_dir / sqlite_database.DB_FILE)
+            ) as db:
+                version: int = db.execute("PRAGMA user_version").fetchone()[0]
+                return version
+        with psycopg.connect(self.url) as db:
+            row = db.execute("SELECT max(version) FROM schema_version").fetchone()
+            assert row is not None
+            return int(row[0])
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    if request.param == "sqlite":
+        return Backend(tmp_path, None)
+    return Backend(tmp_path, request.getfixturevalue("postgres_url"))
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    opened: Store = SqliteStore(tmp_path)  # mypy holds SqliteStore to the interface here
+def store(backend: Backend) -> Iterator[Store]:
+    opened = backend.open()
     yield opened
     opened.close()
+
+
+def test_both_backends_are_held_to_the_interface(tmp_path: Path, postgres_url: str) -> None:
+    for opened in (SqliteStore(tmp_path), PostgresStore(postgres_url)):
+        typed: Store = opened  # mypy holds each to the interface here
+        typed.close()
 
 
 async def test_rows_come_back_as_they_went_in(store: Store) -> None:
@@ -71,6 +122,28 @@ async def test_a_sandbox_paused_to_disk_comes_back_with_what_it_boots(store: Sto
     assert store.sandboxes() == [paused]
 
 
+async def test_lists_come_in_the_interfaces_order_and_pages(store: Store) -> None:
+    late, early = (SandboxRow(**{**vars(SANDBOX), "sandbox_id": i, "started_at": t})
+                   for i, t in (("a-late", 9), ("z-early", 3)))  # fmt: skip
+    builds = [BuildRow(f"b{i}", "t1", s, 2, 512, 0, t, t) for i, s, t in
+              ((1, "ready", 5), (2, "error", 4), (3, "ready", 6))]  # fmt: skip
+    lines = [LogLine(seq, seq, "info", f"line {seq}") for seq in range(5)]
+    await store.write(
+        functools.partial(store.put_sandbox, late),
+        functools.partial(store.put_sandbox, early),
+        *(functools.partial(store.put_build, b) for b in builds),
+        functools.partial(store.add_log_lines, "b1", reversed(lines)),
+    )
+    # A put again keeps the order: oldest first, whatever was written last.
+    await store.write(functools.partial(store.put_sandbox, early))
+    assert [s.sandbox_id for s in store.sandboxes()] == ["z-early", "a-late"]
+    assert [b.build_id for b in store.builds("t1")] == ["b2", "b1", "b3"]
+    assert [b.build_id for b in store.builds(status="ready")] == ["b1", "b3"]
+    assert store.builds("t2") == []
+    assert store.log_lines("b1", 1, 2) == lines[1:3]
+    assert store.log_lines("b1", 4, 10) == lines[4:]
+
+
 async def test_a_write_commits_all_its_changes_or_none(store: Store) -> None:
     def fail() -> None:
         raise RuntimeError("a change that fails")
@@ -82,23 +155,151 @@ async def test_a_write_commits_all_its_changes_or_none(store: Store) -> None:
     assert store.templates() == [TEMPLATE]
 
 
-async def test_keys_are_kept_only_hashed(store: Store, tmp_path: Path) -> None:
+async def test_a_row_is_replaced_only_by_its_key(store: Store) -> None:
+    renamed = TemplateRow(**{**vars(TEMPLATE), "build_count": 2})
+    await store.write(functools.partial(store.put_template, TEMPLATE))
+    await store.write(functools.partial(store.put_template, renamed))
+    assert store.templates() == [renamed]
+    # Another template with its alias is refused; the one holding it stays.
+    clash = TemplateRow(**{**vars(TEMPLATE), "template_id": "t2"})
+    with pytest.raises((sqlite3.IntegrityError, psycopg.IntegrityError)):
+        await store.write(functools.partial(store.put_template, clash))
+    assert store.templates() == [renamed]
+
+
+async def test_keys_are_kept_only_hashed(store: Store, backend: Backend) -> None:
     key = "e2b_" + "ab" * 20
     await store.write(functools.partial(store.add_key, key, 1))
+    await store.write(functools.partial(store.add_key, key, 2))  # a second add: nothing
     assert store.has_key(key)
     assert not store.has_key("e2b_" + "cd" * 20)
-    assert key.encode() not in b"".join(p.read_bytes() for p in tmp_path.iterdir())
+    assert key[:10].encode() in backend.stored_bytes()
+    assert key.encode() not in backend.stored_bytes()
 
 
-async def test_a_state_directory_reopens_at_the_newest_schema(tmp_path: Path) -> None:
-    first = SqliteStore(tmp_path)
+async def test_a_store_reopens_at_the_newest_schema(backend: Backend) -> None:
+    first = backend.open()
     await first.write(functools.partial(first.put_template, TEMPLATE))
     first.close()
-    again = SqliteStore(tmp_path)
+    again = backend.open()
     try:
         assert again.templates() == [TEMPLATE]
     finally:
         again.close()
-    with contextlib.closing(sqlite3.connect(tmp_path / DB_FILE)) as db:
-        version = db.execute("PRAGMA user_version").fetchone()[0]
-    assert version == migrations()[-1][0]
+    assert backend.schema_version() == sqlite_database.migrations()[-1][0]
+
+
+def test_writes_of_two_processes_at_once_all_land(backend: Backend, tmp_path: Path) -> None:
+    store = backend.open()
+    store.put_template(TEMPLATE)
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    count = 100
+    writers = [subprocess.Popen([sys.executable, "-m", "tests.store.writer", str(backend.state_dir),
+                                 backend.url or "-", name, str(count), str(gate)])
+               for name in ("one", "two")]  # fmt: skip
+    try:
+        wait_until(lambda: all((gate / n).exists() for n in ("one", "two")), 60, "both ready")
+        (gate / "go").touch()
+        assert [w.wait(timeout=120) for w in writers] == [0, 0]
+        template = store.template("t1")
+        assert template is not None
+        assert template.spawn_count == 2 * count
+        expected = {f"{n}-{i}" for n in ("one", "two") for i in range(count)}
+        assert {s.sandbox_id for s in store.sandboxes()} == expected
+        assert store.sandboxes()[:2] == [sandbox("one-0", 0), sandbox("two-0", 0)]
+    finally:
+        for w in writers:
+            w.kill()
+            w.wait()
+        store.close()
+
+
+def test_both_backends_make_the_same_tables_and_columns(tmp_path: Path, postgres_url: str) -> None:
+    """The drift check: the PostgreSQL migrations are the SQLite ones' twins, number for number,
+    and make the same tables with the same columns, in the same order, nullable alike, of
+    corresponding types."""
+    numbers = [n for n, _ in sqlite_database.migrations()]
+    assert [n for n, _ in postgres_database.migrations()] == numbers
+    SqliteStore(tmp_path).close()
+    PostgresStore(postgres_url).close()
+    sqlite_columns = _sqlite_columns(tmp_path / sqlite_database.DB_FILE)
+    postgres_columns = _postgres_columns(postgres_url)
+    assert _shape(postgres_columns) == _shape(sqlite_columns)
+    for table, columns in sqlite_columns.items():
+        for (name, sqlite_type, _), (_, postgres_type, _) in zip(
+            columns, postgres_columns[table], strict=True
+        ):
+            assert postgres_type in _TWIN_TYPES[sqlite_type], f"{table}.{name}: {postgres_type}"
+
+
+async def test_an_unreachable_database_is_said_so_without_its_password(tmp_path: Path) -> None:
+    url = f"postgresql://sandboxd:secret-word@127.0.0.1:{free_port()}/sandboxd"
+    with pytest.raises(StoreUnavailable, match="cannot open the database") as raised:
+        open_store(tmp_path, url)
+    assert "secret-word" not in str(raised.value)
+
+
+async def test_a_store_whose_server_went_away_says_so_and_connects_again(tmp_path: Path) -> None:
+    server = PostgresServer()
+    try:
+        server.start()
+        store = open_store(tmp_path, server.create_database())
+        await store.write(functools.partial(store.put_template, TEMPLATE))
+        server.halt()
+        with pytest.raises(StoreUnavailable, match="the database is unavailable"):
+            store.templates()
+        with pytest.raises(StoreUnavailable, match="the database is unavailable"):
+            await store.write(functools.partial(store.put_sandbox, SANDBOX))
+        server.launch()
+        assert store.templates() == [TEMPLATE]
+        await store.write(functools.partial(store.put_sandbox, SANDBOX))
+        assert store.sandboxes() == [SANDBOX]
+        store.close()
+    finally:
+        server.stop()
+
+
+# A SQLite column's type and the PostgreSQL types that may stand for it.
+_TWIN_TYPES = {
+    "INTEGER": {"bigint", "boolean"},
+    "TEXT": {"text", "jsonb"},
+    "REAL": {"double precision"},
+}
+
+Columns = dict[str, list[tuple[str, str, bool]]]  # table: [(name, type, nullable)]
+
+
+def _shape(columns: Columns) -> dict[str, list[tuple[str, bool]]]:
+    return {t: [(name, nullable) for name, _, nullable in cs] for t, cs in columns.items()}
+
+
+def _sqlite_columns(path: Path) -> Columns:
+    columns: Columns = {}
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        for t in tables:
+            for _, name, kind, notnull, _, pk in db.execute(f"PRAGMA table_info({t})"):
+                columns.setdefault(t, []).append((name, kind, not notnull and not pk))
+    return columns
+
+
+def _postgres_columns(url: str) -> Columns:
+    columns: Columns = {}
+    with psycopg.connect(url) as db:
+        rows = db.execute(
+            "SELECT table_name, column_name, data_type, is_nullable = 'YES' "
+            "FROM information_schema.columns WHERE table_schema = current_schema() "
+            "AND table_name <> 'schema_version' ORDER BY table_name, ordinal_position"
+        )
+        for table, name, data_type, nullable in rows:
+            columns.setdefault(table, []).append((name, data_type, nullable))
+    return columns
+
+
+def _postgres_rows(url: str) -> list[str]:
+    with psycopg.connect(url) as db:
+        tables = [r[0] for r in db.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
+        )]  # fmt: skip
+        return [str(r[0]) for t in tables for r in db.execute(f"SELECT {t}::text FROM {t}")]  # noqa: S608

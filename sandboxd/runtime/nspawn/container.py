@@ -61,11 +61,12 @@ def require_rootfs(image: BootImage) -> None:
     for layer in image.layers:
         if not layer.is_dir():
             raise TemplateError(f"no template root filesystem at {layer}")
-    # Found as a layer has it (a link too: nspawn says what is wrong with it), or through the
-    # stack, the image's links resolved inside it: a layer above the image's (systemd's,
+    # Found as the stack has it (a link too: nspawn says what is wrong with it), or with the
+    # image's links resolved inside it: a layer above the image's (systemd's,
     # sandboxd.builds.systemd_init) has /sbin/init under the image's /sbin link, as usr/sbin.
+    # Never through the host's paths: a pause layer's links are a sandbox's.
     needed = "/sbin/init" if image.init == "systemd" else ENVD_LAUNCHER
-    if not any(os.path.lexists(layer / needed.lstrip("/")) for layer in image.layers) and (
+    if not layer_view.lexists(image.layers, needed) and (
         layer_view.resolve(image.layers, needed) is None
     ):
         where = ", ".join(str(layer) for layer in image.layers)

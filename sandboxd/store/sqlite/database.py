@@ -12,12 +12,13 @@ on meanwhile, and keeps readers in other processes (tests, a second CLI) from bl
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import sqlite3
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from typing import TYPE_CHECKING
+
+from sandboxd.store.sql import row_upsert
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -76,17 +77,9 @@ class Tables:
         self._db = db
 
     def _replace(self, table: str, row: DataclassInstance, json_fields: tuple[str, ...]) -> None:
-        """Write `row` (its fields the columns) into `table`, over the row of the same key; the
-        fields named in `json_fields` as JSON, None as NULL."""
-        fields = dataclasses.fields(row)
-        values = [
-            json.dumps(v) if f.name in json_fields and v is not None else v
-            for f, v in zip(fields, dataclasses.astuple(row), strict=True)
-        ]
-        names = ", ".join(f.name for f in fields)
-        marks = ", ".join("?" * len(values))
-        sql = f"INSERT OR REPLACE INTO {table} ({names}) VALUES ({marks})"  # noqa: S608  # names are ours
-        self._db.writes.execute(sql, values)
+        """Write `row` (its fields the columns) into `table`, over the row of the same key
+        (sandboxd.store.sql.upsert); the fields named in `json_fields` as JSON, None as NULL."""
+        self._db.writes.execute(*row_upsert(table, row, json_fields, json.dumps, "?"))
 
 
 def _connect(path: Path, *, check_same_thread: bool = True) -> sqlite3.Connection:

@@ -62,7 +62,7 @@ class SandboxTables(Tables):
         self._replace("sandboxes", s, _JSON_COLUMNS)
 
     def sandboxes(self) -> list[SandboxRow]:
-        rows = self._db.reads.execute("SELECT * FROM sandboxes")
+        rows = self._db.reads.execute("SELECT * FROM sandboxes ORDER BY started_at, sandbox_id")
         return [_sandbox(r) for r in rows]
 
     def delete_sandbox(self, sandbox_id: str) -> None:

@@ -1,5 +1,6 @@
 // The control API as the JS SDK uses it (normal mode only): create, connect, kill, list, info,
-// timeouts, pause and resume, metrics, a sandbox killed while a command runs, and a quickstart.
+// timeouts, pause and resume, the pause at a sandbox's end and its resume by traffic (autoResume),
+// metrics, a sandbox killed while a command runs, and a quickstart.
 // Each test makes its own sandboxes and kills them.
 import assert from 'node:assert/strict'
 import { randomUUID } from 'node:crypto'
@@ -127,6 +128,34 @@ test('pause, then connect resumes with files, processes and envs', normalOnly, a
   assert.equal(await sbx.files.read('note.txt'), 'before the pause')
   assert.ok((await sbx.commands.list()).some((p) => p.pid === sleeper.pid))
   assert.equal((await sbx.commands.run('echo $KEPT')).stdout, 'yes\n')
+})
+
+// Shorten the sandbox's life to 1 s and wait until it reads paused (its pause may still run).
+async function pausedAtItsEnd(sbx) {
+  await sbx.setTimeout(1000)
+  await waitUntilAsync(async () => (await sbx.getInfo()).state === 'paused', 120_000)
+}
+
+test('autoResume: a request through the proxy wakes a sandbox paused at its end', { ...normalOnly, timeout: 300_000 }, async (t) => {
+  const lifecycle = { onTimeout: 'pause', autoResume: true }
+  const sbx = await create(t, { lifecycle })
+  assert.deepEqual((await sbx.getInfo()).lifecycle, lifecycle)
+  const server = await sbx.commands.run('cd /tmp && python3 -m http.server 8000', { background: true })
+  // The server runs on without its output stream: the pause's cut of the stream would have the
+  // SDK probe /health, which resumes an autoResume sandbox.
+  await server.disconnect()
+  const url = `${process.env.E2B_SANDBOX_URL}/`
+  const headers = { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '8000' }
+  const get = async () => (await fetch(url, { headers })).status
+  await waitUntilAsync(async () => (await get()) === 200, 30_000)
+
+  await pausedAtItsEnd(sbx)
+  assert.equal(await get(), 200) // held while the sandbox resumes, then answered
+  assert.equal((await sbx.getInfo()).state, 'running')
+  await pausedAtItsEnd(sbx)
+  assert.equal(await sbx.isRunning(), true) // envd's /health resumes it too
+  assert.equal((await sbx.getInfo()).state, 'running')
+  assert.equal((await sbx.commands.run('echo awake')).stdout, 'awake\n')
 })
 
 test('getMetrics', normalOnly, async (t) => {

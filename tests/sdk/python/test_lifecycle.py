@@ -1,7 +1,7 @@
 """The control API as the SDK uses it (normal mode only): create, connect, kill, list, info,
-timeouts, pause and resume (a filesystem pause too), the pause at a sandbox's end (`lifecycle`),
-metrics, a sandbox killed while a command runs, and the quickstart a README gives a newcomer. Each
-test makes its own sandboxes and kills them."""
+timeouts, pause and resume (a filesystem pause too), the pause at a sandbox's end (`lifecycle`)
+and its resume by traffic (`auto_resume`), metrics, a sandbox killed while a command runs, and
+the quickstart a README gives a newcomer. Each test makes its own sandboxes and kills them."""
 
 from __future__ import annotations
 
@@ -234,6 +234,29 @@ def test_on_timeout_pause_to_the_filesystem_reboots(made: list[Sandbox]) -> None
     assert sandbox.files.read("/home/user/marker") == "persisted"
     assert sandbox.commands.run(boot_id).stdout != boot_before
     assert sandbox.get_info().lifecycle == {"on_timeout": "pause", "auto_resume": False}
+
+
+def test_auto_resume_wakes_on_http_request(made: list[Sandbox]) -> None:
+    """E2B's test of that name: a request to a server in a sandbox paused at its end with
+    `auto_resume` wakes it and is answered; then `is_running()` (envd's /health) wakes it too.
+    The server answers before the pause (E2B's test pauses after 3 s and hopes it listens)."""
+    sandbox = create(made, lifecycle={"on_timeout": "pause", "auto_resume": True})
+    sandbox.commands.run("cd /tmp && python3 -m http.server 8000", background=True)
+    url, host = os.environ["E2B_SANDBOX_URL"], sandbox.get_host(8000)
+
+    def get() -> httpx.Response:
+        return httpx.get(f"{url}/", headers={"Host": host}, timeout=60)
+
+    wait_until(lambda: get().status_code == 200, 30, "the server to answer through the proxy")
+    paused_at_its_end(sandbox)
+    assert get().status_code == 200
+    assert sandbox.get_info().state == SandboxState.RUNNING
+    assert sandbox.is_running()
+
+    paused_at_its_end(sandbox)
+    assert sandbox.is_running()  # a request to envd's port, which resumes it
+    assert sandbox.get_info().state == SandboxState.RUNNING
+    assert sandbox.commands.run("echo awake").stdout == "awake\n"
 
 
 def test_metrics(made: list[Sandbox]) -> None:

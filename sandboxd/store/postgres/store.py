@@ -1,0 +1,35 @@
+"""`PostgresStore`: sandboxd's store (sandboxd.store.interface.Store) in a PostgreSQL database.
+Its table groups (.tables, .build_tables) are each whole over a Database (.database); the store
+is their union over one, as SqliteStore is."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sandboxd.store.postgres.build_tables import BuildTables
+from sandboxd.store.postgres.database import Database
+from sandboxd.store.postgres.tables import SandboxTables
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+
+class PostgresStore(SandboxTables, BuildTables):
+    """The database at a `postgresql://` URL. Held to the interface by tests/unit/test_store.py."""
+
+    def __init__(self, url: str) -> None:
+        """Connect and bring the schema up to date.
+
+        Raises:
+            StoreUnavailable: the server cannot be reached or refused the credentials.
+            psycopg.Error: a migration failed.
+        """
+        super().__init__(Database(url))
+
+    async def write(self, *changes: Callable[[], None]) -> None:
+        """Raises StoreUnavailable (the server cannot be reached) or psycopg.Error (the
+        transaction failed and was rolled back)."""
+        await self._db.write(changes)
+
+    def close(self) -> None:
+        self._db.close()

@@ -1,0 +1,43 @@
+"""SQL that the store's backends share: both SQLite and PostgreSQL take the same upsert of a
+row's fields."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from _typeshed import DataclassInstance
+
+
+def row_upsert(
+    table: str,
+    row: DataclassInstance,
+    json_fields: tuple[str, ...],
+    as_json: Callable[[object], object],
+    mark: str,
+) -> tuple[str, list[object]]:
+    """The upsert of `row` (its fields the columns) into `table` and its values, the fields
+    named in `json_fields` passed through the backend's `as_json` (None stays NULL)."""
+    fields = dataclasses.fields(row)
+    values = [
+        as_json(v) if f.name in json_fields and v is not None else v
+        for f, v in zip(fields, dataclasses.astuple(row), strict=True)
+    ]
+    return upsert(table, [f.name for f in fields], mark), values
+
+
+def upsert(table: str, names: list[str], mark: str) -> str:
+    """An INSERT of `names` into `table` that replaces the row of the same key, the first name
+    (a row's first field is its key). A clash on another unique column (a template's alias)
+    is the backend's integrity error, not a deletion of the row holding it.
+
+    `mark` is the backend's placeholder ("?" for SQLite, "%s" for PostgreSQL)."""
+    updates = ", ".join(f"{n} = excluded.{n}" for n in names[1:])
+    marks = ", ".join([mark] * len(names))
+    return (
+        f"INSERT INTO {table} ({', '.join(names)}) VALUES ({marks}) "  # noqa: S608  # names are ours
+        f"ON CONFLICT ({names[0]}) DO UPDATE SET {updates}"
+    )
