@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bench.sandboxd_lifecycle import p50_p95_ms, parse_args, scratch
+from tests.sandboxd.guest_shell import sh
 from tests.sandboxd.serving import NO_NETWORK, Sandboxd
-from tests.sandboxd.test_disk_pause import create, sh
+from tests.sandboxd.test_disk_pause import create
 
 if TYPE_CHECKING:
     import httpx

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from bench.sandboxd_lifecycle import p50_p95_ms, parse_args, scratch
+from tests.sandboxd.guest_shell import background, sh
 from tests.sandboxd.serving import NO_NETWORK, Sandboxd
-from tests.sandboxd.test_disk_pause import background, sh
 
 if TYPE_CHECKING:
     import httpx

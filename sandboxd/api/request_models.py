@@ -144,6 +144,14 @@ class NewSnapshot(Body):
     memory: bool = True
 
 
+class Fork(Body):
+    """`POST /sandboxes/{id}/fork`: how many children, and each one's timeout (the reference's
+    defaults; its bounds of `count` are the route's, in its words)."""
+
+    timeout: int = Field(default=15, ge=0, le=INT32_MAX)
+    count: int = 1
+
+
 class TemplateSizes(Body):
     """A template's CPU, memory and disk, as a new template or build asks for them."""
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from sandboxd.api.errors import status_of
+from sandboxd.errors import SandboxError
 from sandboxd.ids import rfc3339
 
 if TYPE_CHECKING:
@@ -34,6 +36,13 @@ def sandbox(s: SandboxInfo, domain: str) -> dict[str, Any]:
         out["trafficAccessToken"] = s.traffic_token
     out["domain"] = domain
     return out
+
+
+def fork_result(child: SandboxInfo | SandboxError, domain: str) -> dict[str, Any]:
+    """`SandboxForkResult`: a child as a create returns it, or why it did not start."""
+    if isinstance(child, SandboxError):
+        return {"error": {"code": status_of(child), "message": str(child)}}
+    return {"sandbox": sandbox(child, domain)}
 
 
 def listed(s: SandboxInfo) -> dict[str, Any]:

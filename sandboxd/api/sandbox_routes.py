@@ -1,5 +1,5 @@
 """The sandbox endpoints: create and connect (v1 and v2), get, list (v1 and v2), kill, resume,
-pause, timeout and network rules, over the node service (sandboxd.node.service). Metrics are
+pause, fork, timeout and network rules, over the node service (sandboxd.node.service). Metrics are
 sandboxd/api/metrics.py's, logs sandboxd/api/logs.py's."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from sandboxd.api.context import context
 from sandboxd.api.errors import RequestError
 from sandboxd.api.request_models import (
     ConnectV2,
+    Fork,
     NetworkUpdate,
     NewSandbox,
     NewSandboxV2,
@@ -35,6 +36,9 @@ NO_AUTO_RESUME = (
     "autoPauseMemory=false (filesystem-only auto-pause) cannot be combined with autoResume: a "
     "filesystem-only snapshot cannot be auto-resumed by traffic and must be resumed explicitly."
 )
+
+# The reference's most children of one fork.
+MAX_FORKS = 100
 
 
 def _config(body: NewSandbox) -> SandboxConfig:
@@ -129,6 +133,18 @@ async def pause(request: Request) -> Response:
     return Response(status_code=204)
 
 
+async def fork(request: Request) -> Response:
+    api = context(request)
+    sandbox_id = params.sandbox_id(request)
+    body = await read_json(request, Fork, optional=True)
+    if body.count < 1:
+        raise RequestError(400, "Count must be at least 1")
+    if body.count > MAX_FORKS:
+        raise RequestError(400, f"Count cannot be greater than {MAX_FORKS}")
+    children = await api.node.fork(sandbox_id, body.timeout, body.count)
+    return JSONResponse([responses.fork_result(c, api.domain) for c in children], 201)
+
+
 async def set_timeout(request: Request) -> Response:
     sandbox_id = params.sandbox_id(request)
     body = await read_json(request, Timeout)
@@ -180,6 +196,7 @@ def routes() -> list[Route]:
         Route("/v2/sandboxes/{sandbox_id}/connect", connect_v2, methods=["POST"]),
         Route("/sandboxes/{sandbox_id}/resume", resume, methods=["POST"]),
         Route("/sandboxes/{sandbox_id}/pause", pause, methods=["POST"]),
+        Route("/sandboxes/{sandbox_id}/fork", fork, methods=["POST"]),
         Route("/sandboxes/{sandbox_id}/timeout", set_timeout, methods=["POST"]),
         Route("/sandboxes/{sandbox_id}/network", set_network, methods=["PUT"]),
     ]

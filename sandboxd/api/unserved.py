@@ -24,7 +24,6 @@ if TYPE_CHECKING:
 UNSERVED = (
     ("GET", "/templates/{template_id}/builds/{build_id}/logs", "template build logs"),
     ("POST", "/templates/{template_id}/builds/{build_id}", "v1 template builds (the SDKs use v2)"),
-    ("POST", "/sandboxes/{sandbox_id}/fork", "forking a sandbox"),
 )
 
 

@@ -19,14 +19,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sandboxd.errors import SandboxError
-from sandboxd.guest.init import init_envd
 from sandboxd.host.cgroups import Limits
 from sandboxd.host.removal import remove_tree
 from sandboxd.ids import now_us
 from sandboxd.lifecycle.capture import export_layer
-from sandboxd.lifecycle.egress import apply_network
+from sandboxd.lifecycle.guest_start import start_guest
 from sandboxd.runtime.spec import INITS, BootImage, VolumeMount
-from sandboxd.templates.catalog import tagged_layers
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -165,17 +163,7 @@ class DiskPauses:
         image, limits = boot_image(sandbox.row.disk_image)
         mounts = boot_mounts(sandbox.row.disk_image)
         box = await self.runtime.boot(sandbox.id, image, limits, sandbox.row.disk_size_mb, mounts)
-        self.envd.reach(sandbox.id, box.dialer)
-        try:
-            await apply_network(self.runtime, box, sandbox.row.options)
-            await init_envd(self.envd, sandbox.id, sandbox.envd_init)
-        except BaseException:
-            await self.envd.forget(sandbox.id)
-            try:
-                await self.runtime.kill(box)
-            except SandboxError:
-                log.exception("sandbox %s: cleaning up after a failed resume", sandbox.id)
-            raise
+        await start_guest(self.runtime, self.envd, sandbox, box)
         sandbox.box = box
         sandbox.row.uid_base = box.uid_base
 
@@ -187,15 +175,3 @@ class DiskPauses:
             remove_tree(Path(record["layers"][-1]))
         except SandboxError:
             log.exception("removing the pause layer of a thawed sandbox left something")
-
-    async def remove_layers(self, sandbox_id: str) -> None:
-        """Delete the pause layers of a sandbox killed, but those a snapshot of it stacks (it
-        was snapshotted after a resume from disk): collection removes them with the snapshot.
-
-        Raises:
-            TeardownError: a layer would not go.
-        """
-        kept = set(tagged_layers(self.store))
-        for layer in self.layers.layers():
-            if layer.name.startswith(layer_prefix(sandbox_id)) and layer not in kept:
-                await asyncio.to_thread(remove_tree, layer)

@@ -1,6 +1,7 @@
 """The sandboxes' lives as the node service offers them (sandboxd.node.local): create (from the
-warm pool or a boot, then envd's /init), kill, pause, resume and connect, timeouts, and adoption
-after a restart. Every change is written to the store; the Runtime does the work on the host.
+warm pool or a boot, then envd's /init), kill, pause, resume and connect, fork, timeouts, and
+adoption after a restart. Every change is written to the store; the Runtime does the work on the
+host.
 
 States are `running` and `paused`. A sandbox being killed is gone at once (404, unlisted); one
 being paused or resumed holds its lock, so other transitions wait for it.
@@ -14,20 +15,22 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from sandboxd.errors import (
-    NotAllowed,
     SandboxError,
     SandboxNotFound,
     TeardownError,
     TemplateError,
     WrongState,
 )
-from sandboxd.guest.init import init_envd
 from sandboxd.ids import now_us
 from sandboxd.lifecycle.adoption import adopt
 from sandboxd.lifecycle.disk_pause import DiskPauses
-from sandboxd.lifecycle.egress import apply_network, restore_proxied
+from sandboxd.lifecycle.egress import restore_proxied
 from sandboxd.lifecycle.evictor import EXPIRE_RETRY_S, Evictor
+from sandboxd.lifecycle.fork import Forks
+from sandboxd.lifecycle.guest_start import start_guest
 from sandboxd.lifecycle.ingress import LOCAL_NODE, Credentials, Ingress, Location
+from sandboxd.lifecycle.lifetimes import Lifetimes
+from sandboxd.lifecycle.made_layers import release
 from sandboxd.lifecycle.pauses import Pauses
 from sandboxd.lifecycle.sampler import MetricsSampler
 from sandboxd.lifecycle.sandbox import Sandbox, ingress_of
@@ -37,7 +40,7 @@ from sandboxd.lifecycle.tokens import Tokens
 from sandboxd.lifecycle.volume_mounts import VolumeMounts
 from sandboxd.lifecycle.wake import Waker
 from sandboxd.templates import catalog
-from sandboxd.templates.catalog import Templates
+from sandboxd.templates.catalog import Templates, tagged_layers
 from sandboxd.templates.snapshots import parse_name
 
 if TYPE_CHECKING:
@@ -71,7 +74,7 @@ class SandboxManager:
     ) -> None:
         self.store = store
         self.runtime = runtime
-        self.max_timeout_s = max_timeout_s
+        self.lifetimes = Lifetimes(max_timeout_s)
         self.tokens = Tokens(secret)
         self.templates = Templates(store, self.uses_template)
         self._sandboxes: dict[str, Sandbox] = {}
@@ -82,6 +85,7 @@ class SandboxManager:
         self.disks = DiskPauses(store, runtime, envd, layers)
         self.pauses = Pauses(store, runtime, envd, self.disks, self._gone)
         self.snapshots = Snapshots(store, runtime, layers)
+        self.forks = Forks(runtime, envd, layers, self.tokens)
         self.waker = Waker(self.get_live, self.pauses, max_timeout_s)
         self.evictor = Evictor(self.all, self._end_of)
         self.sampler = MetricsSampler(store, envd, self._running, self._sandboxes.__contains__)
@@ -146,14 +150,6 @@ class SandboxManager:
     def uses_template(self, template_id: str) -> bool:
         return any(s.row.template_id == template_id for s in self._sandboxes.values())
 
-    def check_timeout(self, timeout_s: int, *, positive: bool = True) -> None:
-        """Raises NotAllowed for a timeout of 0 (when it must be `positive`) or past the
-        maximum length (the reference's words)."""
-        if positive and timeout_s <= 0:
-            raise NotAllowed("Timeout must be greater than 0")
-        if timeout_s > self.max_timeout_s:
-            raise NotAllowed(f"Timeout cannot be greater than {self.max_timeout_s / 3600:g} hours")
-
     def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         task = asyncio.create_task(coro)
         self._tasks.add(task)
@@ -200,7 +196,7 @@ class SandboxManager:
             TemplateNotFound, TemplateError: no such template, or an unusable one.
             BootError, InitRefused: the sandbox did not come up (nothing of it is left).
         """
-        self.check_timeout(request.timeout_s)
+        self.lifetimes.check(request.timeout_s)
         template, image = self.templates.resolve(request.template)
         mounts = self.volumes.resolve(request.options.get("volumeMounts"))
         with self.volumes.creating(mounts):  # in use until the sandbox is listed
@@ -220,31 +216,42 @@ class SandboxManager:
         row.default_user, row.default_workdir = image.user, image.workdir
         token = self.tokens.envd(box.id) if request.secure else None
         sandbox = Sandbox(row, box, token, ingress_of(row, self.tokens.traffic(box.id)))
-        # Reachable by sandboxd's own envd client only: neither listed nor known to the API and
-        # the proxy until the create succeeds.
-        self.envd.reach(box.id, box.dialer)
-        try:
-            await apply_network(self.runtime, box, row.options)  # before envd serves the user
-            await init_envd(self.envd, box.id, sandbox.envd_init)
-        except BaseException:
-            await self._kill_quietly(box)
-            raise
-        row.started_at = now_us()
-        row.end_at = row.started_at + request.timeout_s * 1_000_000
-        self._sandboxes[box.id] = sandbox
-        await self.store.write(
-            functools.partial(self.store.put_sandbox, row),
-            functools.partial(self.store.add_event, row.started_at, box.id, "created"),
-            functools.partial(self.store.count_spawn, template.template_id, row.started_at),
-        )
-        self._spawn(self.sampler.first(sandbox))  # the first metrics point, without waiting 5 s
+        # Neither listed nor known to the API and the proxy until the create succeeds.
+        await start_guest(self.runtime, self.envd, sandbox, box)
+        count = functools.partial(self.store.count_spawn, template.template_id)
+        await self._admit(sandbox, request.timeout_s, count)
         return sandbox
 
-    async def _kill_quietly(self, box: Box) -> None:
-        try:
-            await self._off_host(box)
-        except SandboxError:
-            log.exception("sandbox %s: cleaning up after a failed create", box.id)
+    async def fork(
+        self, sandbox_id: str, timeout_s: int, count: int
+    ) -> list[Sandbox | SandboxError]:
+        """`count` new sandboxes of a running sandbox's files, for `timeout_s`
+        (sandboxd.lifecycle.fork); each entry a child, or why it did not start.
+
+        Raises:
+            NotAllowed: the timeout; SandboxNotFound; WrongState: it is paused;
+            SandboxError: its files could not be captured.
+        """
+        self.lifetimes.check(timeout_s)
+        parent = self.existing(sandbox_id)
+        async with parent.lock:
+            self.existing(sandbox_id)
+            source = await self.forks.capture(parent)
+        return await self.forks.children(source, timeout_s, count, self._admit)
+
+    async def _admit(self, sandbox: Sandbox, timeout_s: int, *more: Callable[[int], None]) -> None:
+        """Record a sandbox that took its /init, running for `timeout_s` from now, and make it
+        known; `more(started_at)` are written with it."""
+        row = sandbox.row
+        row.started_at = now_us()
+        row.end_at = row.started_at + timeout_s * 1_000_000
+        self._sandboxes[sandbox.id] = sandbox
+        await self.store.write(
+            functools.partial(self.store.put_sandbox, row),
+            functools.partial(self.store.add_event, row.started_at, sandbox.id, "created"),
+            *(functools.partial(write, row.started_at) for write in more),
+        )
+        self._spawn(self.sampler.first(sandbox))  # the first metrics point, without waiting 5 s
 
     async def _off_host(self, box: Box) -> None:
         """Remove the sandbox from the host, and sandboxd's own connections into it.
@@ -283,7 +290,8 @@ class SandboxManager:
         try:
             if sandbox.box is not None:
                 await self._off_host(sandbox.box)
-            await self.disks.remove_layers(sandbox.id)
+            kept = (*self.forks.in_flight, *tagged_layers(self.store))
+            await release(self.disks.layers, sandbox, self._sandboxes.values(), kept)
         except SandboxError as exc:
             sandbox.dying = True
             self._sandboxes.setdefault(sandbox.id, sandbox)
@@ -312,7 +320,7 @@ class SandboxManager:
             NotAllowed: the timeout; SandboxNotFound; WrongState: already running;
             SandboxError: the thaw failed.
         """
-        self.check_timeout(timeout_s)
+        self.lifetimes.check(timeout_s)
         sandbox = self.existing(sandbox_id)
         async with sandbox.lock:
             self.existing(sandbox_id)
@@ -330,17 +338,15 @@ class SandboxManager:
         Raises:
             NotAllowed: the timeout; SandboxNotFound; SandboxError: the thaw failed.
         """
-        self.check_timeout(timeout_s, positive=False)
+        self.lifetimes.check(timeout_s, positive=False)
         sandbox = self.existing(sandbox_id)
         async with sandbox.lock:
             self.existing(sandbox_id)
             if not sandbox.running:
                 await self.pauses.thaw(sandbox, timeout_s, memory)
                 return sandbox, True
-            row = sandbox.row
-            cap = row.started_at + self.max_timeout_s * 1_000_000
-            row.end_at = max(row.end_at, min(now_us() + timeout_s * 1_000_000, cap))
-            await self.store.write(functools.partial(self.store.put_sandbox, row))
+            self.lifetimes.extend(sandbox.row, timeout_s, now_us())
+            await self.store.write(functools.partial(self.store.put_sandbox, sandbox.row))
         return sandbox, False
 
     async def snapshot(self, sandbox_id: str, name: str | None) -> Listed:
@@ -366,13 +372,8 @@ class SandboxManager:
         sandbox = self.existing(sandbox_id)
         if not sandbox.running:
             raise SandboxNotFound(sandbox_id)  # paused ones are not live: the reference's 404
-        row = sandbox.row
-        now = now_us()
-        left = row.started_at + self.max_timeout_s * 1_000_000 - now
-        if left <= 0:
-            raise NotAllowed(f"Sandbox {sandbox_id} reached its maximum length")
-        row.end_at = now + min(timeout_s * 1_000_000, left)
-        await self.store.write(functools.partial(self.store.put_sandbox, row))
+        self.lifetimes.set(sandbox.row, timeout_s, now_us())
+        await self.store.write(functools.partial(self.store.put_sandbox, sandbox.row))
 
     async def _end_of(self, sandbox: Sandbox) -> None:
         """The evictor's work at a sandbox's end, under its lock: a connect or set_timeout since

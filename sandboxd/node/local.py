@@ -55,6 +55,12 @@ class LocalNode:
         taken = await self._manager.snapshot(sandbox_id, name)
         return SnapshotInfo(taken.snapshot_id, list(taken.names))
 
+    async def fork(
+        self, sandbox_id: str, timeout_s: int, count: int
+    ) -> list[SandboxInfo | SandboxError]:
+        children = await self._manager.fork(sandbox_id, timeout_s, count)
+        return [c if isinstance(c, SandboxError) else self._info(c) for c in children]
+
     async def set_timeout(self, sandbox_id: str, timeout_s: int) -> None:
         await self._manager.set_timeout(sandbox_id, timeout_s)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from sandboxd.errors import SandboxError
     from sandboxd.node.models import LogEntry, SandboxConfig, SandboxInfo, SnapshotInfo
     from sandboxd.store.rows import MetricSample
 
@@ -63,6 +64,19 @@ class NodeService(Protocol):
         Raises:
             NotAllowed: a bad name; SandboxNotFound: unknown or paused; WrongState: being paused
             or resumed; SandboxError: the capture failed.
+        """
+        ...
+
+    async def fork(
+        self, sandbox_id: str, timeout_s: int, count: int
+    ) -> list[SandboxInfo | SandboxError]:
+        """`count` new sandboxes, each for `timeout_s`, of a running sandbox's files (not of its
+        processes: they cold-boot); each entry a child, or the error that kept it from starting.
+        The sandbox runs on untouched.
+
+        Raises:
+            NotAllowed: the timeout; SandboxNotFound; WrongState: it is paused;
+            SandboxError: its files could not be captured.
         """
         ...
 

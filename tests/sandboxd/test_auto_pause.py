@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from tests.sandboxd.guest_shell import background, sh
 from tests.sandboxd.serving import NO_NETWORK, running_sandboxd
-from tests.sandboxd.test_disk_pause import BOOT_ID, SLEEPERS, background, sh
+from tests.sandboxd.test_disk_pause import BOOT_ID, SLEEPERS
 from tests.waiting import wait_until
 
 if TYPE_CHECKING:

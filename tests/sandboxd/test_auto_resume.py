@@ -16,8 +16,8 @@ import httpx
 import pytest
 
 from sandboxd.store.sqlite.database import DB_FILE
+from tests.sandboxd.guest_shell import background
 from tests.sandboxd.serving import NO_NETWORK, running_sandboxd
-from tests.sandboxd.test_disk_pause import background
 from tests.waiting import wait_until
 
 if TYPE_CHECKING:

@@ -23,8 +23,9 @@ from sandboxd.host.cgroups import CgroupHost, existing_sandboxes
 from sandboxd.host.removal import mounts_under, remove_tree
 from sandboxd.runtime.nspawn.container import PROPAGATE_DIR
 from tests.network import sdk_suites
+from tests.sandboxd.guest_shell import sh
 from tests.sandboxd.serving import API_KEY, NO_NETWORK, running_sandboxd
-from tests.sandboxd.test_disk_pause import BOOT_ID, FS, SLEEPERS, prepared, sh
+from tests.sandboxd.test_disk_pause import BOOT_ID, FS, SLEEPERS, prepared
 from tests.waiting import wait_until
 
 if TYPE_CHECKING:

@@ -7,17 +7,15 @@ for)."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING
 
 import pytest
 
 from sandboxd.builds.collect import layer_users
-from sandboxd.guest.client import EnvdClient
-from sandboxd.guest.commands import POSIX_SH, Command, start
 from sandboxd.layers.collect import collect
 from sandboxd.layers.store import LayerStore
 from sandboxd.store.sqlite.store import SqliteStore
+from tests.sandboxd.guest_shell import background, sh
 from tests.sandboxd.serving import NO_NETWORK, running_sandboxd
 
 if TYPE_CHECKING:
@@ -37,25 +35,6 @@ FS = {"memory": False}
 def server(tmp_path_factory: pytest.TempPathFactory, base_template: Path) -> Iterator[Sandboxd]:
     with running_sandboxd(tmp_path_factory.mktemp("disk-pause"), base_template, NO_NETWORK) as s:
         yield s
-
-
-def sh(server: Sandboxd, sandbox_id: str, script: str, token: str | None) -> str:
-    """`script` run by envd inside the sandbox as root; its stdout (it must exit 0)."""
-    return server.sh(sandbox_id, script, token)
-
-
-def background(server: Sandboxd, sandbox_id: str, script: str, token: str | None) -> None:
-    async def go() -> None:
-        netns = server.netns(sandbox_id)
-        client = EnvdClient()
-        client.reach(sandbox_id, netns)
-        try:
-            await start(client, sandbox_id, Command(script, POSIX_SH), token=token)
-        finally:
-            await client.aclose()
-            netns.close()
-
-    asyncio.run(go())
 
 
 def create(api: httpx.Client) -> dict[str, str]:

@@ -14,8 +14,9 @@ from urllib.parse import quote
 
 import pytest
 
+from tests.sandboxd.guest_shell import background, sh
 from tests.sandboxd.serving import NO_NETWORK, running_sandboxd
-from tests.sandboxd.test_disk_pause import BOOT_ID, background, collected, sh
+from tests.sandboxd.test_disk_pause import BOOT_ID, collected
 from tests.waiting import wait_until
 
 if TYPE_CHECKING:
