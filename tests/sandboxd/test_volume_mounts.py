@@ -219,3 +219,26 @@ def test_a_link_planted_at_the_mount_path_leads_nowhere_out(
     assert str(in_root) in mounts_under(server.box_dir(sid))
     assert api.delete(f"/sandboxes/{sid}").status_code == 204
     assert api.delete(f"/volumes/{volume['volumeID']}").status_code == 204
+
+
+def test_a_full_volume_is_enospc_inside_and_nothing_more_on_the_host(
+    server: Sandboxd, api: httpx.Client
+) -> None:
+    """A sandbox writing past its volume's size gets ENOSPC; the volume's image on the host
+    keeps its size (the host's disk gives it no more), and the volume still serves."""
+    answer = api.post("/volumes", json={"name": f"small-{uuid.uuid4().hex[:8]}", "sizeMB": 16})
+    assert answer.status_code == 201, answer.text
+    volume = answer.json()
+    image = server.state_dir / "volumes" / f"{volume['volumeID']}.img"
+    sandbox = create(api, [{"name": volume["name"], "path": "/mnt/small"}])
+    sid, token = sandbox["sandboxID"], sandbox["envdAccessToken"]
+    fill = "dd if=/dev/zero of=/mnt/small/fill bs=1M count=64 2>/tmp/dd.err; echo status $?"
+    out = server.sh(sid, f"{fill}; cat /tmp/dd.err", token, "user")
+    assert "No space left on device" in out, out
+    assert "status 1" in out, out
+    assert image.stat().st_size == 16 << 20
+    assert image.stat().st_blocks * 512 <= 16 << 20
+    assert server.sh(sid, "rm /mnt/small/fill && echo freed > /mnt/small/after && cat /mnt/small/after",
+                     token, "user") == "freed\n"  # fmt: skip
+    assert api.delete(f"/sandboxes/{sid}").status_code == 204
+    assert api.delete(f"/volumes/{volume['volumeID']}").status_code == 204

@@ -5,7 +5,7 @@ import assert from 'node:assert/strict'
 import { randomBytes, randomUUID } from 'node:crypto'
 import { test } from 'node:test'
 
-import { Volume, VolumeError, VolumeNotFoundError, VolumePathNotFoundError } from 'e2b'
+import { Sandbox, Volume, VolumeError, VolumeNotFoundError, VolumePathNotFoundError } from 'e2b'
 
 import { normalOnly } from './helpers.mjs'
 
@@ -75,4 +75,24 @@ test('dirs, list depth, metadata, remove', normalOnly, async (t) => {
   await volume.remove('/d1')
   assert.equal(await volume.exists('/d1'), false)
   await assert.rejects(volume.remove('/d1'), VolumePathNotFoundError)
+})
+
+test('a volume mounted in two sandboxes at once, and read after them', normalOnly, async (t) => {
+  const volume = await made(t, 'js-mounts')
+  await volume.writeFile('/from-outside.txt', 'outside')
+  const a = await Sandbox.create({ volumeMounts: { '/mnt/data': volume } })
+  t.after(() => Sandbox.kill(a.sandboxId))
+  const b = await Sandbox.create({ volumeMounts: { '/home/user/data': volume.name } })
+  t.after(() => Sandbox.kill(b.sandboxId))
+  assert.deepEqual((await a.getInfo()).volumeMounts, [{ name: volume.name, path: '/mnt/data' }])
+
+  assert.equal(await a.files.read('/mnt/data/from-outside.txt'), 'outside')
+  await a.files.write('/mnt/data/from-a.txt', 'written in a')
+  assert.equal(await b.files.read('/home/user/data/from-a.txt'), 'written in a')
+  const owner = await b.commands.run('stat -c %U:%G /home/user/data/from-a.txt', { user: 'root' })
+  assert.equal(owner.stdout, 'user:user\n')
+
+  await Sandbox.kill(a.sandboxId)
+  await Sandbox.kill(b.sandboxId)
+  assert.equal(await volume.readFile('/from-a.txt'), 'written in a')
 })
