@@ -16,7 +16,6 @@ from sandboxd import template_cli
 from sandboxd.builds.base_image import build_base
 from sandboxd.builds.builder import DEADLINE_OPTION, DEFAULT_DEADLINE_S
 from sandboxd.builds.envd_layer import OPTION as ENVD_ARTIFACT_OPTION
-from sandboxd.builds.storage import OPTION as STORAGE_OPTION
 from sandboxd.builds.systemd_init import PROVISIONS
 from sandboxd.daemon import tls
 from sandboxd.daemon.serve import (
@@ -31,6 +30,7 @@ from sandboxd.daemon.state_dir import open_private
 from sandboxd.daemon.systemd_unit import install_service
 from sandboxd.errors import SandboxError
 from sandboxd.host.disk import MIN_DISK_MB
+from sandboxd.layers.quota import OPTION as STORAGE_OPTION
 from sandboxd.network.slots import DEFAULT_NETWORK_POOL, NetworkPool, parse_pool
 from sandboxd.templates.catalog import BASE_DISK_MB
 from sandboxd.volumes.catalog import (

@@ -104,6 +104,11 @@ class UploadTooLarge(BadUpload):
     """An upload over the limit: its Content-Length, what it sent, or its unpacked tar."""
 
 
+class DiskFull(SandboxError):
+    """A sandbox's files could not be kept as a layer (a pause, a snapshot, a fork): the state
+    disk is full, or the layers would pass serve's storage quota. The sandbox is as it was."""
+
+
 class StorageFull(UploadTooLarge):
     """What uploads and build layers hold would pass serve's build storage quota: an upload
     is refused with it (413), a build step fails with it."""

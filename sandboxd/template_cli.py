@@ -10,11 +10,11 @@ import sys
 from typing import TYPE_CHECKING
 
 from sandboxd.builds.collect import layer_users
-from sandboxd.builds.storage import allocated
 from sandboxd.errors import NotAllowed
 from sandboxd.host.removal import remove_tree
 from sandboxd.ids import rfc3339
 from sandboxd.layers.collect import collect
+from sandboxd.layers.quota import allocated
 from sandboxd.layers.store import LayerStore
 from sandboxd.templates.catalog import Templates, split_ref
 from sandboxd.templates.snapshots import layer_name, snapshot_id

@@ -11,6 +11,7 @@ from starlette.responses import Response
 from sandboxd.errors import (
     BadUpload,
     BootError,
+    DiskFull,
     InitRefused,
     LengthRequired,
     NotAllowed,
@@ -42,6 +43,7 @@ _STATUSES: tuple[tuple[type[SandboxError], int], ...] = (
     (UploadTooLarge, 413),
     (BadUpload, 400),
     (VolumeFull, 507),
+    (DiskFull, 507),
     (BootError, 503),  # nothing of the sandbox is left: trying again may work
     (StoreUnavailable, 503),
     (TemplateError, 500),

@@ -34,10 +34,10 @@ if TYPE_CHECKING:
     from sandboxd.builds.build_log import BuildLog
     from sandboxd.builds.build_sandbox import BuildSandboxes
     from sandboxd.builds.recipe import Recipe, Step
-    from sandboxd.builds.storage import BuildStorage
     from sandboxd.builds.uploads import Uploads
     from sandboxd.guest.commands import Command
     from sandboxd.host.cgroups import Limits
+    from sandboxd.layers.quota import StorageQuota
     from sandboxd.layers.store import LayerStore
     from sandboxd.runtime.engine import Box
     from sandboxd.templates.image import TemplateImage
@@ -60,7 +60,7 @@ class Context:
     sandboxes: BuildSandboxes
     limits: Limits
     disk_mb: int
-    storage: BuildStorage | None = None  # the quota of uploads and layers; None: none
+    storage: StorageQuota | None = None  # the quota of uploads and layers; None: none
 
 
 async def run_steps(recipe: Recipe, base: Base, ctx: Context, log: BuildLog) -> TemplateImage:

@@ -17,12 +17,12 @@ from sandboxd.builds.build_log import BuildLog
 from sandboxd.builds.build_run import Context, StepFailed, finalize, run_steps
 from sandboxd.builds.build_sandbox import BuildSandboxes
 from sandboxd.builds.collect import layer_users
-from sandboxd.builds.storage import BuildStorage
 from sandboxd.builds.uploads import Uploads
 from sandboxd.errors import NotAllowed, SandboxError
 from sandboxd.host.cgroups import Limits
 from sandboxd.ids import now_us
 from sandboxd.layers.collect import collect
+from sandboxd.layers.quota import StorageQuota
 from sandboxd.layers.store import LayerStore
 from sandboxd.templates.catalog import PIDS_LIMIT
 
@@ -57,6 +57,12 @@ class BuildLimits:
     deadline_s: float = DEFAULT_DEADLINE_S
     storage_bytes: int | None = None  # None: no quota
 
+    def quota(self, state_dir: Path) -> StorageQuota | None:
+        """The storage quota over the state directory's layers and uploads (None: none)."""
+        if self.storage_bytes is None:
+            return None
+        return StorageQuota((state_dir / "layers", state_dir / "uploads"), self.storage_bytes)
+
 
 class Builder:
     def __init__(
@@ -73,11 +79,10 @@ class Builder:
     ) -> None:
         self.store = store
         self.templates = templates
-        self.layers = LayerStore(state_dir / "layers")
+        self.storage = limits.quota(state_dir)
+        self.layers = LayerStore(state_dir / "layers", self.storage)
         self.uploads_dir = state_dir / "uploads"
         self.deadline_s = limits.deadline_s
-        self.storage = None if limits.storage_bytes is None else BuildStorage(
-            (self.layers.dir, self.uploads_dir), limits.storage_bytes)  # fmt: skip
         self.source = ImageSource(self.layers, self.storage, envd_artifact, mirror,
                                   provision)  # fmt: skip
         self.sandboxes = BuildSandboxes(runtime, envd)

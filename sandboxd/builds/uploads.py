@@ -33,8 +33,8 @@ from sandboxd.layers.entries import DIR_FLAGS
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
-    from sandboxd.builds.storage import BuildStorage
     from sandboxd.images.tar_tree import Reader
+    from sandboxd.layers.quota import StorageQuota
 
 log = logging.getLogger("sandboxd.builds.uploads")
 
@@ -74,7 +74,7 @@ class Uploads:
     def __init__(
         self,
         dir: Path,
-        storage: BuildStorage | None = None,
+        storage: StorageQuota | None = None,
         max_bytes: int = MAX_UPLOAD_BYTES,
         max_unpacked_bytes: int = MAX_UNPACKED_BYTES,
     ) -> None:

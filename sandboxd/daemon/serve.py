@@ -356,13 +356,13 @@ def serve(options: ServeOptions) -> None:
                                 network=options.network, egress_proxy=proxy,
                                 probe=envd_ready, guest_unit=ENVD_UNIT)  # fmt: skip
         envd = EnvdClient()  # the manager's, the warm pool's and the builds' one way to envd
+        limits = build_limits(options, state_dir)
+        layers = LayerStore(state_dir / "layers", limits.quota(state_dir))
         manager = SandboxManager(store, runtime, envd, server_secret(state_dir),
-                                 options.max_timeout_s, options.pool,
-                                 LayerStore(state_dir / "layers"))  # fmt: skip
+                                 options.max_timeout_s, options.pool, layers)  # fmt: skip
         builder = Builder(store, manager.templates, runtime, envd, state_dir,
                           envd_artifact=options.envd_artifact, mirror=options.registry_mirror,
-                          limits=build_limits(options, state_dir),
-                          provision=options.provision)  # fmt: skip
+                          limits=limits, provision=options.provision)  # fmt: skip
         volumes = VolumeCatalog(store, VolumeStorage(state_dir / "volumes"),
                                 VolumeTokens(manager.tokens.volumes_key()),
                                 options.volume_mb, options.volume_max_mb)  # fmt: skip

@@ -28,7 +28,7 @@ _LAYER = Rules("layer", ImageError, owners=True, whiteouts=True)
 
 class Quota(Protocol):
     """What unpacked layers may still take of the disk, and the error once they would take
-    more (sandboxd.builds.storage.BuildStorage)."""
+    more (sandboxd.layers.quota.StorageQuota)."""
 
     def room(self) -> int: ...
 

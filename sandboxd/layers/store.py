@@ -26,15 +26,20 @@ from sandboxd.host.removal import remove_tree
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
 
+    from sandboxd.layers.quota import StorageQuota
+
 NEW_PREFIX, PULL_PREFIX = ".new-", ".pull-"
 
 
 class LayerStore:
     """The layers under `dir` (made 0700: the layers keep their images' owners and modes,
-    set-id binaries included, and only root needs to reach them)."""
+    set-id binaries included, and only root needs to reach them); `quota`: what they may take
+    of the state disk with the build uploads (None: no quota), which the makers of layers
+    check."""
 
-    def __init__(self, dir: Path) -> None:
+    def __init__(self, dir: Path, quota: StorageQuota | None = None) -> None:
         self.dir = dir
+        self.quota = quota
         self._locks = dir / ".locks"
 
     def path(self, name: str) -> Path:

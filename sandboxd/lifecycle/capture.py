@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 from typing import TYPE_CHECKING
 
-from sandboxd.errors import SandboxError
+from sandboxd.errors import DiskFull, SandboxError
 from sandboxd.host.removal import remove_tree
 
 if TYPE_CHECKING:
@@ -20,9 +21,10 @@ if TYPE_CHECKING:
 
 def export_layer(runtime: Runtime, layers: LayerStore, box: Box, name: str) -> Path:
     """Layer `name` made from the writable layer of `box` (which must not write meanwhile: it
-    is frozen). Blocking.
+    is frozen), within the layer store's quota. Blocking.
 
     Raises:
+        DiskFull: the state disk filled up, or the layer passed the quota (it is removed).
         SandboxError: the export failed (no layer of that name is left).
     """
 
@@ -30,7 +32,18 @@ def export_layer(runtime: Runtime, layers: LayerStore, box: Box, name: str) -> P
         runtime.export_diff(box, dest)
 
     remove_tree(layers.path(name))  # an export a restart cut short: never recorded
-    path, _ = layers.add(name, fill)
+    try:
+        path, _ = layers.add(name, fill)
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            raise
+        raise DiskFull(f"sandbox {box.id}: the state disk is full (layer {name})") from exc
+    if layers.quota is not None:
+        try:
+            layers.quota.check_layer(f"sandbox {box.id}'s layer {name}")
+        except DiskFull:
+            remove_tree(path)
+            raise
     return path
 
 

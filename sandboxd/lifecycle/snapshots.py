@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sandboxd.errors import SandboxError, SandboxNotFound, WrongState
+from sandboxd.errors import DiskFull, SandboxError, SandboxNotFound, WrongState
 from sandboxd.lifecycle.capture import capture
 from sandboxd.templates.snapshots import SnapshotRecords
 
@@ -63,7 +63,7 @@ class Snapshots:
             layer = await capture(self.runtime, self.layers, box, pending.layer_name)
         except BaseException as exc:
             await self.records.abandon(pending, str(exc))
-            if isinstance(exc, SandboxError):
+            if isinstance(exc, SandboxError) and not isinstance(exc, DiskFull):
                 raise SandboxError(f"snapshotting {sandbox.id}: {exc}") from exc
             raise
         image = self.records.image(sandbox.row, box.image, layer)

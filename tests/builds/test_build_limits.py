@@ -163,7 +163,8 @@ def test_a_pull_past_the_quota_is_refused_as_it_unpacks(
         message = final["reason"]["message"]
         assert message.startswith("base: layer "), message  # refused in the unpack, not after
         assert message.endswith(" would pass the build storage quota of 16 MiB (uploads and "
-                                "layers; serve --build-storage-mb)"), message  # fmt: skip
+                                "layers, sandboxes' pauses, snapshots and forks among them; "
+                                "serve --build-storage-mb)"), message  # fmt: skip
         assert not [p for p in (state / "layers").iterdir() if p.name.startswith("sha256-")]
 
 
@@ -226,7 +227,8 @@ def test_an_upload_past_the_quota_is_refused_as_it_unpacks(limited_server: Sandb
         assert answer.status_code == 413, answer.text
         assert answer.json()["message"] == (
             f"the unpacked upload would pass the build storage quota of {QUOTA_MB} MiB "
-            "(uploads and layers; serve --build-storage-mb)"
+            "(uploads and layers, sandboxes' pauses, snapshots and forks among them; serve "
+            "--build-storage-mb)"
         )
         # Nothing of it is kept, and a small one still fits.
         uploads = limited_server.state_dir / "uploads" / template_id

@@ -1,7 +1,10 @@
-"""The quota of the state disk that builds may fill: what the uploads and the layers (pulled,
-built) take together, measured on disk (allocated blocks, a hard-linked file once, no other
-filesystem mounted below counted). An upload is refused once it would pass it, while it
-streams; a build step whose layer passes it fails and its layer goes (sandboxd.builds)."""
+"""The quota of the state disk that the layer store and the build uploads may fill: what the
+uploads and every layer (pulled, built, and the files of sandboxes paused to disk, frozen,
+snapshotted or forked) take together, measured on disk (allocated blocks, a hard-linked file
+once, no other filesystem mounted below counted). An upload is refused once it would pass it,
+while it streams; a build step whose layer passes it fails and its layer goes
+(sandboxd.builds); a pause, snapshot or fork whose layer passes it is refused and its layer
+goes (sandboxd.lifecycle.capture)."""
 
 from __future__ import annotations
 
@@ -9,7 +12,7 @@ import os
 import stat
 from typing import TYPE_CHECKING
 
-from sandboxd.errors import StorageFull
+from sandboxd.errors import DiskFull, StorageFull
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -18,7 +21,7 @@ if TYPE_CHECKING:
 OPTION = "--build-storage-mb"
 
 
-class BuildStorage:
+class StorageQuota:
     """What `dirs` may hold together: `limit_bytes`."""
 
     def __init__(self, dirs: Sequence[Path], limit_bytes: int) -> None:
@@ -37,13 +40,20 @@ class BuildStorage:
         """The error for `what` (an upload, a step) passing the quota."""
         return StorageFull(
             f"{what} would pass the build storage quota of {self.limit_bytes >> 20} MiB "
-            f"(uploads and layers; serve {OPTION})"
+            f"(uploads and layers, sandboxes' pauses, snapshots and forks among them; serve "
+            f"{OPTION})"
         )
 
     def check(self, what: str) -> None:
         """Raises StorageFull when the quota is used up (or passed)."""
         if self.used() >= self.limit_bytes:
             raise self.full(what)
+
+    def check_layer(self, what: str) -> None:
+        """For a sandbox's files kept as a layer (`what`: "pausing sandbox X"...), after it
+        was made: raises DiskFull when the quota is passed (the caller removes the layer)."""
+        if self.used() > self.limit_bytes:
+            raise DiskFull(str(self.full(what)))
 
 
 def allocated(dirs: Sequence[Path]) -> int:
