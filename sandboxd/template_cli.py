@@ -16,6 +16,7 @@ from sandboxd.ids import rfc3339
 from sandboxd.layers.collect import collect
 from sandboxd.layers.quota import allocated
 from sandboxd.layers.store import LayerStore
+from sandboxd.lifecycle.disk_pause import layer_prefix
 from sandboxd.templates.catalog import Templates, split_ref
 from sandboxd.templates.snapshots import layer_name, snapshot_id
 
@@ -31,7 +32,9 @@ def add_parsers(
     commands: argparse._SubParsersAction[argparse.ArgumentParser],
     state_dir_option: Callable[[argparse.ArgumentParser], None],
 ) -> None:
-    ls = commands.add_parser("ls", help="list the templates (tags, builds) and snapshots (size)")
+    ls = commands.add_parser(
+        "ls", help="list the templates (tags, builds), snapshots and paused sandboxes (size)"
+    )
     rm = commands.add_parser("rm", help="delete a template (not while sandboxes use it)")
     rm.add_argument("template", metavar="ID-OR-NAME")
     for p in (ls, rm):
@@ -42,7 +45,9 @@ def run(args: argparse.Namespace, state_dir: Path, store: Store) -> None:
     """Raises SandboxError (unknown template, refused deletion)."""
     if args.template_command == "ls":
         _list(store)
-        _list_snapshots(store, LayerStore(state_dir / "layers"))
+        layers = LayerStore(state_dir / "layers")
+        _list_snapshots(store, layers)
+        _list_paused(store, layers)
     else:
         asyncio.run(_remove(store, state_dir, args.template))
 
@@ -72,6 +77,19 @@ def _list_snapshots(store: Store, layers: LayerStore) -> None:
             size = 0 if layer is None else allocated((layer,))
             sys.stdout.write(f"{snapshot_id(t, tag.tag):40} {record.sandbox_id:22} "
                              f"{rfc3339(record.created_at):27} {size / 2**20:6.1f} MiB\n")  # fmt: skip
+
+
+def _list_paused(store: Store, layers: LayerStore) -> None:
+    """Each paused sandbox: how it is paused and what its pause layers (its files, kept on the
+    state disk against the storage quota) take."""
+    sys.stdout.write(f"\n{'PAUSED SANDBOX':22} {'MODE':10} {'SIZE':>10}\n")
+    for sandbox in store.sandboxes():
+        if sandbox.state != "paused":
+            continue
+        prefix = layer_prefix(sandbox.sandbox_id)
+        size = allocated(tuple(p for p in layers.layers() if p.name.startswith(prefix)))
+        mode = sandbox.pause_mode or "-"
+        sys.stdout.write(f"{sandbox.sandbox_id:22} {mode:10} {size / 2**20:6.1f} MiB\n")
 
 
 async def _remove(store: Store, state_dir: Path, ref: str) -> None:

@@ -1,10 +1,13 @@
 """Sandboxes' files kept as layers count against the state disk's storage quota
 (`--build-storage-mb`: uploads and layers): a pause (to disk, or a freeze, whose files are
 written too), a snapshot or a fork whose layer would pass it is refused with a 507 naming the
-quota, its layer removed, and the sandbox runs on as before; once it wrote less, it pauses."""
+quota, its layer removed, and the sandbox runs on as before; once it wrote less, it pauses, and
+`sandboxd template ls` shows what its pause layer takes."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import TYPE_CHECKING
 
 import pytest
@@ -48,8 +51,20 @@ def test_a_pause_snapshot_or_fork_past_the_quota_is_refused(
             assert kept_layers(state) == []
         assert api.get("/snapshots").json() == []
 
-        sh(server, sid, "rm /home/user/big && echo small > /home/user/small", token)
+        smaller = "rm /home/user/big && head -c 1048576 /dev/urandom > /home/user/small && sync"
+        sh(server, sid, smaller, token)
         assert api.post(f"/sandboxes/{sid}/pause", json=FS).status_code == 204
+        listing = template_ls(state).splitlines()
+        paused = next(line for line in listing if line.startswith(sid)).split()
+        assert paused[1] == "filesystem"
+        assert float(paused[2]) >= 1.0  # MiB: what it wrote, in its pause layer
         assert api.post(f"/sandboxes/{sid}/connect", json={"timeout": 60}).status_code == 201
-        assert sh(server, sid, "cat /home/user/small", token) == "small\n"
+        assert sh(server, sid, "wc -c < /home/user/small", token) == "1048576\n"
         assert api.delete(f"/sandboxes/{sid}").status_code == 204
+
+
+def template_ls(state: Path) -> str:
+    argv = [sys.executable, "-m", "sandboxd", "template", "ls", "--state-dir", str(state)]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
