@@ -9,8 +9,11 @@ With `--baseline DIR` (a checkout of a commit whose full pause is the freeze alo
 virtualenv and each round measures both: the extra time is this commit's p50 less the
 baseline's.
 
+With `--filesystem` the pauses are to disk (`{"memory": false}`: the layer exported, the sandbox
+removed) and each resume a boot from the files, to set against the round's cold creates.
+
 Run as root: .venv/bin/python -m bench.full_pause [--runs 10] [--mib 100] [--template DIR]
-             [--baseline DIR]
+             [--baseline DIR] [--filesystem]
 """
 
 from __future__ import annotations
@@ -48,17 +51,23 @@ def timed_post(api: httpx.Client, path: str, samples: list[float], **body: objec
     assert answer.is_success, answer.text
 
 
-def one_round(served: Sandboxd, mib: int, series: dict[str, list[float]]) -> None:
-    """Pause, resume and kill one sandbox that wrote `mib` MiB and one that wrote nothing."""
+def one_round(
+    served: Sandboxd, mib: int, series: dict[str, list[float]], memory: bool = True
+) -> None:
+    """Create (timed: a cold boot, serve has no pool), pause, resume and kill one sandbox that
+    wrote `mib` MiB and one that wrote nothing; without `memory`, the pauses are to disk."""
     with served.client() as api:
         for wrote in (mib, 0):
+            begin = time.monotonic()
             sandbox = create(api)
+            series["cold create"].append(time.monotonic() - begin)
             sid, token = sandbox["sandboxID"], sandbox["envdAccessToken"]
             if wrote:
                 script = f"head -c {wrote << 20} /dev/urandom > /home/user/blob && sync"
                 sh(served, sid, script, token)
             path = f"/sandboxes/{sid}"
-            timed_post(api, path + "/pause", series[f"pause, wrote {wrote} MiB"])
+            pause = {} if memory else {"memory": False}
+            timed_post(api, path + "/pause", series[f"pause, wrote {wrote} MiB"], **pause)
             timed_post(api, path + "/connect", series[f"resume, wrote {wrote} MiB"], timeout=60)
             assert api.delete(path).status_code == 204
 
@@ -68,6 +77,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--mib", type=int, default=100)
     parser.add_argument("--baseline", type=Path, help="a checkout of another commit")
+    parser.add_argument("--filesystem", action="store_true", help="pauses to disk instead")
     args, template = parse_args(parser)
     with scratch("sandboxd-full-pause-") as work, contextlib.ExitStack() as stack:
         trees: dict[str, Path | None] = {"this": None}
@@ -78,10 +88,11 @@ def main() -> None:
             stack.callback(each.clean_up)
             each.start()
         names = [f"{step}, wrote {w} MiB" for w in (args.mib, 0) for step in ("pause", "resume")]
+        names.append("cold create")
         series: dict[str, dict[str, list[float]]] = {s: {n: [] for n in names} for s in served}
         for _ in range(args.runs):
             for name, each in served.items():
-                one_round(each, args.mib, series[name])
+                one_round(each, args.mib, series[name], memory=not args.filesystem)
     for name, measured in series.items():
         print(f"{name}:")
         for step, samples in measured.items():

@@ -168,6 +168,30 @@ def test_mounted_again_after_a_pause_to_disk(server: Sandboxd, api: httpx.Client
     assert api.delete(f"/volumes/{volume['volumeID']}").status_code == 204
 
 
+def test_a_forks_children_share_the_parents_volumes(server: Sandboxd, api: httpx.Client) -> None:
+    """A fork's child mounts the parent's volumes (shared, not copied): the parent sees its
+    write, and the volume is in use while the child has it."""
+    volume = new_volume(api)
+    parent = create(api, [{"name": volume["name"], "path": "/mnt/data"}])
+    pid, parent_token = parent["sandboxID"], parent["envdAccessToken"]
+    server.sh(pid, "echo from-parent > /mnt/data/parent", parent_token, "user")
+    forked = api.post(f"/sandboxes/{pid}/fork", json={"timeout": 60})
+    assert forked.status_code == 201, forked.text
+    [entry] = forked.json()
+    child = entry["sandbox"]
+    cid, child_token = child["sandboxID"], child["envdAccessToken"]
+    assert server.sh(cid, "cat /mnt/data/parent", child_token, "user") == "from-parent\n"
+    server.sh(cid, "echo from-child > /mnt/data/child", child_token, "user")
+    assert server.sh(pid, "cat /mnt/data/child", parent_token, "user") == "from-child\n"
+    assert api.get(f"/sandboxes/{cid}").json()["volumeMounts"] == [
+        {"name": volume["name"], "path": "/mnt/data"}
+    ]
+    assert api.delete(f"/sandboxes/{pid}").status_code == 204
+    assert api.delete(f"/volumes/{volume['volumeID']}").status_code == 409  # the child has it
+    assert api.delete(f"/sandboxes/{cid}").status_code == 204
+    assert api.delete(f"/volumes/{volume['volumeID']}").status_code == 204
+
+
 @pytest.mark.timeout(600)  # two restarts of serve and two boots, on a busy machine
 def test_mounted_again_after_a_restart(server: Sandboxd, api: httpx.Client) -> None:
     """A restart adopts a running sandbox with its mount; one paused to disk across a restart
