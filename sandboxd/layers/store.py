@@ -58,6 +58,12 @@ class LayerStore:
             return []
         return sorted(p for p in self.dir.iterdir() if not p.name.startswith(".") and p.is_dir())
 
+    def next_numbered(self, prefix: str) -> str:
+        """`prefix` + a number past those of the store's layers named `prefix` + digits (a
+        sandbox's pause or fork layers: whoever numbers them holds the sandbox's lock)."""
+        numbers = [p.name.removeprefix(prefix) for p in self.layers() if p.name.startswith(prefix)]
+        return f"{prefix}{max((int(n) for n in numbers if n.isdigit()), default=0) + 1}"
+
     def add(self, name: str, make: Callable[[Path], None]) -> tuple[Path, bool]:
         """The layer `name`, made by `make(new)` unless the store has it: `new` is an empty
         0700 directory, which `make` fills and gives its final owner and mode; once, under

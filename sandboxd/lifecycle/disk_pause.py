@@ -48,9 +48,7 @@ def layer_prefix(sandbox_id: str) -> str:
 
 def next_layer(layers: LayerStore, sandbox_id: str) -> str:
     """The name of a new pause layer of a sandbox: numbered past those of it in the store."""
-    prefix = layer_prefix(sandbox_id)
-    numbers = [p.name.removeprefix(prefix) for p in layers.layers() if p.name.startswith(prefix)]
-    return f"{prefix}{max((int(n) for n in numbers if n.isdigit()), default=0) + 1}"
+    return layers.next_numbered(layer_prefix(sandbox_id))
 
 
 def disk_image(

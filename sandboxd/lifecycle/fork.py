@@ -84,18 +84,12 @@ class Forks:
                 f"Sandbox '{parent.id}' is paused and cannot be forked; resume it first"
             )
         box = parent.box
-        layer = await capture(self.runtime, self.layers, box, self._next_name(parent.id))
+        layer = await capture(
+            self.runtime, self.layers, box, self.layers.next_numbered(layer_prefix(parent.id))
+        )
         self.in_flight.add(layer)
         image = BootImage((*box.image.layers, layer), box.image.init, box.image.io_uring)
         return ForkSource(copy.deepcopy(parent.row), image, box.limits, layer, tuple(box.mounts))
-
-    def _next_name(self, parent_id: str) -> str:
-        """A name past those of the parent's fork layers in the store (the parent's lock keeps
-        another fork of it from taking it meanwhile)."""
-        prefix = layer_prefix(parent_id)
-        taken = [p.name.removeprefix(prefix) for p in self.layers.layers()]
-        numbers = [int(n) for n in taken if n.isdigit()]
-        return f"{prefix}{max(numbers, default=0) + 1}"
 
     async def children(
         self,

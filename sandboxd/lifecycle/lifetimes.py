@@ -9,6 +9,10 @@ from typing import TYPE_CHECKING
 
 from sandboxd.errors import NotAllowed
 
+# A woken sandbox's shortest run (E2B infra's api/internal/handlers/auto_resume_timeout.go: the
+# floor keeps a short-lived sandbox from pausing again as soon as it woke).
+MIN_WOKEN_S = 60
+
 if TYPE_CHECKING:
     from sandboxd.store.rows import SandboxRow
 
@@ -41,3 +45,8 @@ class Lifetimes:
         if left <= 0:
             raise NotAllowed(f"Sandbox {row.sandbox_id} reached its maximum length")
         row.end_at = now + min(timeout_s * 1_000_000, left)
+
+    def woken(self, timeout_s: int) -> int:
+        """How long a sandbox created with `timeout_s` runs when traffic wakes it: that timeout,
+        clamped to [a minute, the maximum length]."""
+        return min(max(timeout_s, MIN_WOKEN_S), self.max_timeout_s)

@@ -86,7 +86,7 @@ class SandboxManager:
         self.pauses = Pauses(store, runtime, envd, self.disks, self._gone)
         self.snapshots = Snapshots(store, runtime, layers)
         self.forks = Forks(runtime, envd, layers, self.tokens)
-        self.waker = Waker(self.get_live, self.pauses, max_timeout_s)
+        self.waker = Waker(self.get_live, self.pauses, self.lifetimes)
         self.evictor = Evictor(self.all, self._end_of)
         self.sampler = MetricsSampler(store, envd, self._running, self._sandboxes.__contains__)
         self.volumes = VolumeMounts(self.all)  # serve attaches the volume catalog

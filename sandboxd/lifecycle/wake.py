@@ -5,8 +5,7 @@ must carry the sandbox's access token before anything is resumed: envd's for env
 secure sandbox, the traffic token for its own ports when public traffic is off.
 
 The sandbox runs on for its create's timeout, at least a minute and at most the longest life
-(E2B infra's api/internal/handlers/auto_resume_timeout.go: the floor keeps a short-lived sandbox
-from pausing again as soon as it woke)."""
+(sandboxd.lifecycle.lifetimes.Lifetimes.woken)."""
 
 from __future__ import annotations
 
@@ -23,23 +22,18 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
 
     from sandboxd.lifecycle.ingress import Credentials
+    from sandboxd.lifecycle.lifetimes import Lifetimes
     from sandboxd.lifecycle.pauses import Pauses
     from sandboxd.lifecycle.sandbox import Sandbox
 
 # How long a wake waits for a pause or resume under way (the reference's transition budget).
 TRANSITION_WAIT_S = 60.0
-MIN_TIMEOUT_S = 60
 
 
 def auto_resumes(sandbox: Sandbox) -> bool:
     """Whether its create enabled auto-resume (`autoResume: {"enabled": true}`)."""
     auto_resume = sandbox.row.options.get("autoResume") or {}
     return auto_resume.get("enabled") is True
-
-
-def wake_timeout(sandbox: Sandbox, max_timeout_s: int) -> int:
-    """How long a woken sandbox runs: its create's timeout, clamped to [a minute, the max]."""
-    return min(max(sandbox.row.timeout_s, MIN_TIMEOUT_S), max_timeout_s)
 
 
 def check_credentials(sandbox: Sandbox, port: int, credentials: Credentials) -> None:
@@ -80,10 +74,10 @@ class Waker:
     when unknown or being killed)."""
 
     def __init__(self, find: Callable[[str], Sandbox | None], pauses: Pauses,
-                 max_timeout_s: int) -> None:  # fmt: skip
+                 lifetimes: Lifetimes) -> None:  # fmt: skip
         self.find = find
         self.pauses = pauses
-        self.max_timeout_s = max_timeout_s
+        self.lifetimes = lifetimes
 
     async def wake(self, sandbox_id: str, port: int, credentials: Credentials) -> None:
         """Resume the sandbox if it is paused, frozen, with auto-resume, and the credentials
@@ -105,4 +99,4 @@ class Waker:
             if sandbox.box is None or sandbox.row.pause_mode == FILESYSTEM:
                 return  # paused to disk: resumed explicitly only
             check_credentials(sandbox, port, credentials)
-            await self.pauses.thaw(sandbox, wake_timeout(sandbox, self.max_timeout_s))
+            await self.pauses.thaw(sandbox, self.lifetimes.woken(sandbox.row.timeout_s))

@@ -9,8 +9,9 @@ import pytest
 
 from sandboxd.errors import StillTransitioning, WakeRefused
 from sandboxd.lifecycle.ingress import Credentials, Ingress
+from sandboxd.lifecycle.lifetimes import Lifetimes
 from sandboxd.lifecycle.sandbox import Sandbox
-from sandboxd.lifecycle.wake import auto_resumes, check_credentials, held, wake_timeout
+from sandboxd.lifecycle.wake import auto_resumes, check_credentials, held
 from sandboxd.store.rows import SandboxRow
 
 pytestmark = pytest.mark.anyio
@@ -34,7 +35,7 @@ def test_only_a_create_that_enabled_it_auto_resumes() -> None:
 def test_a_woken_sandbox_runs_its_create_s_timeout_within_a_minute_and_the_max(
     timeout_s: int, runs_s: int
 ) -> None:
-    assert wake_timeout(paused(timeout_s), MAX_S) == runs_s
+    assert Lifetimes(MAX_S).woken(timeout_s) == runs_s
 
 
 @pytest.mark.parametrize(
