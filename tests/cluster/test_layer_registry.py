@@ -107,13 +107,19 @@ def tree(root: Path) -> dict[str, tuple[object, ...]]:
     return entries
 
 
+def pushed(remote: LayerRegistry, tmp_path: Path) -> tuple[LayerRegistry, Path, LayerStore]:
+    """A layer made in one store and pushed to `remote` (named after its repository), and
+    another, empty store to pull it into."""
+    here, there = LayerStore(tmp_path / "a"), LayerStore(tmp_path / "b")
+    layer = make_layer(here, f"step-{remote.repository.rsplit('/', 1)[-1]}")
+    assert remote.push(layer, here)
+    return remote, layer, there
+
+
 def test_a_pushed_layer_is_pulled_back_as_it_was(
     registry: Registry, tmp_path: Path, connect: Callable[..., LayerRegistry]
 ) -> None:
-    here, there = LayerStore(tmp_path / "a"), LayerStore(tmp_path / "b")
-    layer = make_layer(here, "step-roundtrip")
-    remote = connect(registry_url(registry, "test/roundtrip"))
-    assert remote.push(layer, here)
+    remote, layer, there = pushed(connect(registry_url(registry, "test/roundtrip")), tmp_path)
     assert remote.has("step-roundtrip")
     pulled = remote.pull("step-roundtrip", there)
     assert pulled == there.path("step-roundtrip")
@@ -122,7 +128,7 @@ def test_a_pushed_layer_is_pulled_back_as_it_was(
     assert stat.S_ISCHR(os.lstat(pulled / "etc/removed").st_mode)
     assert os.getxattr(pulled / "var/cache", OPAQUE_XATTR) == b"y"
     assert os.lstat(pulled / "bin/tool").st_ino == os.lstat(pulled / "bin/tool-again").st_ino
-    assert [p.name for p in here.dir.iterdir() if p.name.startswith(".pull-")] == []
+    assert [p.name for p in layer.parent.iterdir() if p.name.startswith(".pull-")] == []
     assert [p.name for p in there.dir.iterdir() if p.name.startswith((".pull-", ".new-"))] == []
 
 
@@ -171,10 +177,7 @@ def test_a_registry_that_is_down_leaves_nothing(
 def test_a_tampered_blob_is_refused_and_nothing_is_left(
     registry: Registry, tmp_path: Path, connect: Callable[..., LayerRegistry]
 ) -> None:
-    here, there = LayerStore(tmp_path / "a"), LayerStore(tmp_path / "b")
-    layer = make_layer(here, "step-tampered")
-    remote = connect(registry_url(registry, "test/tampered"))
-    remote.push(layer, here)
+    remote, _, there = pushed(connect(registry_url(registry, "test/tampered")), tmp_path)
     links = registry.dir / "data/docker/registry/v2/repositories/test/tampered/_layers/sha256"
     blobs = [registry.blob_file(f"sha256:{link.name}") for link in links.iterdir()]
     biggest = max(blobs, key=lambda p: p.stat().st_size)  # the layer's tar, not its config
