@@ -6,12 +6,16 @@ layer store and the sandbox as it was."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 import uuid
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from sandboxd.daemon.registry_options import PASSWORD_ENV
 from sandboxd.images.layer_registry import LayerRegistry
 from tests.builds.build_flow import request, start
 from tests.cluster.registry_server import registry_server, registry_url
@@ -112,7 +116,8 @@ def test_a_snapshot_and_a_pause_to_disk_are_pushed_and_pulled_back(
 ) -> None:
     with server.client() as api:
         sid, token = create(api)
-        sh(server, sid, "echo kept > /home/user/marker && mkfifo /home/user/pipe", token)
+        wrote = "echo kept > /home/user/marker && mkfifo /home/user/pipe && rm /etc/debian_version"
+        sh(server, sid, wrote, token)
         answer = api.post(f"/sandboxes/{sid}/snapshots", json={})
         assert answer.status_code == 201, answer.text
         [snapshot_layer] = local_layers(server, "snapshot-")
@@ -126,14 +131,33 @@ def test_a_snapshot_and_a_pause_to_disk_are_pushed_and_pulled_back(
 
         resumed = api.post(f"/sandboxes/{sid}/connect", json={"timeout": 60})
         assert resumed.status_code == 201, resumed.text
-        assert sh(server, sid, "cat /home/user/marker; stat -c %F /home/user/pipe", token) == (
-            "kept\nfifo\n"
-        )
+        kept = "cat /home/user/marker; stat -c %F /home/user/pipe; ls /etc/debian_version || true"
+        assert sh(server, sid, kept, token) == "kept\nfifo\n"  # the removal (a whiteout) too
         child, child_token = create(api, str(answer.json()["snapshotID"]))
         assert sh(server, child, "cat /home/user/marker", child_token) == "kept\n"
         for done in (sid, child):
             assert api.delete(f"/sandboxes/{done}").status_code == 204
     assert leftovers(server) == []
+
+
+@pytest.mark.parametrize(
+    ("flags", "env", "message"),
+    [
+        (["--registry", "http://registry.example:5000"], {}, "plain http only to 127.0.0.1"),
+        (["--registry", "ftp://127.0.0.1/x"], {}, "give http(s)://HOST"),
+        (["--registry", "https://r.example", "--registry-user", "u"], {}, PASSWORD_ENV),
+        (["--registry-user", "u"], {PASSWORD_ENV: "p"}, "--registry-user needs --registry"),
+    ],
+)
+def test_registry_options_are_checked_before_anything(
+    tmp_path: Path, flags: list[str], env: dict[str, str], message: str
+) -> None:
+    state = tmp_path / "state"
+    argv = [sys.executable, "-m", "sandboxd", "serve", "--state-dir", str(state), *flags]
+    done = subprocess.run(argv, capture_output=True, text=True, env=os.environ | env, check=False)
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr
+    assert not state.exists()
 
 
 def test_a_registry_that_is_down_is_a_503_and_leaves_nothing(
