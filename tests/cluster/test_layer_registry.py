@@ -58,6 +58,7 @@ def make_layer(store: LayerStore, name: str) -> Path:
     def fill(new: Path) -> None:
         (new / "etc").mkdir(mode=0o755)
         (new / "etc/hostname").write_text("box\n")
+        (new / os.fsdecode(b"etc/not-utf8-\xff\nname")).write_text("odd")  # bytes, as written
         (new / "bin").mkdir()
         tool = new / "bin/tool"
         tool.write_bytes(os.urandom(3 << 20))  # past one read chunk
@@ -125,6 +126,7 @@ def test_a_pushed_layer_is_pulled_back_as_it_was(
     assert pulled == there.path("step-roundtrip")
     assert tree(pulled) == tree(layer)
     assert os.readlink(pulled / "root-link") == "/"
+    assert (pulled / os.fsdecode(b"etc/not-utf8-\xff\nname")).read_text() == "odd"
     assert stat.S_ISCHR(os.lstat(pulled / "etc/removed").st_mode)
     assert os.getxattr(pulled / "var/cache", OPAQUE_XATTR) == b"y"
     assert os.lstat(pulled / "bin/tool").st_ino == os.lstat(pulled / "bin/tool-again").st_ino
