@@ -97,13 +97,13 @@ def tree(root: Path) -> dict[str, tuple[object, ...]]:
             what: tuple[object, ...] = (st.st_mode, st.st_uid, st.st_gid)
             if stat.S_ISLNK(st.st_mode):
                 what += (os.readlink(path),)
+            elif stat.S_ISCHR(st.st_mode):  # a whiteout: a tar's `.wh.` entry has no times
+                what += (st.st_rdev,)
             else:
                 xattrs = {a: os.getxattr(path, a) for a in sorted(os.listxattr(path))}
                 what += (xattrs, int(st.st_mtime))
             if stat.S_ISREG(st.st_mode):
                 what += (Path(path).read_bytes(), inodes.setdefault(st.st_ino, rel))
-            if stat.S_ISCHR(st.st_mode):
-                what += (st.st_rdev,)
             entries[rel] = what
     return entries
 
