@@ -18,6 +18,7 @@ from sandboxd.builds.builder import DEADLINE_OPTION, DEFAULT_DEADLINE_S
 from sandboxd.builds.envd_layer import OPTION as ENVD_ARTIFACT_OPTION
 from sandboxd.builds.systemd_init import PROVISIONS
 from sandboxd.daemon import tls
+from sandboxd.daemon.registry_options import add_registry_options, layer_registry
 from sandboxd.daemon.serve import (
     DATABASE_URL_ENV,
     ServeOptions,
@@ -224,6 +225,7 @@ def _serve_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser])
         metavar="HOST[:PORT]",
         help="pull Docker Hub's images from this registry instead",
     )
+    add_registry_options(p)
     p.add_argument(
         "--provision",
         choices=PROVISIONS,
@@ -350,7 +352,8 @@ def main(argv: list[str] | None = None) -> int:
                                build_storage_mb=args.build_storage_mb,
                                provision=args.provision, volume_mb=args.volume_size_mb,
                                volume_max_mb=args.volume_max_size_mb,
-                               database_url=args.database_url))  # fmt: skip
+                               database_url=args.database_url,
+                               registry=layer_registry(args)))  # fmt: skip
         elif args.command == "api-key":
             open_private(state_dir)
             _create_key(state_dir, args.database_url)

@@ -148,3 +148,8 @@ class CommandTimedOut(CommandError):
 class NotReady(CommandError):
     """A template's ready command did not succeed within its time; the message has the last
     attempt's exit code and output."""
+
+
+class RegistryError(SandboxError):
+    """The layer registry (serve's --registry) could not be reached, refused a push or a pull,
+    or has no such layer: the operation that needed it did not happen."""

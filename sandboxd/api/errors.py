@@ -16,6 +16,7 @@ from sandboxd.errors import (
     LengthRequired,
     NotAllowed,
     NotFound,
+    RegistryError,
     SandboxError,
     StoreUnavailable,
     TemplateError,
@@ -46,6 +47,7 @@ _STATUSES: tuple[tuple[type[SandboxError], int], ...] = (
     (DiskFull, 507),
     (BootError, 503),  # nothing of the sandbox is left: trying again may work
     (StoreUnavailable, 503),
+    (RegistryError, 503),  # the registry is down or refused: nothing was half-done
     (TemplateError, 500),
 )
 

@@ -21,6 +21,7 @@ from sandboxd.builds.uploads import Uploads
 from sandboxd.errors import NotAllowed, SandboxError
 from sandboxd.host.cgroups import Limits
 from sandboxd.ids import now_us
+from sandboxd.images.shared_layers import SharedLayers
 from sandboxd.layers.collect import collect
 from sandboxd.layers.quota import StorageQuota
 from sandboxd.layers.store import LayerStore
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from sandboxd.store.interface import Store
     from sandboxd.store.rows import BuildRow, LogLine
     from sandboxd.templates.catalog import Templates
+    from sandboxd.templates.image import TemplateImage
 
 log = logging.getLogger("sandboxd.builds.builder")
 
@@ -76,11 +78,13 @@ class Builder:
         mirror: str | None = None,
         limits: BuildLimits = BuildLimits(),  # frozen: one shared default is fine
         provision: Provision = "auto",
+        shared: SharedLayers | None = None,  # serve's --registry
     ) -> None:
         self.store = store
         self.templates = templates
         self.storage = limits.quota(state_dir)
         self.layers = LayerStore(state_dir / "layers", self.storage)
+        self.shared = shared or SharedLayers(self.layers)
         self.uploads_dir = state_dir / "uploads"
         self.deadline_s = limits.deadline_s
         self.source = ImageSource(self.layers, self.storage, envd_artifact, mirror,
@@ -163,11 +167,13 @@ class Builder:
             try:
                 await self._within_quota("the build's image")
                 base = await base_of(recipe, self.templates, self.source, ctx, build_log)
+                await self.shared.fetch(base.image.layer_paths)  # a template built elsewhere
                 await self._within_quota("the build's image")  # a pull is not bounded on the way
             except SandboxError as exc:
                 raise StepFailed("base", f"base: {exc}") from exc
             image = await run_steps(recipe, base, ctx, build_log)
             await finalize(image, ctx, build_log)
+            await self._publish(image, build_log)
         except StepFailed as exc:
             await self._fail(build, str(exc), exc.step, build_log)
             return
@@ -183,6 +189,21 @@ class Builder:
         tags = [functools.partial(self.store.put_tag, build.template_id, t, build.build_id, now)
                 for t in build.tags]  # fmt: skip
         await self._record(build, *tags)
+
+    async def _publish(self, image: TemplateImage, build_log: BuildLog) -> None:
+        """Push the template's layers to serve's --registry (if any): a build is ready only
+        once every machine can boot it.
+
+        Raises:
+            StepFailed: the push failed (step `push`).
+        """
+        if self.shared.registry is None:
+            return
+        build_log.add(f"pushing the layers to {self.shared.registry.url}", step="push")
+        try:
+            await self.shared.push(image.layer_paths)
+        except SandboxError as exc:
+            raise StepFailed("push", f"push: {exc}") from exc
 
     async def _within_quota(self, what: str) -> None:
         """Raises StorageFull when uploads and layers fill the storage quota."""

@@ -31,6 +31,7 @@ from sandboxd.errors import HostError, SandboxError
 from sandboxd.guest.client import EnvdClient
 from sandboxd.guest.readiness import ENVD_UNIT, envd_ready
 from sandboxd.ids import now_us
+from sandboxd.images.shared_layers import SharedLayers
 from sandboxd.layers.store import LayerStore
 from sandboxd.lifecycle.manager import SandboxManager
 from sandboxd.network import firewall
@@ -63,6 +64,7 @@ if TYPE_CHECKING:
     from starlette.types import Lifespan
 
     from sandboxd.builds.systemd_init import Provision
+    from sandboxd.images.layer_registry import LayerRegistry
     from sandboxd.store.interface import Store
 
 log = logging.getLogger("sandboxd.daemon.serve")
@@ -102,6 +104,9 @@ class ServeOptions:
     database_url: str | None = None  # a postgresql:// URL; None: SQLite in the state directory
     volume_mb: int = DEFAULT_VOLUME_MB  # a new volume's size
     volume_max_mb: int = MAX_VOLUME_MB  # the most a create may ask for
+    # Where template, snapshot and pause layers are pushed and pulled (sandboxd.images.
+    # layer_registry); None: every layer stays on this machine.
+    registry: LayerRegistry | None = None
 
 
 class _Server(uvicorn.Server):
@@ -358,11 +363,12 @@ def serve(options: ServeOptions) -> None:
         envd = EnvdClient()  # the manager's, the warm pool's and the builds' one way to envd
         limits = build_limits(options, state_dir)
         layers = LayerStore(state_dir / "layers", limits.quota(state_dir))
+        shared = SharedLayers(layers, options.registry)
         manager = SandboxManager(store, runtime, envd, server_secret(state_dir),
-                                 options.max_timeout_s, options.pool, layers)  # fmt: skip
+                                 options.max_timeout_s, options.pool, layers, shared)  # fmt: skip
         builder = Builder(store, manager.templates, runtime, envd, state_dir,
                           envd_artifact=options.envd_artifact, mirror=options.registry_mirror,
-                          limits=limits, provision=options.provision)  # fmt: skip
+                          limits=limits, provision=options.provision, shared=shared)  # fmt: skip
         volumes = VolumeCatalog(store, VolumeStorage(state_dir / "volumes"),
                                 VolumeTokens(manager.tokens.volumes_key()),
                                 options.volume_mb, options.volume_max_mb)  # fmt: skip
@@ -374,3 +380,5 @@ def serve(options: ServeOptions) -> None:
         raise SandboxError(f"cannot serve: {exc}") from exc
     finally:
         store.close()
+        if options.registry is not None:
+            options.registry.close()

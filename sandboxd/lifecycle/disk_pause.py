@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from sandboxd.guest.client import EnvdClient
+    from sandboxd.images.shared_layers import SharedLayers
     from sandboxd.layers.store import LayerStore
     from sandboxd.lifecycle.sandbox import Sandbox
     from sandboxd.runtime.engine import Box, Runtime
@@ -93,11 +94,13 @@ def boot_mounts(record: dict[str, Any] | None) -> tuple[VolumeMount, ...]:
 class DiskPauses:
     """Pauses to disk and the boots that resume them, for the lifecycle's manager."""
 
-    def __init__(self, store: Store, runtime: Runtime, envd: EnvdClient, layers: LayerStore):
+    def __init__(self, store: Store, runtime: Runtime, envd: EnvdClient, layers: LayerStore,
+                 shared: SharedLayers) -> None:  # fmt: skip
         self.store = store
         self.runtime = runtime
         self.envd = envd
         self.layers = layers
+        self.shared = shared
 
     async def pause(self, sandbox: Sandbox) -> None:
         """Export the frozen (or running) sandbox's writable layer (unless its full pause
@@ -110,9 +113,9 @@ class DiskPauses:
         box = sandbox.live()
         row = sandbox.row
         if row.disk_image is None or not box.frozen:
-            row.disk_image = disk_image(
-                box.image, box.limits, box.mounts, await self.export_frozen(box)
-            )
+            layer = await self.export_frozen(box)
+            await self._push(box, layer)
+            row.disk_image = disk_image(box.image, box.limits, box.mounts, layer)
         row.state, row.pause_mode, row.uid_base = "paused", FILESYSTEM, None  # its range goes
         row.end_at = now_us()
         await self.store.write(
@@ -144,6 +147,21 @@ class DiskPauses:
                     await self.runtime.thaw(box)
             raise
 
+    async def _push(self, box: Box, layer: Path) -> None:
+        """Push the sandbox's stack and its new pause layer (serve's --registry), so that
+        another machine can resume it; a failed push fails the pause, which runs on.
+
+        Raises:
+            RegistryError: the push failed (the layer is removed, the sandbox thawed).
+        """
+        try:
+            await self.shared.push((*box.image.layers, layer))
+        except BaseException:
+            await asyncio.to_thread(remove_tree, layer)
+            with contextlib.suppress(SandboxError):
+                await self.runtime.thaw(box)
+            raise
+
     async def reboot(self, sandbox: Sandbox) -> None:
         """A paused sandbox booted from its files, paused to disk first if it is frozen.
         Raises SandboxError as `pause` and `boot`."""
@@ -160,6 +178,7 @@ class DiskPauses:
         """
         image, limits = boot_image(sandbox.row.disk_image)
         mounts = boot_mounts(sandbox.row.disk_image)
+        await self.shared.fetch(image.layers)  # paused on another machine, or removed here
         box = await self.runtime.boot(sandbox.id, image, limits, sandbox.row.disk_size_mb, mounts)
         await start_guest(self.runtime, self.envd, sandbox, box)
         sandbox.box = box

@@ -22,6 +22,7 @@ from sandboxd.errors import (
     WrongState,
 )
 from sandboxd.ids import now_us
+from sandboxd.images.shared_layers import SharedLayers
 from sandboxd.lifecycle.adoption import adopt
 from sandboxd.lifecycle.disk_pause import DiskPauses
 from sandboxd.lifecycle.egress import restore_proxied
@@ -71,6 +72,7 @@ class SandboxManager:
         max_timeout_s: int,
         pool_size: int,
         layers: LayerStore,
+        shared: SharedLayers | None = None,  # serve's --registry: layers pushed and pulled
     ) -> None:
         self.store = store
         self.runtime = runtime
@@ -81,10 +83,11 @@ class SandboxManager:
         self._gone_callbacks: list[Callable[[str], None]] = []
         self._tasks: set[asyncio.Task[Any]] = set()
         self.envd = envd  # reaches each sandbox from its create (or adoption) to its kill
-        self.boxes = TemplateBoxes(runtime, envd, pool_size)
-        self.disks = DiskPauses(store, runtime, envd, layers)
+        shared = shared or SharedLayers(layers)
+        self.boxes = TemplateBoxes(runtime, envd, pool_size, shared)
+        self.disks = DiskPauses(store, runtime, envd, layers, shared)
         self.pauses = Pauses(store, runtime, envd, self.disks, self._gone)
-        self.snapshots = Snapshots(store, runtime, layers)
+        self.snapshots = Snapshots(store, runtime, layers, shared)
         self.forks = Forks(runtime, envd, layers, self.tokens)
         self.waker = Waker(self.get_live, self.pauses, self.lifetimes)
         self.evictor = Evictor(self.all, self._end_of)

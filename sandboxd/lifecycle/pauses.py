@@ -11,7 +11,7 @@ import contextlib
 import functools
 from typing import TYPE_CHECKING
 
-from sandboxd.errors import DiskFull, SandboxError, WrongState
+from sandboxd.errors import DiskFull, RegistryError, SandboxError, WrongState
 from sandboxd.guest.init import init_envd
 from sandboxd.ids import now_us
 from sandboxd.lifecycle.disk_pause import FULL, disk_image
@@ -66,7 +66,7 @@ class Pauses:
                 await self.disks.pause(sandbox)
         except SandboxError as exc:
             sandbox.row.state = "running"
-            if isinstance(exc, DiskFull):  # the client's to act on (507), as it is
+            if isinstance(exc, (DiskFull, RegistryError)):  # 507, 503: as they are
                 raise
             raise SandboxError(f"pausing {sandbox.id}: {exc}") from exc
         if memory:  # a pause to disk is recorded before the sandbox leaves the host

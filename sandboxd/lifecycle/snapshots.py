@@ -5,13 +5,18 @@ id, endAt, processes and state; the snapshot recorded as a build of a template
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
 
-from sandboxd.errors import DiskFull, SandboxError, SandboxNotFound, WrongState
+from sandboxd.errors import DiskFull, RegistryError, SandboxError, SandboxNotFound, WrongState
+from sandboxd.host.removal import remove_tree
 from sandboxd.lifecycle.capture import capture
 from sandboxd.templates.snapshots import SnapshotRecords
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
+    from sandboxd.images.shared_layers import SharedLayers
     from sandboxd.layers.store import LayerStore
     from sandboxd.lifecycle.sandbox import Sandbox
     from sandboxd.runtime.engine import Runtime
@@ -22,10 +27,13 @@ if TYPE_CHECKING:
 class Snapshots:
     """Snapshots for the lifecycle's manager, which takes each sandbox's lock around `take`."""
 
-    def __init__(self, store: Store, runtime: Runtime, layers: LayerStore) -> None:
+    def __init__(
+        self, store: Store, runtime: Runtime, layers: LayerStore, shared: SharedLayers
+    ) -> None:
         self.records = SnapshotRecords(store)
         self.runtime = runtime
         self.layers = layers
+        self.shared = shared
 
     @staticmethod
     def check(sandbox: Sandbox) -> None:
@@ -54,6 +62,7 @@ class Snapshots:
             SandboxNotFound: it is not running (paused while this waited for the lock).
             NotAllowed: `name` is base's or a template's id.
             SandboxError: the freeze or the export failed (the sandbox runs on).
+            RegistryError: serve's --registry did not take its layers (nor is it recorded).
         """
         if not sandbox.running:
             raise SandboxNotFound(sandbox.id)
@@ -61,10 +70,23 @@ class Snapshots:
         pending = await self.records.begin(sandbox.row, name)
         try:
             layer = await capture(self.runtime, self.layers, box, pending.layer_name)
+            await self._push(box.image.layers, layer)
         except BaseException as exc:
             await self.records.abandon(pending, str(exc))
-            if isinstance(exc, SandboxError) and not isinstance(exc, DiskFull):
+            if isinstance(exc, SandboxError) and not isinstance(exc, (DiskFull, RegistryError)):
                 raise SandboxError(f"snapshotting {sandbox.id}: {exc}") from exc
             raise
         image = self.records.image(sandbox.row, box.image, layer)
         return await self.records.finish(pending, image, sandbox.id)
+
+    async def _push(self, stack: tuple[Path, ...], layer: Path) -> None:
+        """Push the snapshot's layers (serve's --registry), so that any machine creates it.
+
+        Raises:
+            RegistryError: the push failed (the snapshot's layer is removed).
+        """
+        try:
+            await self.shared.push((*stack, layer))
+        except BaseException:
+            await asyncio.to_thread(remove_tree, layer)
+            raise

@@ -18,6 +18,7 @@ from sandboxd.lifecycle.pool import WarmPool
 if TYPE_CHECKING:
     from sandboxd.guest.client import EnvdClient
     from sandboxd.host.cgroups import Limits
+    from sandboxd.images.shared_layers import SharedLayers
     from sandboxd.runtime.engine import Box, Runtime
     from sandboxd.runtime.spec import VolumeMount
     from sandboxd.templates.image import TemplateImage
@@ -26,8 +27,11 @@ log = logging.getLogger("sandboxd.lifecycle.template_boxes")
 
 
 class TemplateBoxes:
-    def __init__(self, runtime: Runtime, envd: EnvdClient, pool_size: int) -> None:
+    def __init__(
+        self, runtime: Runtime, envd: EnvdClient, pool_size: int, shared: SharedLayers
+    ) -> None:
         self.runtime = runtime
+        self._shared = shared
         self._envd = envd
         self.pool = WarmPool(runtime, pool_size, self.boot)
 
@@ -53,7 +57,13 @@ class TemplateBoxes:
         disk_mb: int,
         mounts: tuple[VolumeMount, ...] = (),
     ) -> Box:
-        """Boot a sandbox of `image` with `mounts` and run its start and ready commands."""
+        """Boot a sandbox of `image` with `mounts` (its layers pulled first where the layer
+        store lacks them) and run its start and ready commands.
+
+        Raises:
+            RegistryError, ImageError: a missing layer could not be pulled; as `take`.
+        """
+        await self._shared.fetch(image.layer_paths)
         box = await self.runtime.boot(new_sandbox_id(), image.boot_image, limits, disk_mb, mounts)
         if not (image.start_cmd or image.ready_cmd):
             return box
