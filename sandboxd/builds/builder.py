@@ -24,6 +24,7 @@ from sandboxd.ids import now_us
 from sandboxd.layers.collect import collect
 from sandboxd.layers.quota import StorageQuota
 from sandboxd.layers.store import LayerStore
+from sandboxd.store.rows import DEFAULT_TEAM_ID
 from sandboxd.templates.catalog import PIDS_LIMIT
 
 if TYPE_CHECKING:
@@ -162,7 +163,9 @@ class Builder:
             build_log.add(f"building from {recipe.fromTemplate or recipe.fromImage}", step="base")
             try:
                 await self._within_quota("the build's image")
-                base = await base_of(recipe, self.templates, self.source, ctx, build_log)
+                owner = self.templates.store.template(build.template_id)
+                team_id = DEFAULT_TEAM_ID if owner is None else owner.team_id
+                base = await base_of(recipe, self.templates, self.source, ctx, build_log, team_id)
                 await self._within_quota("the build's image")  # a pull is not bounded on the way
             except SandboxError as exc:
                 raise StepFailed("base", f"base: {exc}") from exc

@@ -23,11 +23,13 @@ from sandboxd.errors import StoreUnavailable
 from sandboxd.store.postgres import database as postgres_database
 from sandboxd.store.postgres.store import PostgresStore
 from sandboxd.store.rows import (
+    DEFAULT_TEAM_ID,
     BuildRow,
     LogLine,
     MetricSample,
     SandboxRow,
     SnapshotRow,
+    TeamRow,
     TemplateRow,
     VolumeRow,
 )
@@ -178,6 +180,49 @@ async def test_volumes_by_id_and_name_each_name_once(store: Store) -> None:
     assert store.volume(first.volume_id) is None
     assert store.volume_named("data") is None
     assert store.volumes() == [second]
+
+
+TEAM_B = TeamRow("0b5e2a6e-6f0c-4a47-9a53-1d9a3e0c00b0", "team b", "team-b", 5)
+
+
+async def test_teams_own_keys_templates_volumes_and_their_samples(store: Store) -> None:
+    assert [t.team_id for t in store.teams()] == [DEFAULT_TEAM_ID]
+    key_a, key_b = "e2b_" + "aa" * 20, "e2b_" + "bb" * 20
+    mine = TemplateRow(**{**vars(TEMPLATE), "template_id": "tb", "team_id": TEAM_B.team_id})
+    public = TemplateRow(**{**vars(TEMPLATE), "alias": "shared", "public": True})
+    await store.write(functools.partial(store.add_team, TEAM_B),
+                      functools.partial(store.add_key, key_a, 1),
+                      functools.partial(store.add_key, key_b, 1, TEAM_B.team_id),
+                      functools.partial(store.put_template, public),
+                      functools.partial(store.put_template, mine))  # fmt: skip
+    assert store.teams()[1] == TEAM_B
+    assert store.team("team b") == TEAM_B == store.team(TEAM_B.team_id)
+    assert store.team("nobody") is None
+    assert store.team_of_key(key_a) == DEFAULT_TEAM_ID
+    assert store.team_of_key(key_b) == TEAM_B.team_id
+    assert store.team_of_key("e2b_" + "cc" * 20) is None
+    # The same alias in two teams: each finds its own; public ones anyone finds.
+    assert store.template("alias", TEAM_B.team_id) == mine
+    assert store.template("shared", TEAM_B.team_id) == public
+    assert store.template("t1", TEAM_B.team_id) == public  # by id: whoever's
+    assert store.templates(TEAM_B.team_id) == [mine]
+    assert store.templates() == [public, mine]
+    for data in (VolumeRow("0b5e2a6e-6f0c-4a47-9a53-1d9a3e0c0001", "data", 16, 1),
+                 VolumeRow("0b5e2a6e-6f0c-4a47-9a53-1d9a3e0c0002", "data", 16, 2,
+                           TEAM_B.team_id)):  # fmt: skip
+        await store.write(functools.partial(store.add_volume, data))
+        assert store.volume_named("data", data.team_id) == data
+        assert store.volumes(data.team_id) == [data]
+    await store.write(functools.partial(store.add_team_sample, 10, 3, TEAM_B.team_id),
+                      functools.partial(store.add_team_sample, 10, 1),
+                      functools.partial(store.add_event, 7, "s", "created", "", TEAM_B.team_id),
+                      functools.partial(store.add_event, 8, "s", "created"))  # fmt: skip
+    assert store.team_samples(0, 20, TEAM_B.team_id) == [(10, 3)]
+    assert store.team_samples(0, 20) == [(10, 1)]
+    assert store.event_times("created", 0, 20, TEAM_B.team_id) == [7]
+    assert store.event_times("created", 0, 20) == [7, 8]
+    with pytest.raises((sqlite3.IntegrityError, psycopg.IntegrityError)):
+        await store.write(functools.partial(store.add_team, TeamRow("x", "team b", "x", 6)))
 
 
 async def test_a_write_commits_all_its_changes_or_none(store: Store) -> None:
