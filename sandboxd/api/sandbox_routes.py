@@ -98,62 +98,65 @@ async def kill(request: Request) -> Response:
     return Response(status_code=204)
 
 
-async def _connect(
-    request: Request, sandbox_id: str, timeout_s: int, memory: bool = True
-) -> Response:
+async def _connect(request: Request, timeout_s: int, memory: bool = True) -> Response:
     api = context(request)
+    sandbox_id = await owned_sandbox_id(request)
     sandbox, resumed = await api.node.connect(sandbox_id, timeout_s, memory)
     return JSONResponse(responses.sandbox(sandbox, api.domain), 201 if resumed else 200)
 
 
+# Each call below checks its body (400) before it looks for the sandbox (404), as before teams.
+
+
 async def connect(request: Request) -> Response:
-    sandbox_id = await owned_sandbox_id(request)
-    return await _connect(request, sandbox_id, (await read_json(request, Timeout)).timeout)
+    params.sandbox_id(request)
+    return await _connect(request, (await read_json(request, Timeout)).timeout)
 
 
 async def connect_v2(request: Request) -> Response:
-    sandbox_id = await owned_sandbox_id(request)
+    params.sandbox_id(request)
     body = await read_json(request, ConnectV2, optional=True)
-    return await _connect(request, sandbox_id, body.timeout, body.memory)
+    return await _connect(request, body.timeout, body.memory)
 
 
 async def resume(request: Request) -> Response:
     api = context(request)
-    sandbox_id = await owned_sandbox_id(request)
+    params.sandbox_id(request)
     body = await read_json(request, Resume, optional=True)
-    sandbox = await api.node.resume(sandbox_id, body.timeout)
+    sandbox = await api.node.resume(await owned_sandbox_id(request), body.timeout)
     return JSONResponse(responses.sandbox(sandbox, api.domain), 201)
 
 
 async def pause(request: Request) -> Response:
-    sandbox_id = await owned_sandbox_id(request)
+    params.sandbox_id(request)
     body = await read_json(request, Pause, optional=True)
-    await context(request).node.pause(sandbox_id, body.memory)
+    await context(request).node.pause(await owned_sandbox_id(request), body.memory)
     return Response(status_code=204)
 
 
 async def fork(request: Request) -> Response:
     api = context(request)
-    sandbox_id = await owned_sandbox_id(request)
+    params.sandbox_id(request)
     body = await read_json(request, Fork, optional=True)
     if body.count < 1:
         raise RequestError(400, "Count must be at least 1")
     if body.count > MAX_FORKS:
         raise RequestError(400, f"Count cannot be greater than {MAX_FORKS}")
-    children = await api.node.fork(sandbox_id, body.timeout, body.count)
+    children = await api.node.fork(await owned_sandbox_id(request), body.timeout, body.count)
     return JSONResponse([responses.fork_result(c, api.domain) for c in children], 201)
 
 
 async def set_timeout(request: Request) -> Response:
-    sandbox_id = await owned_sandbox_id(request)
+    params.sandbox_id(request)
     body = await read_json(request, Timeout)
-    await context(request).node.set_timeout(sandbox_id, body.timeout)
+    await context(request).node.set_timeout(await owned_sandbox_id(request), body.timeout)
     return Response(status_code=204)
 
 
 async def set_network(request: Request) -> Response:
-    sandbox_id = await owned_sandbox_id(request)
+    params.sandbox_id(request)
     body = await read_json(request, NetworkUpdate)
+    sandbox_id = await owned_sandbox_id(request)
     await context(request).node.update_network(sandbox_id, body.model_dump(exclude_none=True))
     return Response(status_code=204)
 
