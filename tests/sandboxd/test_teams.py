@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 import uuid
 from typing import TYPE_CHECKING
 
@@ -222,35 +223,33 @@ def test_teams_and_their_metrics(a: httpx.Client, b: httpx.Client, team_b: tuple
     assert b.get("/teams").json() == [
         {"teamID": team_id, "name": TEAM_B, "apiKey": key, "isDefault": True}
     ]
+    since = {"start": str(int(time.time()))}  # 5 s buckets from here on
     running = b.post("/sandboxes", json={"templateID": "base"}).json()["sandboxID"]
-    # Each team's sampled count is its own: B's sandbox, in none of A's (none run now).
-    counted = _bucket_with(b, team_id)
-    a_then = [p for p in a.get(f"/teams/{DEFAULT_TEAM_ID}/metrics").json()
-              if p["timestampUnix"] == counted]  # fmt: skip
-    assert all(p["concurrentSandboxes"] == 0 for p in a_then)
+    # Each team's samples and starts are its own: B's sandbox, in none of A's (none run now).
+    counted = _bucket_with(b, f"/teams/{team_id}/metrics", since)
+    own_then = a.get(f"/teams/{DEFAULT_TEAM_ID}/metrics", params=since).json()
+    assert [p["concurrentSandboxes"] for p in own_then if p["timestampUnix"] == counted] == [0]
+    assert all(p["sandboxStartRate"] == 0 for p in own_then)
+    rate = {**since, "metric": "sandbox_start_rate"}
+    assert b.get(f"/teams/{team_id}/metrics/max", params=rate).json()["value"] > 0
+    assert a.get(f"/teams/{DEFAULT_TEAM_ID}/metrics/max", params=rate).json()["value"] == 0
     query = {"metric": "concurrent_sandboxes"}
     for client, own, other in ((a, DEFAULT_TEAM_ID, team_id), (b, team_id, DEFAULT_TEAM_ID)):
         for path in (f"/teams/{other}/metrics", f"/teams/{other}/metrics/max"):
             refused = client.get(path, params=query)
             assert refused.status_code == 403
             assert refused.json()["message"] == f"You (team {own}) don't have access to this team"
-        assert client.get(f"/teams/{own}/metrics").status_code == 200
-    # The sandbox's create is B's start, not A's.
-    rate = {"metric": "sandbox_start_rate"}
-    assert b.get(f"/teams/{team_id}/metrics/max", params=rate).json()["value"] > 0
-    starts = [p["sandboxStartRate"] for p in a.get(f"/teams/{DEFAULT_TEAM_ID}/metrics").json()]
-    assert sum(starts) > 0  # A's earlier tests
     bad = b.get(f"/teams/{team_id}/metrics/max", params={"metric": "nope"})
     assert bad.status_code == 400
     assert b.delete(f"/sandboxes/{running}").status_code == 204
 
 
-def _bucket_with(client: httpx.Client, team_id: str) -> int:
+def _bucket_with(client: httpx.Client, path: str, since: dict[str, str]) -> int:
     """Wait for a bucket of the team's metrics that counts a running sandbox; its time."""
     found: list[int] = []
 
     def counted() -> bool:
-        points = client.get(f"/teams/{team_id}/metrics").json()
+        points = client.get(path, params=since).json()
         found[:] = [p["timestampUnix"] for p in points if p["concurrentSandboxes"] > 0]
         return bool(found)
 
