@@ -32,6 +32,7 @@ from sandboxd.store.rows import (
     TeamRow,
     TemplateRow,
     VolumeRow,
+    key_hash,
 )
 from sandboxd.store.sqlite import database as sqlite_database
 from sandboxd.store.sqlite.store import SqliteStore
@@ -267,6 +268,40 @@ async def test_a_store_reopens_at_the_newest_schema(backend: Backend) -> None:
         assert again.templates() == [TEMPLATE]
     finally:
         again.close()
+    assert backend.schema_version() == sqlite_database.migrations()[-1][0]
+
+
+def test_what_was_there_before_teams_is_the_default_teams(backend: Backend) -> None:
+    """A store at the schema before teams (0007), with a key, a template and a volume, opened
+    now: all three are the default team's."""
+    key = "e2b_" + "ef" * 20
+    template = ("INSERT INTO templates (template_id, alias, build_id, rootfs, cpu_count, "
+                "memory_mb, disk_size_mb, build_status, envd_version, created_at, updated_at) "
+                "VALUES ('t1', 'old', 'b1', '/rootfs', 1, 256, 0, 'ready', '0.1', 1, 2)")  # fmt: skip
+    rows = ("INSERT INTO api_keys VALUES ('" + key_hash(key) + "', 'e2b_ef', 1)",  # noqa: S608  # ours
+            template, "INSERT INTO volumes VALUES ('v1', 'data', 16, 1)")  # fmt: skip
+    if backend.url is None:
+        with contextlib.closing(sqlite3.connect(backend.state_dir / sqlite_database.DB_FILE)) as db:
+            for number, sql in sqlite_database.migrations()[:7]:
+                db.executescript(sql + f";\nPRAGMA user_version = {number}")
+            db.executescript(";\n".join(rows))
+    else:
+        with psycopg.connect(backend.url, autocommit=True) as pg:
+            pg.execute("CREATE TABLE schema_version (version integer NOT NULL)")
+            for number, sql in postgres_database.migrations()[:7]:
+                pg.execute(sql.encode())
+                pg.execute("INSERT INTO schema_version VALUES (%s)", (number,))
+            for row in rows:
+                pg.execute(row.encode())
+    store = backend.open()
+    try:
+        assert store.team_of_key(key) == DEFAULT_TEAM_ID
+        assert [t.team_id for t in store.templates()] == [DEFAULT_TEAM_ID]
+        assert store.template("old") == store.templates()[0]
+        assert store.volume_named("data") == store.volumes()[0]
+        assert store.volumes()[0].team_id == DEFAULT_TEAM_ID
+    finally:
+        store.close()
     assert backend.schema_version() == sqlite_database.migrations()[-1][0]
 
 
