@@ -1,5 +1,5 @@
-"""sandboxd's command line: `serve`, `api-key create`, `template build-base` and
-`install-service`."""
+"""sandboxd's command line: `serve`, `api-key create`, `team create` and `ls`, `template
+build-base` and `install-service`."""
 
 from __future__ import annotations
 
@@ -8,11 +8,10 @@ import ipaddress
 import os
 import sqlite3
 import sys
-import time
 from pathlib import Path
 
 from envd.logs import setup_logging
-from sandboxd import template_cli
+from sandboxd import team_cli, template_cli
 from sandboxd.builds.base_image import build_base
 from sandboxd.builds.builder import DEADLINE_OPTION, DEFAULT_DEADLINE_S
 from sandboxd.builds.envd_layer import OPTION as ENVD_ARTIFACT_OPTION
@@ -23,7 +22,6 @@ from sandboxd.daemon.serve import (
     DATABASE_URL_ENV,
     ServeOptions,
     base_rootfs,
-    new_api_key,
     open_store,
     serve,
 )
@@ -240,14 +238,7 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="sandboxd", description="E2B-compatible sandbox host")
     commands = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _serve_parser(commands)
-    api_key = commands.add_parser("api-key", help="manage API keys")
-    key_commands = api_key.add_subparsers(dest="key_command", required=True)
-    create = key_commands.add_parser(
-        "create",
-        help="print a new API key and store its hash",
-        description="Print a new API key (e2b_ and 40 hex digits); only its hash is stored.",
-    )
-    _store_options(create)
+    team_cli.add_parsers(commands, _store_options)
     template = commands.add_parser("template", help="manage templates")
     template_commands = template.add_subparsers(dest="template_command", required=True)
     build = template_commands.add_parser(
@@ -301,16 +292,6 @@ def _install_service_parser(commands: argparse._SubParsersAction[argparse.Argume
     p.add_argument("serve_flags", nargs="*", metavar="SERVE-FLAG", help="flags for serve")
 
 
-def _create_key(state_dir: Path, database_url: str | None) -> None:
-    store = open_store(state_dir, database_url)
-    try:
-        key = new_api_key()
-        store.add_key(key, time.time_ns() // 1000)
-    finally:
-        store.close()
-    sys.stdout.write(key + "\n")
-
-
 def _tls_init(state_dir: Path, domain: str) -> None:
     files = tls.init(state_dir, domain)
     sys.stdout.write(
@@ -354,16 +335,16 @@ def main(argv: list[str] | None = None) -> int:
                                volume_max_mb=args.volume_max_size_mb,
                                database_url=args.database_url,
                                registry=layer_registry(args)))  # fmt: skip
-        elif args.command == "api-key":
-            open_private(state_dir)
-            _create_key(state_dir, args.database_url)
         elif args.command == "tls":
             _tls_init(state_dir, args.domain)
-        elif args.template_command in ("ls", "rm"):
+        elif args.command in ("api-key", "team") or args.template_command in ("ls", "rm"):
             open_private(state_dir)
             store = open_store(state_dir, args.database_url)
             try:
-                template_cli.run(args, state_dir, store)
+                if args.command == "template":
+                    template_cli.run(args, state_dir, store)
+                else:
+                    team_cli.run(args, store)
             finally:
                 store.close()
         else:

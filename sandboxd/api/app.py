@@ -19,6 +19,7 @@ from sandboxd.api import (
     metrics,
     sandbox_routes,
     snapshot_routes,
+    teams,
     template_routes,
     volume_content,
     volume_routes,
@@ -45,7 +46,8 @@ KEYLESS = (UPLOADS, volume_content.PREFIX)
 
 
 class ApiKeyMiddleware:
-    """401 unless `X-API-Key` (any case) is a stored key of the SDK's form `e2b_` + hex
+    """401 unless `X-API-Key` (any case) is a stored key of the SDK's form `e2b_` + hex, whose
+    team it keeps in the request's state (sandboxd.api.teams.team_of)
     (`GET /health` aside, the signed upload URLs, which the SDKs use without the key, and the
     volume content, opened by its own bearer tokens); 503 while the store's database server
     cannot be reached."""
@@ -64,13 +66,14 @@ class ApiKeyMiddleware:
                 )
                 return
             try:
-                known = API_KEY.match(key) is not None and self.store.has_key(key)
+                team_id = self.store.team_of_key(key) if API_KEY.match(key) else None
             except StoreUnavailable as exc:  # before the routes' handlers: answered here
                 await error_response(503, str(exc))(scope, receive, send)
                 return
-            if not known:
+            if team_id is None:
                 await error_response(401, "Invalid API key")(scope, receive, send)
                 return
+            teams.keep_team(scope, team_id)
         await self.app(scope, receive, send)
 
 
@@ -133,6 +136,7 @@ def create_app(context: ApiContext, lifespan: Lifespan[Starlette] | None = None)
             Route(HEALTH_PATH, _health, methods=["GET"]),
             *sandbox_routes.routes(),
             *metrics.routes(),
+            *teams.routes(),
             *logs.routes(),
             *snapshot_routes.routes(),
             *template_routes.routes(),

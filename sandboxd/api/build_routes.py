@@ -15,6 +15,7 @@ from sandboxd.api.build_models import AssignTags, NewBuild, RemoveTags
 from sandboxd.api.context import context
 from sandboxd.api.errors import RequestError
 from sandboxd.api.request_models import INT32_MAX
+from sandboxd.api.teams import team_of
 from sandboxd.builds import upload_urls
 from sandboxd.builds.recipe import Recipe
 from sandboxd.ids import rfc3339
@@ -32,7 +33,7 @@ LOG_PAGE = 100  # entries per status call at most, as E2B's
 async def request_build(request: Request) -> Response:
     body = await read_json(request, NewBuild)
     template, build = await context(request).templates.request_build(
-        body.name, body.tags, body.cpuCount, body.memoryMB, body.diskSizeMB
+        body.name, body.tags, body.cpuCount, body.memoryMB, body.diskSizeMB, team_of(request)
     )
     names = [template.alias] if template.alias else []
     return JSONResponse({"templateID": template.template_id, "buildID": build.build_id,
@@ -42,7 +43,7 @@ async def request_build(request: Request) -> Response:
 
 async def files(request: Request) -> Response:
     api = context(request)
-    template = api.templates.get(request.path_params["template_id"])
+    template = api.templates.get(request.path_params["template_id"], team_of(request))
     files_hash = request.path_params["files_hash"]
     present = api.builder.uploads(template.template_id).present(files_hash)
     # The URL also when present: a step with `forceUpload` uploads whenever it gets one.
@@ -70,7 +71,7 @@ async def upload(request: Request) -> Response:
 async def start_build(request: Request) -> Response:
     api = context(request)
     path = request.path_params
-    build = api.templates.build(path["template_id"], path["build_id"])
+    build = api.templates.build(path["template_id"], path["build_id"], team_of(request))
     recipe = await read_json(request, Recipe, limit=RECIPE_LIMIT)
     await api.builder.start(build, recipe)
     return Response(status_code=202)
@@ -79,7 +80,7 @@ async def start_build(request: Request) -> Response:
 async def status(request: Request) -> Response:
     api = context(request)
     path = request.path_params
-    build = api.templates.build(path["template_id"], path["build_id"])
+    build = api.templates.build(path["template_id"], path["build_id"], team_of(request))
     offset = params.query_int(request, "logsOffset", 0, INT32_MAX) or 0
     asked = params.query_int(request, "limit", 0, INT32_MAX)
     limit = LOG_PAGE if asked is None else min(asked, LOG_PAGE)
@@ -88,19 +89,19 @@ async def status(request: Request) -> Response:
 
 async def assign_tags(request: Request) -> Response:
     body = await read_json(request, AssignTags)
-    build = await context(request).templates.assign_tags(body.target, body.tags)
+    build = await context(request).templates.assign_tags(body.target, body.tags, team_of(request))
     return JSONResponse({"buildID": build.build_id, "tags": body.tags}, 201)
 
 
 async def remove_tags(request: Request) -> Response:
     body = await read_json(request, RemoveTags)
-    await context(request).templates.remove_tags(body.name, body.tags)
+    await context(request).templates.remove_tags(body.name, body.tags, team_of(request))
     return Response(status_code=204)
 
 
 async def list_tags(request: Request) -> Response:
     templates = context(request).templates
-    template = templates.get(request.path_params["template_id"])
+    template = templates.get(request.path_params["template_id"], team_of(request))
     rows = templates.store.tags(template.template_id)
     return JSONResponse([{"tag": t.tag, "buildID": t.build_id,
                           "createdAt": rfc3339(t.created_at)} for t in rows])  # fmt: skip

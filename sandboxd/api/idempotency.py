@@ -1,6 +1,6 @@
 """Creates by `Idempotency-Key` (sent by the SDKs when the user gives one, and kept across
 their retries of 429/502/503/504): within WINDOW_S, a create with a key already seen for the
-same API key answers the same sandbox, also while the first is still booting, and never makes a
+same team answers the same sandbox, also while the first is still booting, and never makes a
 second one. A create that failed leaves no trace of its key, so a retry tries again. Kept in
 memory: a sandboxd restart forgets the keys (the sandboxes stay)."""
 
@@ -22,7 +22,7 @@ MAX_KEY_LENGTH: Final = 255
 class IdempotentCreates:
     def __init__(self, window_s: float = WINDOW_S) -> None:
         self.window_s = window_s
-        # (API key, idempotency key) → (when first seen, the sandbox id it made or will make)
+        # (team, idempotency key) → (when first seen, the sandbox id it made or will make)
         self._seen: dict[tuple[str, str], tuple[float, asyncio.Future[str]]] = {}
 
     async def run(self, scope: str, key: str, create: Callable[[], Awaitable[str]]) -> str:

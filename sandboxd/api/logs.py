@@ -14,6 +14,7 @@ from starlette.routing import Route
 from sandboxd.api import params
 from sandboxd.api.context import context
 from sandboxd.api.errors import RequestError
+from sandboxd.api.teams import owned_sandbox_id
 from sandboxd.ids import rfc3339
 
 if TYPE_CHECKING:
@@ -36,8 +37,8 @@ async def _read(request: Request, since_ms: int | None, until_ms: int | None, li
                 newest_first: bool) -> list[LogEntry]:  # fmt: skip
     since = None if since_ms is None else since_ms * 1000
     until = None if until_ms is None else until_ms * 1000 + 999
-    node = context(request).node
-    return await node.logs(params.sandbox_id(request), since, until, limit, newest_first)
+    sandbox_id = await owned_sandbox_id(request)
+    return await context(request).node.logs(sandbox_id, since, until, limit, newest_first)
 
 
 async def logs_v1(request: Request) -> Response:

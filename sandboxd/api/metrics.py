@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING, Any
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from sandboxd.api import params, responses
+from sandboxd.api import params
 from sandboxd.api.context import context
 from sandboxd.api.errors import RequestError
+from sandboxd.api.teams import team_of
 from sandboxd.ids import rfc3339
 
 if TYPE_CHECKING:
@@ -27,26 +28,55 @@ STEPS = ((3600, 5), (6 * 3600, 30), (12 * 3600, 60), (24 * 3600, 120), (7 * 8640
 LONGEST_STEP = 900
 TEAM_DEFAULT_RANGE_S = 7 * 86400
 UNIX_S_MAX = 253_402_300_799  # 9999-12-31T23:59:59Z: the last second RFC 3339 can write
+# `/metrics/max`'s metrics, and their fields in the team's metrics.
+MAX_METRICS = {"concurrent_sandboxes": "concurrentSandboxes",
+               "sandbox_start_rate": "sandboxStartRate"}  # fmt: skip
 
 
 async def sandbox(request: Request) -> Response:
+    """The team's sandbox's samples; none for an unknown or another team's sandbox."""
     sandbox_id = params.sandbox_id(request)
     start, end = _range(request)
-    samples = await context(request).node.metrics(sandbox_id, start, end)
+    samples = await context(request).node.metrics(sandbox_id, start, end, team_of(request))
     return JSONResponse(sandbox_metrics(samples, start, end))
 
 
+def _own_team(request: Request) -> str:
+    """The path's team id, the caller's. Raises RequestError 403 (the reference's words)."""
+    team_id = team_of(request)
+    if request.path_params["team_id"] != team_id:
+        raise RequestError(403, f"You (team {team_id}) don't have access to this team")
+    return team_id
+
+
 async def team(request: Request) -> Response:
-    if request.path_params["team_id"] != responses.TEAM_ID:
-        raise RequestError(403, f"You (team {responses.TEAM_ID}) don't have access to this team")
+    team_id = _own_team(request)
     start, end = _range(request)
-    return JSONResponse(team_metrics(context(request).store, start, end))
+    return JSONResponse(team_metrics(context(request).store, team_id, start, end))
+
+
+async def team_max(request: Request) -> Response:
+    """`MaxTeamMetric`: the most of `metric` in one bucket of the range, and when (the latest
+    bucket of it; 0s for a range without data)."""
+    team_id = _own_team(request)
+    metric = request.query_params.get("metric")
+    if metric not in MAX_METRICS:
+        raise RequestError(400, f"validation error: metric: {metric!r} is not one of "
+                                f"{', '.join(MAX_METRICS)}")  # fmt: skip
+    start, end = _range(request)
+    points = team_metrics(context(request).store, team_id, start, end)
+    field = MAX_METRICS[metric]
+    best = max(points, key=lambda p: (p[field], p["timestampUnix"]), default=None)
+    if best is None:
+        return JSONResponse({**_stamp(0), "value": 0})
+    return JSONResponse({**_stamp(best["timestampUnix"]), "value": best[field]})
 
 
 def routes() -> list[Route]:
     return [
         Route("/sandboxes/{sandbox_id}/metrics", sandbox, methods=["GET"]),
         Route("/teams/{team_id}/metrics", team, methods=["GET"]),
+        Route("/teams/{team_id}/metrics/max", team_max, methods=["GET"]),
     ]
 
 
@@ -104,17 +134,21 @@ def _max(a: MetricSample, b: MetricSample) -> MetricSample:
     return type(a)(*(max(x, y) for x, y in pairs))
 
 
-def team_metrics(store: Store, start: int | None, end: int | None) -> list[dict[str, Any]]:
-    """Per bucket with data: the most sandboxes running at once, and starts per second."""
+def team_metrics(
+    store: Store, team_id: str, start: int | None, end: int | None
+) -> list[dict[str, Any]]:
+    """Per bucket with data: the most of the team's sandboxes running at once, and their
+    starts per second."""
     end = int(time.time()) if end is None else end
     start = end - TEAM_DEFAULT_RANGE_S if start is None else start
     step = step_for(end - start)
     running: dict[int, int] = {}
-    for ts, count in store.team_samples(start, end):
+    for ts, count in store.team_samples(start, end, team_id):
         bucket = ts // step * step
         running[bucket] = max(running.get(bucket, 0), count)
     starts: dict[int, int] = {}
-    for at_us in store.event_times("created", start * 1_000_000, end * 1_000_000 + 999_999):
+    window = start * 1_000_000, end * 1_000_000 + 999_999
+    for at_us in store.event_times("created", *window, team_id):
         bucket = at_us // 1_000_000 // step * step
         starts[bucket] = starts.get(bucket, 0) + 1
     return [

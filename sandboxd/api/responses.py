@@ -15,8 +15,6 @@ if TYPE_CHECKING:
 
 # The reference's constant for the deprecated clientID (infra: utils/split.go).
 CLIENT_ID = "6532622b"
-# sandboxd has one team; its id is fixed so `GET /teams/{teamID}/metrics` can be called.
-TEAM_ID = "00000000-0000-4000-8000-000000000001"
 
 
 def sandbox(s: SandboxInfo, domain: str) -> dict[str, Any]:

@@ -23,11 +23,13 @@ from sandboxd.api.request_models import (
     Resume,
     Timeout,
 )
-from sandboxd.errors import SandboxNotFound
+from sandboxd.api.teams import owned_sandbox, owned_sandbox_id, team_of
 from sandboxd.node.models import SandboxConfig
 
 if TYPE_CHECKING:
     from starlette.requests import Request
+
+    from sandboxd.node.models import SandboxInfo
 
 
 # The reference's refusals of a lifecycle at create, in its words (no "validation error:").
@@ -41,8 +43,8 @@ NO_AUTO_RESUME = (
 MAX_FORKS = 100
 
 
-def _config(body: NewSandbox) -> SandboxConfig:
-    """The node's create from a create body.
+def _config(body: NewSandbox, team_id: str) -> SandboxConfig:
+    """The node's create for the team from a create body.
 
     Raises:
         RequestError: 400 for a filesystem-only auto-pause without autoPause or with autoResume.
@@ -56,12 +58,13 @@ def _config(body: NewSandbox) -> SandboxConfig:
             "autoPauseMemory"}  # fmt: skip
     options: dict[str, Any] = body.model_dump(include=kept, exclude_none=True)
     return SandboxConfig(body.templateID, body.timeout, body.secure, body.autoPause,
-                         body.metadata or {}, body.envVars or {}, options)  # fmt: skip
+                         body.metadata or {}, body.envVars or {}, options, team_id)  # fmt: skip
 
 
 async def _create(request: Request, model: type[NewSandbox]) -> Response:
     api = context(request)
-    config = _config(await read_json(request, model, limit=CREATE_LIMIT))
+    team_id = team_of(request)
+    config = _config(await read_json(request, model, limit=CREATE_LIMIT), team_id)
     key = request.headers.get("idempotency-key")
     if key is None:
         return JSONResponse(responses.sandbox(await api.node.create(config), api.domain), 201)
@@ -69,7 +72,7 @@ async def _create(request: Request, model: type[NewSandbox]) -> Response:
     async def create() -> str:
         return (await api.node.create(config)).sandbox_id
 
-    sandbox_id = await api.creates.run(request.headers["x-api-key"], key, create)
+    sandbox_id = await api.creates.run(team_id, key, create)
     sandbox = await api.node.get(sandbox_id)
     if sandbox is None:
         raise RequestError(409, f"the sandbox created with this Idempotency-Key "
@@ -86,75 +89,74 @@ async def create_v2(request: Request) -> Response:
 
 
 async def get(request: Request) -> Response:
-    api = context(request)
-    sandbox_id = params.sandbox_id(request)
-    sandbox = await api.node.get(sandbox_id)  # one whose kill stopped halfway is still shown
-    if sandbox is None:
-        raise SandboxNotFound(sandbox_id)
-    return JSONResponse(responses.detail(sandbox, api.domain))
+    sandbox = await owned_sandbox(request)  # one whose kill stopped halfway is still shown
+    return JSONResponse(responses.detail(sandbox, context(request).domain))
 
 
 async def kill(request: Request) -> Response:
-    await context(request).node.kill(params.sandbox_id(request))
+    await context(request).node.kill(await owned_sandbox_id(request))
     return Response(status_code=204)
 
 
-async def _connect(
-    request: Request, sandbox_id: str, timeout_s: int, memory: bool = True
-) -> Response:
+async def _connect(request: Request, timeout_s: int, memory: bool = True) -> Response:
     api = context(request)
+    sandbox_id = await owned_sandbox_id(request)
     sandbox, resumed = await api.node.connect(sandbox_id, timeout_s, memory)
     return JSONResponse(responses.sandbox(sandbox, api.domain), 201 if resumed else 200)
 
 
+# Each call below checks its body (400) before it looks for the sandbox (404), as before teams.
+
+
 async def connect(request: Request) -> Response:
-    sandbox_id = params.sandbox_id(request)
-    return await _connect(request, sandbox_id, (await read_json(request, Timeout)).timeout)
+    params.sandbox_id(request)
+    return await _connect(request, (await read_json(request, Timeout)).timeout)
 
 
 async def connect_v2(request: Request) -> Response:
-    sandbox_id = params.sandbox_id(request)
+    params.sandbox_id(request)
     body = await read_json(request, ConnectV2, optional=True)
-    return await _connect(request, sandbox_id, body.timeout, body.memory)
+    return await _connect(request, body.timeout, body.memory)
 
 
 async def resume(request: Request) -> Response:
     api = context(request)
-    sandbox_id = params.sandbox_id(request)
+    params.sandbox_id(request)
     body = await read_json(request, Resume, optional=True)
-    sandbox = await api.node.resume(sandbox_id, body.timeout)
+    sandbox = await api.node.resume(await owned_sandbox_id(request), body.timeout)
     return JSONResponse(responses.sandbox(sandbox, api.domain), 201)
 
 
 async def pause(request: Request) -> Response:
-    sandbox_id = params.sandbox_id(request)
+    params.sandbox_id(request)
     body = await read_json(request, Pause, optional=True)
-    await context(request).node.pause(sandbox_id, body.memory)
+    await context(request).node.pause(await owned_sandbox_id(request), body.memory)
     return Response(status_code=204)
 
 
 async def fork(request: Request) -> Response:
     api = context(request)
-    sandbox_id = params.sandbox_id(request)
+    params.sandbox_id(request)
     body = await read_json(request, Fork, optional=True)
     if body.count < 1:
         raise RequestError(400, "Count must be at least 1")
     if body.count > MAX_FORKS:
         raise RequestError(400, f"Count cannot be greater than {MAX_FORKS}")
-    children = await api.node.fork(sandbox_id, body.timeout, body.count)
+    children = await api.node.fork(await owned_sandbox_id(request), body.timeout, body.count)
     return JSONResponse([responses.fork_result(c, api.domain) for c in children], 201)
 
 
 async def set_timeout(request: Request) -> Response:
-    sandbox_id = params.sandbox_id(request)
+    params.sandbox_id(request)
     body = await read_json(request, Timeout)
-    await context(request).node.set_timeout(sandbox_id, body.timeout)
+    await context(request).node.set_timeout(await owned_sandbox_id(request), body.timeout)
     return Response(status_code=204)
 
 
 async def set_network(request: Request) -> Response:
-    sandbox_id = params.sandbox_id(request)
+    params.sandbox_id(request)
     body = await read_json(request, NetworkUpdate)
+    sandbox_id = await owned_sandbox_id(request)
     await context(request).node.update_network(sandbox_id, body.model_dump(exclude_none=True))
     return Response(status_code=204)
 
@@ -162,11 +164,12 @@ async def set_network(request: Request) -> Response:
 async def list_v2(request: Request) -> Response:
     api = context(request)
     query = listing.parse(request)
+    team_id = team_of(request)
     template_ids = None
     if query.template is not None:
-        template = api.store.template(query.template)
+        template = api.store.template(query.template, team_id)
         template_ids = {template.template_id} if template else set()
-    found = [s for s in await api.node.list_sandboxes() if listing.matches(s, query, template_ids)]
+    found = [s for s in await _team_sandboxes(request) if listing.matches(s, query, template_ids)]
     items, token = listing.page(found, query)
     headers = {}
     if token is not None:
@@ -178,10 +181,15 @@ async def list_v2(request: Request) -> Response:
 
 async def list_v1(request: Request) -> Response:
     wanted = params.metadata_filter(request)
-    found = [s for s in await context(request).node.list_sandboxes() if s.running
+    found = [s for s in await _team_sandboxes(request) if s.running
              and all(s.metadata.get(k) == v for k, v in wanted.items())]  # fmt: skip
     found.sort(key=lambda s: (-s.started_at, s.sandbox_id))
     return JSONResponse([responses.listed(s) for s in found])
+
+
+async def _team_sandboxes(request: Request) -> list[SandboxInfo]:
+    team_id = team_of(request)
+    return [s for s in await context(request).node.list_sandboxes() if s.team_id == team_id]
 
 
 def routes() -> list[Route]:

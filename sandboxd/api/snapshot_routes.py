@@ -16,6 +16,7 @@ from sandboxd.api.context import context
 from sandboxd.api.errors import RequestError
 from sandboxd.api.listing import MAX_LIMIT, decode_token, encode_token
 from sandboxd.api.request_models import NewSnapshot
+from sandboxd.api.teams import owned_sandbox, team_of
 from sandboxd.templates.snapshots import SnapshotRecords, parse_name
 
 if TYPE_CHECKING:
@@ -25,19 +26,24 @@ if TYPE_CHECKING:
 
 
 async def create(request: Request) -> Response:
+    api = context(request)
     sandbox_id = params.sandbox_id(request)
     body = await read_json(request, NewSnapshot)
-    taken = await context(request).node.snapshot(sandbox_id, body.name)
+    if body.name is not None:  # its namespace the caller's team's, before anything else
+        parse_name(body.name, _slug(request))
+    await owned_sandbox(request)
+    taken = await api.node.snapshot(sandbox_id, body.name)
     return JSONResponse({"snapshotID": taken.snapshot_id, "names": taken.names}, 201)
 
 
 async def list_snapshots(request: Request) -> Response:
     query = request.query_params
-    name = parse_name(query["name"]) if query.get("name") else None
+    name = parse_name(query["name"], _slug(request)) if query.get("name") else None
     limit = _limit(request)
     token = query.get("nextToken")
     after = decode_token(token, ascending=False) if token else None
-    found = SnapshotRecords(context(request).store).listed(query.get("sandboxID") or None, name)
+    records = SnapshotRecords(context(request).store)
+    found = records.listed(team_of(request), query.get("sandboxID") or None, name)
     if after is not None:
         found = [s for s in found if (-s.created_at, s.template_id) > (-after[0], after[1])]
     page = found[:limit]
@@ -46,6 +52,10 @@ async def list_snapshots(request: Request) -> Response:
         headers["X-Next-Token"] = encode_token(_key(page[-1]), ascending=False)
     return JSONResponse([{"snapshotID": s.snapshot_id, "names": s.names} for s in page],
                         headers=headers)  # fmt: skip
+
+
+def _slug(request: Request) -> str:
+    return SnapshotRecords(context(request).store).slug(team_of(request))
 
 
 def _key(listed: Listed) -> tuple[int, str]:

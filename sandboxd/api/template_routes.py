@@ -16,6 +16,7 @@ from sandboxd.api.bodies import read_json
 from sandboxd.api.context import context
 from sandboxd.api.listing import MAX_LIMIT
 from sandboxd.api.request_models import NewTemplate, TemplateUpdate
+from sandboxd.api.teams import team_of
 from sandboxd.templates.catalog import split_ref
 
 if TYPE_CHECKING:
@@ -23,11 +24,12 @@ if TYPE_CHECKING:
 
 
 async def list_templates(request: Request) -> Response:
-    return JSONResponse([responses.template(t) for t in context(request).templates.all()])
+    listed = context(request).templates.all(team_of(request))
+    return JSONResponse([responses.template(t) for t in listed])
 
 
 async def list_v2(request: Request) -> Response:
-    everything = context(request).templates.all()
+    everything = context(request).templates.all(team_of(request))
     limit = params.query_int(request, "limit", 1, MAX_LIMIT) or MAX_LIMIT
     after = request.query_params.get("nextToken")
     start = next((i + 1 for i, t in enumerate(everything) if t.template_id == after), 0)
@@ -40,28 +42,29 @@ async def list_v2(request: Request) -> Response:
 
 async def get_template(request: Request) -> Response:
     templates = context(request).templates
-    template = templates.get(request.path_params["template_id"])
+    template = templates.get(request.path_params["template_id"], team_of(request))
     return JSONResponse(
         responses.template_detail(template, templates.store.builds(template.template_id))
     )
 
 
 async def by_alias(request: Request) -> Response:
-    template = context(request).templates.get(request.path_params["alias"])
+    """The team's template of the alias, or a public one."""
+    template = context(request).templates.visible(request.path_params["alias"], team_of(request))
     return JSONResponse({"templateID": template.template_id, "public": template.public})
 
 
 async def create_v2(request: Request) -> Response:
     body = await read_json(request, NewTemplate)
     template = await context(request).templates.create_over_base(
-        body.alias, body.cpuCount, body.memoryMB, body.diskSizeMB
+        body.alias, body.cpuCount, body.memoryMB, body.diskSizeMB, team_of(request)
     )
     return JSONResponse(responses.template(template), 202)
 
 
 async def update(request: Request) -> Response:
     templates = context(request).templates
-    template = templates.get(request.path_params["template_id"])
+    template = templates.get(request.path_params["template_id"], team_of(request))
     body = await read_json(request, TemplateUpdate, optional=True)
     if body.public is not None:
         await templates.set_public(template, body.public)
@@ -69,10 +72,10 @@ async def update(request: Request) -> Response:
 
 
 async def update_v2(request: Request) -> Response:
-    """The E2B CLI's `template publish` and `unpublish`: one tenant here, so public is a
-    stored flag, shown in listings, that changes no access; E2B answers the names."""
+    """The E2B CLI's `template publish` and `unpublish`: a public template is one every
+    team's creates may boot; E2B answers the names."""
     templates = context(request).templates
-    template = templates.get(request.path_params["template_id"])
+    template = templates.get(request.path_params["template_id"], team_of(request))
     body = await read_json(request, TemplateUpdate, optional=True)
     if body.public is not None:
         await templates.set_public(template, body.public)
@@ -84,7 +87,7 @@ async def delete(request: Request) -> Response:
     reference deletes it."""
     api = context(request)
     name, _ = split_ref(request.path_params["template_id"])
-    template = api.templates.get(name)
+    template = api.templates.get(name, team_of(request))
     await api.templates.delete(template.template_id)
     await api.builder.cancel(template.template_id)
     await api.builder.uploads(template.template_id).remove()

@@ -13,6 +13,7 @@ from sandboxd.api.bodies import read_json
 from sandboxd.api.context import context
 from sandboxd.api.errors import RequestError
 from sandboxd.api.request_models import NewVolume
+from sandboxd.api.teams import team_of
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -46,22 +47,23 @@ def _with_token(catalog: VolumeCatalog, row: VolumeRow) -> dict[str, Any]:
 async def create_volume(request: Request) -> Response:
     body = await read_json(request, NewVolume)
     catalog = context(request).volumes
-    row = await catalog.create(body.name, body.sizeMB)
+    row = await catalog.create(body.name, body.sizeMB, team_of(request))
     return JSONResponse(_with_token(catalog, row), 201)
 
 
 async def list_volumes(request: Request) -> Response:
-    rows = context(request).volumes.all()
+    rows = context(request).volumes.all(team_of(request))
     return JSONResponse([{"volumeID": v.volume_id, "name": v.name} for v in rows])
 
 
 async def get_volume(request: Request) -> Response:
     catalog = context(request).volumes
-    return JSONResponse(_with_token(catalog, catalog.get(volume_id(request))))
+    row = catalog.get(volume_id(request), team_of(request))
+    return JSONResponse(_with_token(catalog, row))
 
 
 async def delete_volume(request: Request) -> Response:
-    await context(request).volumes.delete(volume_id(request))
+    await context(request).volumes.delete(volume_id(request), team_of(request))
     return Response(status_code=204)
 
 

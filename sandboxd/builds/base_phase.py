@@ -52,13 +52,16 @@ class ImageSource:
     provision: Provision = "auto"  # systemd as the init (sandboxd.builds.systemd_init)
 
 
-async def base_of(
-    recipe: Recipe, templates: Templates, source: ImageSource, ctx: Context, log: BuildLog
-) -> Base:
-    """Raises TemplateNotFound, TemplateError (ImageError, ImageNotFound included)."""
+async def base_of(recipe: Recipe, templates: Templates, source: ImageSource, ctx: Context,
+                  log: BuildLog, team_id: str) -> Base:  # fmt: skip
+    """The base of a build of the team's: `fromTemplate` one of its own or a public one.
+
+    Raises:
+        TemplateNotFound, TemplateError (ImageError, ImageNotFound included).
+    """
     if recipe.fromTemplate is not None or recipe.from_base:
         ref = recipe.fromTemplate or "base"
-        _, image = templates.resolve(ref)
+        _, image = templates.resolve(ref, team_id)
         return Base(image, "template:" + _digest(image.to_json()))
     assert recipe.fromImage is not None  # noqa: S101  # the recipe has one of the two
     pulled = await asyncio.to_thread(_from_image, recipe, source)

@@ -25,6 +25,7 @@ from sandboxd.images.shared_layers import SharedLayers
 from sandboxd.layers.collect import collect
 from sandboxd.layers.quota import StorageQuota
 from sandboxd.layers.store import LayerStore
+from sandboxd.store.rows import DEFAULT_TEAM_ID
 from sandboxd.templates.catalog import PIDS_LIMIT
 
 if TYPE_CHECKING:
@@ -166,7 +167,9 @@ class Builder:
             build_log.add(f"building from {recipe.fromTemplate or recipe.fromImage}", step="base")
             try:
                 await self._within_quota("the build's image")
-                base = await base_of(recipe, self.templates, self.source, ctx, build_log)
+                owner = self.templates.store.template(build.template_id)
+                team_id = DEFAULT_TEAM_ID if owner is None else owner.team_id
+                base = await base_of(recipe, self.templates, self.source, ctx, build_log, team_id)
                 await self.shared.fetch(base.image.layer_paths)  # a template built elsewhere
                 await self._within_quota("the build's image")  # a pull is not bounded on the way
             except SandboxError as exc:

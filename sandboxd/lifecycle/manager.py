@@ -42,7 +42,6 @@ from sandboxd.lifecycle.volume_mounts import VolumeMounts
 from sandboxd.lifecycle.wake import Waker
 from sandboxd.templates import catalog
 from sandboxd.templates.catalog import Templates, tagged_layers
-from sandboxd.templates.snapshots import parse_name
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
@@ -200,8 +199,8 @@ class SandboxManager:
             BootError, InitRefused: the sandbox did not come up (nothing of it is left).
         """
         self.lifetimes.check(request.timeout_s)
-        template, image = self.templates.resolve(request.template)
-        mounts = self.volumes.resolve(request.options.get("volumeMounts"))
+        template, image = self.templates.resolve(request.template, request.team_id)
+        mounts = self.volumes.resolve(request.options.get("volumeMounts"), request.team_id)
         with self.volumes.creating(mounts):  # in use until the sandbox is listed
             return await self._create(request, template, image, mounts)
 
@@ -251,7 +250,9 @@ class SandboxManager:
         self._sandboxes[sandbox.id] = sandbox
         await self.store.write(
             functools.partial(self.store.put_sandbox, row),
-            functools.partial(self.store.add_event, row.started_at, sandbox.id, "created"),
+            functools.partial(
+                self.store.add_event, row.started_at, sandbox.id, "created", "", row.team_id
+            ),
             *(functools.partial(write, row.started_at) for write in more),
         )
         self._spawn(self.sampler.first(sandbox))  # the first metrics point, without waiting 5 s
@@ -359,12 +360,11 @@ class SandboxManager:
             NotAllowed: a bad name; SandboxNotFound: unknown or paused; WrongState: being paused
             or resumed; SandboxError: the capture failed.
         """
-        parsed = None if name is None else parse_name(name)
         sandbox = self.existing(sandbox_id)
         self.snapshots.check(sandbox)
         async with sandbox.lock:
             self.existing(sandbox_id)
-            return await self.snapshots.take(sandbox, parsed)
+            return await self.snapshots.take(sandbox, name)
 
     async def set_timeout(self, sandbox_id: str, timeout_s: int) -> None:
         """endAt = now + timeout, clamped to the max length from the last start.

@@ -1,5 +1,5 @@
-"""The metrics sampler: every SAMPLE_EVERY_S, each running sandbox's envd /metrics and the
-running count, stored for `GET /sandboxes/{id}/metrics` and the team's metrics."""
+"""The metrics sampler: every SAMPLE_EVERY_S, each running sandbox's envd /metrics and each
+team's running count, stored for `GET /sandboxes/{id}/metrics` and the teams' metrics."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import asyncio
 import functools
 import logging
 import time
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from sandboxd.errors import StoreUnavailable
@@ -66,18 +67,23 @@ class MetricsSampler:
             for i, sandbox in enumerate(running):
                 await asyncio.sleep(max(0.0, started + i * gap - time.monotonic()))
                 samples.append(group.create_task(self._sample(sandbox)))
-        changes = [functools.partial(self.store.add_team_sample, now_s, len(running))]
+        per_team = Counter(s.row.team_id for s in running)
+        changes: list[Callable[[], None]] = [functools.partial(self.store.add_team_sample, now_s, per_team[t.team_id],
+                                     t.team_id) for t in self.store.teams()]  # fmt: skip
         for sandbox, task in zip(running, samples, strict=True):
             sample = task.result()
             if sample is not None and self._alive(sandbox.id):
-                changes.append(functools.partial(self.store.add_metric, sandbox.id, sample))
+                changes.append(self._adding(sandbox, sample))
         await self.store.write(*changes)
+
+    def _adding(self, sandbox: Sandbox, sample: MetricSample) -> Callable[[], None]:
+        return functools.partial(self.store.add_metric, sandbox.id, sample, sandbox.row.team_id)
 
     async def first(self, sandbox: Sandbox) -> None:
         """A new sandbox's first point, without waiting for the next round."""
         sample = await self._sample(sandbox)
         if sample is not None and self._alive(sandbox.id):
-            await self.store.write(functools.partial(self.store.add_metric, sandbox.id, sample))
+            await self.store.write(self._adding(sandbox, sample))
 
     async def _sample(self, sandbox: Sandbox) -> MetricSample | None:
         """The sandbox's envd /metrics now; None when it did not answer in time."""

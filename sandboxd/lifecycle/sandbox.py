@@ -12,7 +12,7 @@ from envd.http.signing import file_signature
 from sandboxd.errors import WrongState
 from sandboxd.guest.init import EnvdInit
 from sandboxd.lifecycle.ingress import Ingress
-from sandboxd.store.rows import SandboxRow
+from sandboxd.store.rows import DEFAULT_TEAM_ID, SandboxRow
 from sandboxd.templates.image import DEFAULT_USER, DEFAULT_WORKDIR
 
 if TYPE_CHECKING:
@@ -37,6 +37,7 @@ class CreateRequest:
     metadata: dict[str, str] = field(default_factory=dict)
     env_vars: dict[str, str] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)
+    team_id: str = DEFAULT_TEAM_ID  # the team whose key asked: its templates and volumes
 
     def row(
         self, sandbox_id: str, template: TemplateRow, started_at: int, uid_base: int | None
@@ -61,6 +62,7 @@ class CreateRequest:
             env_vars=dict(self.env_vars),
             options=dict(self.options),
             uid_base=uid_base,
+            team_id=self.team_id,
         )
 
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from sandboxd.errors import DiskFull, RegistryError, SandboxError, SandboxNotFound, WrongState
 from sandboxd.host.removal import remove_tree
 from sandboxd.lifecycle.capture import capture
-from sandboxd.templates.snapshots import SnapshotRecords
+from sandboxd.templates.snapshots import SnapshotRecords, parse_name
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from sandboxd.lifecycle.sandbox import Sandbox
     from sandboxd.runtime.engine import Runtime
     from sandboxd.store.interface import Store
-    from sandboxd.templates.snapshots import Listed, SnapshotName
+    from sandboxd.templates.snapshots import Listed
 
 
 class Snapshots:
@@ -53,21 +53,24 @@ class Snapshots:
             )
         raise SandboxNotFound(sandbox.id)
 
-    async def take(self, sandbox: Sandbox, name: SnapshotName | None) -> Listed:
+    async def take(self, sandbox: Sandbox, name: str | None) -> Listed:
         """Snapshot `sandbox`, under its lock: recorded `building` first (the layer is kept
         from its making on), the capture, then the record made whole; a failed capture
         leaves neither layer nor record (an existing template keeps the build, failed).
 
         Raises:
             SandboxNotFound: it is not running (paused while this waited for the lock).
-            NotAllowed: `name` is base's or a template's id.
+            NotAllowed: a bad `name` (`[namespace/]alias[:tag]`, the namespace the sandbox's
+                team's), base's or a template's id.
             SandboxError: the freeze or the export failed (the sandbox runs on).
             RegistryError: serve's --registry did not take its layers (nor is it recorded).
         """
         if not sandbox.running:
             raise SandboxNotFound(sandbox.id)
+        slug = self.records.slug(sandbox.row.team_id)
+        parsed = None if name is None else parse_name(name, slug)
         box = sandbox.live()
-        pending = await self.records.begin(sandbox.row, name)
+        pending = await self.records.begin(sandbox.row, parsed)
         try:
             layer = await capture(self.runtime, self.layers, box, pending.layer_name)
             await self._push(box.image.layers, layer)

@@ -58,12 +58,14 @@ class VolumeMounts:
         self._catalog = catalog
         catalog.in_use = self.in_use
 
-    def resolve(self, wanted: list[dict[str, Any]] | None) -> tuple[VolumeMount, ...]:
-        """The runtime's mounts for a create's `volumeMounts` (wire form, validated shape).
+    def resolve(self, wanted: list[dict[str, Any]] | None, team_id: str) -> tuple[VolumeMount, ...]:
+        """The runtime's mounts for a create's `volumeMounts` (wire form, validated shape), of
+        the team's volumes.
 
         Raises:
-            NotAllowed: volumes are off, or a mount names no volume, has a path that is not
-                one, or a path another one has: one message listing each (`refusal`).
+            NotAllowed: volumes are off, or a mount names no volume of the team's, has a path
+                that is not one, or a path another one has: one message listing each
+                (`refusal`).
         """
         if not wanted:
             return ()
@@ -73,7 +75,7 @@ class VolumeMounts:
         mounts, problems, used = [], [], set()
         for index, mount in enumerate(wanted):
             name, path = mount["name"], mount["path"]
-            volume = self._catalog.named(name)
+            volume = self._catalog.named(name, team_id)
             reason = (f"volume '{name}' not found" if volume is None else mount_path_problem(path)
                       or (f"path '{path}' is already used" if path in used else None))  # fmt: skip
             if reason is not None:

@@ -33,6 +33,7 @@ class LocalNode:
             dict(config.metadata),
             dict(config.env_vars),
             copy.deepcopy(config.options),
+            config.team_id,
         )
         return self._info(await self._manager.create(request))
 
@@ -75,9 +76,9 @@ class LocalNode:
         return None if sandbox is None else self._info(sandbox)
 
     async def metrics(
-        self, sandbox_id: str, start_s: int | None, end_s: int | None
+        self, sandbox_id: str, start_s: int | None, end_s: int | None, team_id: str
     ) -> list[MetricSample]:
-        return self._manager.store.metrics(sandbox_id, start_s, end_s)
+        return self._manager.store.metrics(sandbox_id, start_s, end_s, team_id)
 
     async def logs(
         self,
@@ -121,4 +122,5 @@ class LocalNode:
             envd_token=sandbox.token,
             traffic_token=None if public else self._manager.tokens.traffic(row.sandbox_id),
             pause_mode=row.pause_mode if row.state == "paused" else None,
+            team_id=row.team_id,
         )

@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from sandboxd.store.rows import DEFAULT_TEAM_ID
+
 
 @dataclass(frozen=True, slots=True)
 class SandboxConfig:
@@ -24,6 +26,7 @@ class SandboxConfig:
     metadata: dict[str, str] = field(default_factory=dict)
     env_vars: dict[str, str] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)
+    team_id: str = DEFAULT_TEAM_ID  # the owner: its templates (or public ones) and volumes
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +50,7 @@ class SandboxInfo:
     envd_token: str | None  # envd's access token: secure sandboxes only
     traffic_token: str | None  # the token its ports ask for, without public traffic
     pause_mode: str | None = None  # paused: "full" (in memory) or "filesystem" (on disk)
+    team_id: str = DEFAULT_TEAM_ID  # its owner: only the team's keys see it
 
 
 @dataclass(frozen=True, slots=True)

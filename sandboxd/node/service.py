@@ -107,9 +107,10 @@ class NodeService(Protocol):
         ...
 
     async def metrics(
-        self, sandbox_id: str, start_s: int | None, end_s: int | None
+        self, sandbox_id: str, start_s: int | None, end_s: int | None, team_id: str
     ) -> list[MetricSample]:
-        """The sandbox's samples in [start_s, end_s] (None: unbounded), oldest first."""
+        """The samples of the team's sandbox in [start_s, end_s] (None: unbounded), oldest
+        first; none for another team's."""
         ...
 
     async def logs(

@@ -38,6 +38,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
+from sandboxd.store.rows import DEFAULT_TEAM_ID
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
@@ -48,18 +50,40 @@ if TYPE_CHECKING:
         SandboxRow,
         SnapshotRow,
         TagRow,
+        TeamRow,
         TemplateRow,
         VolumeRow,
     )
 
 
 class Keys(Protocol):
-    """The API keys, kept as their `key_hash` and first KEY_PREFIX_SHOWN characters."""
+    """The API keys, kept as their `key_hash` and first KEY_PREFIX_SHOWN characters, each of
+    one team."""
 
-    def add_key(self, key: str, now_us: int) -> None:
-        """Record `key`; nothing when it is recorded already."""
+    def add_key(self, key: str, now_us: int, team_id: str = DEFAULT_TEAM_ID) -> None:
+        """Record `key` as the team's; nothing when it is recorded already."""
 
     def has_key(self, key: str) -> bool: ...
+
+    def team_of_key(self, key: str) -> str | None:
+        """The id of the team of a recorded key; None for a key not recorded."""
+
+
+class Teams(Protocol):
+    """The teams (the default one, DEFAULT_TEAM_ID, made by the schema)."""
+
+    def add_team(self, t: TeamRow) -> None:
+        """Insert `t`.
+
+        Raises:
+            Exception: the backend's integrity error when its id, name or slug is taken.
+        """
+
+    def team(self, id_or_name: str) -> TeamRow | None:
+        """The team of that id, else of that name."""
+
+    def teams(self) -> list[TeamRow]:
+        """All of them, oldest first (ties by id)."""
 
 
 class Templates(Protocol):
@@ -70,11 +94,12 @@ class Templates(Protocol):
         """One more sandbox of the template; nothing when it was deleted meanwhile (a create
         reads the template before its boot and must not write that copy back)."""
 
-    def template(self, id_or_alias: str) -> TemplateRow | None:
-        """The template of that id, else of that alias."""
+    def template(self, id_or_alias: str, team_id: str = DEFAULT_TEAM_ID) -> TemplateRow | None:
+        """The template of that id (whoever's), else the team's of that alias, else a public
+        one of that alias (the oldest). Aliases are unique per team."""
 
-    def templates(self) -> list[TemplateRow]:
-        """All of them, oldest first."""
+    def templates(self, team_id: str | None = None) -> list[TemplateRow]:
+        """All of them (or the team's), oldest first."""
 
     def delete_template(self, template_id: str) -> None: ...
 
@@ -92,21 +117,38 @@ class Sandboxes(Protocol):
 class Samples(Protocol):
     """Metric samples of sandboxes and of the team (how many ran), and lifecycle events."""
 
-    def add_metric(self, sandbox_id: str, m: MetricSample) -> None: ...
+    def add_metric(self, sandbox_id: str, m: MetricSample, team_id: str = DEFAULT_TEAM_ID) -> None:
+        """A sample of a sandbox of the team's."""
 
-    def metrics(self, sandbox_id: str, start: int | None, end: int | None) -> list[MetricSample]:
-        """Samples of one sandbox in [start, end] (Unix seconds; None = unbounded), oldest first."""
+    def metrics(self, sandbox_id: str, start: int | None, end: int | None,
+                team_id: str = DEFAULT_TEAM_ID) -> list[MetricSample]:  # fmt: skip
+        """Samples of the team's sandbox in [start, end] (Unix seconds; None = unbounded),
+        oldest first."""
 
-    def add_team_sample(self, ts: int, running: int) -> None: ...
+    def add_team_sample(self, ts: int, running: int, team_id: str = DEFAULT_TEAM_ID) -> None:
+        """How many of the team's sandboxes ran at `ts`."""
 
-    def team_samples(self, start: int, end: int) -> list[tuple[int, int]]:
-        """(ts, running) in [start, end] (Unix seconds), oldest first."""
+    def team_samples(
+        self, start: int, end: int, team_id: str = DEFAULT_TEAM_ID
+    ) -> list[tuple[int, int]]:
+        """The team's (ts, running) in [start, end] (Unix seconds), oldest first."""
 
-    def add_event(self, at_us: int, sandbox_id: str | None, kind: str, detail: str = "") -> None:
-        """Record that `kind` (e.g. "create") happened at `at_us`."""
+    def add_event(
+        self,
+        at_us: int,
+        sandbox_id: str | None,
+        kind: str,
+        detail: str = "",
+        team_id: str | None = None,
+    ) -> None:
+        """Record that `kind` (e.g. "create") happened at `at_us`, to a sandbox of `team_id`
+        (None: of no team)."""
 
-    def event_times(self, kind: str, start_us: int, end_us: int) -> list[int]:
-        """When events of `kind` happened in [start_us, end_us], oldest first."""
+    def event_times(
+        self, kind: str, start_us: int, end_us: int, team_id: str | None = None
+    ) -> list[int]:
+        """When events of `kind` (of the team's, when given) happened in [start_us, end_us],
+        oldest first."""
 
 
 class Builds(Protocol):
@@ -157,21 +199,22 @@ class Volumes(Protocol):
         """Insert `v`.
 
         Raises:
-            Exception: the backend's error (sqlite3.IntegrityError) when its id or name is
-                taken.
+            Exception: the backend's error (sqlite3.IntegrityError) when its id, or its name
+                in its team, is taken.
         """
 
     def volume(self, volume_id: str) -> VolumeRow | None: ...
 
-    def volume_named(self, name: str) -> VolumeRow | None: ...
+    def volume_named(self, name: str, team_id: str = DEFAULT_TEAM_ID) -> VolumeRow | None:
+        """The team's volume of that name."""
 
-    def volumes(self) -> list[VolumeRow]:
-        """All of them, oldest first."""
+    def volumes(self, team_id: str | None = None) -> list[VolumeRow]:
+        """All of them (or the team's), oldest first."""
 
     def delete_volume(self, volume_id: str) -> None: ...
 
 
-class Store(Keys, Templates, Sandboxes, Samples, Builds, Volumes, Protocol):
+class Store(Keys, Teams, Templates, Sandboxes, Samples, Builds, Volumes, Protocol):
     """The tables of one sandboxd, in one database, written through `write`."""
 
     async def write(self, *changes: Callable[[], None]) -> None:

@@ -9,6 +9,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 KEY_PREFIX_SHOWN = 10  # the characters of an API key kept in the clear, to tell keys apart
+# The team of every key and row that is not another's (sandboxd/store/migrations/0008_teams.sql
+# makes it): a single user's, whose keys see what they did before teams. Its slug is the
+# namespace of its template names.
+DEFAULT_TEAM_ID = "00000000-0000-4000-8000-000000000001"
+DEFAULT_TEAM_SLUG = "sandboxd"
 
 
 def key_hash(key: str) -> str:
@@ -34,6 +39,7 @@ class TemplateRow:
     last_spawned_at: int | None = None
     spawn_count: int = 0
     build_count: int = 1
+    team_id: str = DEFAULT_TEAM_ID  # its owner; a public one any team's creates boot too
 
 
 @dataclass
@@ -60,6 +66,7 @@ class SandboxRow:
     pause_mode: str | None = None  # while paused: "full" (frozen) or "filesystem" (on disk)
     # Paused to disk: what its resume boots (sandboxd.lifecycle.disk_pause.disk_image).
     disk_image: dict[str, Any] | None = None
+    team_id: str = DEFAULT_TEAM_ID
 
 
 @dataclass(frozen=True)
@@ -120,6 +127,15 @@ class TagRow:
 @dataclass(frozen=True)
 class VolumeRow:
     volume_id: str  # a UUID
-    name: str  # unique among the volumes
+    name: str  # unique among its team's volumes
     size_mb: int  # its filesystem's size: what it may hold
+    created_at: int
+    team_id: str = DEFAULT_TEAM_ID
+
+
+@dataclass(frozen=True)
+class TeamRow:
+    team_id: str  # a UUID
+    name: str  # unique
+    slug: str  # unique: the namespace of the team's template names (`slug/alias:tag`)
     created_at: int

@@ -41,3 +41,15 @@ def upsert(table: str, names: list[str], mark: str) -> str:
         f"INSERT INTO {table} ({', '.join(names)}) VALUES ({marks}) "  # noqa: S608  # names are ours
         f"ON CONFLICT ({names[0]}) DO UPDATE SET {updates}"
     )
+
+
+# A template by id (whoever's), else the team's by alias, else a public one by alias, the
+# oldest: `template_lookup` gives its values. In PostgreSQL's placeholders; SQLite's replace them.
+TEMPLATE_LOOKUP = (
+    "SELECT * FROM templates WHERE template_id = %s OR (alias = %s AND (team_id = %s OR public)) "
+    "ORDER BY template_id = %s DESC, team_id = %s DESC, created_at, template_id LIMIT 1"
+)
+
+
+def template_lookup(id_or_alias: str, team_id: str) -> tuple[str, ...]:
+    return id_or_alias, id_or_alias, team_id, id_or_alias, team_id

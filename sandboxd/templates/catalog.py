@@ -15,7 +15,7 @@ from envd.settings import ENVD_VERSION
 from sandboxd.errors import NotAllowed, NotFound, TemplateNotFound
 from sandboxd.host.cgroups import Limits
 from sandboxd.ids import new_build_id, new_template_id, now_us
-from sandboxd.store.rows import BuildRow, TemplateRow
+from sandboxd.store.rows import DEFAULT_TEAM_ID, BuildRow, TemplateRow
 from sandboxd.templates.image import TemplateImage
 
 if TYPE_CHECKING:
@@ -59,13 +59,14 @@ def limits(template: TemplateRow) -> Limits:
 
 def register_base(store: Store, rootfs: Path, disk_mb: int) -> None:
     """Record (or update) the base template over `rootfs` with a disk of `disk_mb` (0: no
-    limit). Before the event loop runs: writes at once."""
+    limit), public: every team boots it. Before the event loop runs: writes at once."""
     template = store.template(BASE)
     now = now_us()
     if template is None:
         template = TemplateRow(BASE, BASE, new_build_id(), str(rootfs), BASE_CPUS,
                                BASE_MEMORY_MB, disk_mb, "ready", ENVD_VERSION, now, now)  # fmt: skip
     template.rootfs, template.envd_version = str(rootfs), ENVD_VERSION
+    template.public = True  # every team's creates boot it
     template.disk_size_mb = disk_mb
     store.put_template(template)
 
@@ -89,28 +90,48 @@ class Templates:
         self.store = store
         self._in_use = in_use
 
-    def all(self) -> list[TemplateRow]:
-        return self.store.templates()
+    def all(self, team_id: str | None = None) -> list[TemplateRow]:
+        """Every template, or the team's."""
+        return self.store.templates(team_id)
 
-    def get(self, id_or_alias: str) -> TemplateRow:
-        """Raises TemplateNotFound."""
-        template = self.store.template(id_or_alias)
+    def get(self, id_or_alias: str, team_id: str | None = None) -> TemplateRow:
+        """The template of that id or alias; given a team, only one of the team's own (what
+        it may change, build, tag and delete).
+
+        Raises:
+            TemplateNotFound: no such template (of the team's), as for an unknown one.
+        """
+        return self._find(id_or_alias, team_id, public_too=False)
+
+    def visible(self, id_or_alias: str, team_id: str) -> TemplateRow:
+        """The team's template of that id or alias, or a public one (what it may boot).
+        Raises TemplateNotFound."""
+        return self._find(id_or_alias, team_id, public_too=True)
+
+    def _find(self, id_or_alias: str, team_id: str | None, public_too: bool) -> TemplateRow:
+        template = self.store.template(id_or_alias, team_id or DEFAULT_TEAM_ID)
         if template is None:
             raise TemplateNotFound(id_or_alias)
+        if team_id not in (None, template.team_id) and not (public_too and template.public):
+            raise TemplateNotFound(id_or_alias)  # another team's: as if there were none
         return template
 
-    async def create_over_base(
-        self, alias: str, cpu_count: int, memory_mb: int, disk_mb: int | None
-    ) -> TemplateRow:
-        """A template named `alias` over base's root filesystem; an alias already taken gets a
-        new build of the same template, as the reference does."""
+    def _own(self, name: str, team_id: str) -> TemplateRow | None:
+        """The team's own template of that name, if any (another team's of it is not)."""
+        template = self.store.template(name, team_id)
+        return template if template is not None and template.team_id == team_id else None
+
+    async def create_over_base(self, alias: str, cpu_count: int, memory_mb: int,
+                               disk_mb: int | None, team_id: str = DEFAULT_TEAM_ID) -> TemplateRow:  # fmt: skip
+        """A template of the team named `alias` over base's root filesystem; an alias the team
+        took already gets a new build of the same template, as the reference does."""
         base = self.get(BASE)
         now = now_us()
-        template = self.store.template(alias)
+        template = self._own(alias, team_id)
         if template is None:
             template = TemplateRow(new_template_id(), alias, "", base.rootfs, 0, 0,
                                    base.disk_size_mb, "ready", base.envd_version, now, now,
-                                   build_count=0)  # fmt: skip
+                                   build_count=0, team_id=team_id)  # fmt: skip
         template.build_id = new_build_id()
         template.cpu_count, template.memory_mb = cpu_count, memory_mb
         if disk_mb is not None:
@@ -120,16 +141,16 @@ class Templates:
         await self.store.write(functools.partial(self.store.put_template, template))
         return template
 
-    def resolve(self, ref: str) -> tuple[TemplateRow, TemplateImage]:
-        """The template `ref` names (`id`, `name`, `id:tag`, `name:tag`) and the image its
-        sandboxes boot.
+    def resolve(self, ref: str, team_id: str | None = None) -> tuple[TemplateRow, TemplateImage]:
+        """The template `ref` names (`id`, `name`, `id:tag`, `name:tag`; given a team, of the
+        team's or a public one) and the image its sandboxes boot.
 
         Raises:
-            TemplateNotFound: no such template, or no such tag.
+            TemplateNotFound: no such template (the team may boot), or no such tag.
             NotFound: the template has no successful build to boot yet.
         """
         name, tag = split_ref(ref)
-        template = self.get(name)
+        template = self.get(name) if team_id is None else self.visible(name, team_id)
         row = self.store.tag(template.template_id, tag or DEFAULT_TAG)
         if row is None:
             if tag in (None, DEFAULT_TAG) and template.rootfs:
@@ -142,11 +163,11 @@ class Templates:
             raise NotFound(f"template '{ref}': its build {row.build_id} has no image")
         return template, TemplateImage.from_json(build.image)
 
-    async def request_build(
-        self, ref: str, tags: list[str], cpu_count: int, memory_mb: int, disk_mb: int | None
-    ) -> tuple[TemplateRow, BuildRow]:
-        """`POST /v3/templates`: a `waiting` build of the template named in `ref` (`name` or
-        `name:tag`; made if new), to get `tags` (and the one in `ref`; `default` if none)
+    async def request_build(self, ref: str, tags: list[str], cpu_count: int, memory_mb: int,
+                            disk_mb: int | None, team_id: str = DEFAULT_TEAM_ID,
+                            ) -> tuple[TemplateRow, BuildRow]:  # fmt: skip
+        """`POST /v3/templates`: a `waiting` build of the team's template named in `ref` (`name`
+        or `name:tag`; made if new), to get `tags` (and the one in `ref`; `default` if none)
         once it succeeds.
 
         Raises:
@@ -160,12 +181,12 @@ class Templates:
         if name == BASE:
             raise NotAllowed("the base template is sandboxd's own: it cannot be built")
         now = now_us()
-        template = self.store.template(name)
+        template = self._own(name, team_id)
         if template is None:
             base = self.get(BASE)
             template = TemplateRow(new_template_id(), name, "", "", cpu_count, memory_mb,
                                    base.disk_size_mb, "waiting", base.envd_version, now, now,
-                                   build_count=0)  # fmt: skip
+                                   build_count=0, team_id=team_id)  # fmt: skip
         build = BuildRow(new_build_id(), template.template_id, "waiting", cpu_count, memory_mb,
                          template.disk_size_mb if disk_mb is None else disk_mb, now, now,
                          tags=wanted)  # fmt: skip
@@ -178,15 +199,15 @@ class Templates:
         )
         return template, build
 
-    def build(self, template_id: str, build_id: str) -> BuildRow:
-        """Raises TemplateNotFound, NotFound."""
-        template = self.get(template_id)
+    def build(self, template_id: str, build_id: str, team_id: str | None = None) -> BuildRow:
+        """A build of the (team's) template. Raises TemplateNotFound, NotFound."""
+        template = self.get(template_id, team_id)
         build = self.store.build(build_id)
         if build is None or build.template_id != template.template_id:
             raise NotFound(f"build '{build_id}' of template '{template_id}' not found")
         return build
 
-    async def assign_tags(self, target: str, tags: list[str]) -> BuildRow:
+    async def assign_tags(self, target: str, tags: list[str], team_id: str) -> BuildRow:
         """`POST /templates/tags`: `tags` point at the build `target` (`name:tag`) points at.
 
         Raises:
@@ -195,7 +216,7 @@ class Templates:
         for new in tags:
             check_tag(new)
         name, tag = split_ref(target)
-        template = self.get(name)
+        template = self.get(name, team_id)
         row = self.store.tag(template.template_id, tag or DEFAULT_TAG)
         if row is None:
             raise TemplateNotFound(target)
@@ -206,9 +227,10 @@ class Templates:
         await self.store.write(*(functools.partial(put, t, build.build_id, now) for t in tags))
         return build
 
-    async def remove_tags(self, name: str, tags: list[str]) -> None:
-        """`DELETE /templates/tags`. Raises TemplateNotFound (the template or a tag)."""
-        template = self.get(name)
+    async def remove_tags(self, name: str, tags: list[str], team_id: str) -> None:
+        """`DELETE /templates/tags` of the team's template. Raises TemplateNotFound (the
+        template or a tag)."""
+        template = self.get(name, team_id)
         for tag in tags:
             if self.store.tag(template.template_id, tag) is None:
                 raise TemplateNotFound(f"{name}:{tag}")
@@ -221,9 +243,10 @@ class Templates:
         template.updated_at = now_us()
         await self.store.write(functools.partial(self.store.put_template, template))
 
-    async def delete(self, id_or_alias: str) -> None:
-        """Raises TemplateNotFound; NotAllowed for base and for a template sandboxes use."""
-        template = self.get(id_or_alias)
+    async def delete(self, id_or_alias: str, team_id: str | None = None) -> None:
+        """Delete the (team's) template. Raises TemplateNotFound; NotAllowed for base and for
+        a template sandboxes use."""
+        template = self.get(id_or_alias, team_id)
         if template.template_id == BASE:
             raise NotAllowed("the base template cannot be deleted")
         if self._in_use(template.template_id):

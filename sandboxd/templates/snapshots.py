@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from sandboxd.errors import NotAllowed, NotFound
 from sandboxd.ids import new_build_id, new_template_id, now_us
-from sandboxd.store.rows import BuildRow, SnapshotRow, TemplateRow
+from sandboxd.store.rows import DEFAULT_TEAM_SLUG, BuildRow, SnapshotRow, TemplateRow
 from sandboxd.templates.catalog import BASE, DEFAULT_TAG
 from sandboxd.templates.image import DEFAULT_USER, DEFAULT_WORKDIR, IO_URING_ENV, TemplateImage
 
@@ -26,9 +26,6 @@ if TYPE_CHECKING:
     from sandboxd.store.interface import Store
     from sandboxd.store.rows import SandboxRow
 
-# sandboxd has one team; a name's namespace, when it has one, must be this (and is dropped:
-# template names here have none).
-TEAM_SLUG = "sandboxd"
 # E2B's rules for a name's parts (infra: shared/pkg/id), after trimming and lower-casing.
 ALIAS = re.compile(r"^[a-z0-9_-]+$")
 TAG = re.compile(r"^[a-z0-9_.-]+$")
@@ -43,9 +40,9 @@ class SnapshotName:
     tag: str | None = None
 
 
-def parse_name(name: str) -> SnapshotName:
+def parse_name(name: str, team_slug: str) -> SnapshotName:
     """A snapshot's name by E2B's rules: each part trimmed and lower-cased; the namespace, if
-    any, the team's.
+    any, the team's slug (and dropped: a team's template names are its own).
 
     Raises:
         NotAllowed: `Invalid name: …`, or `namespace 'x' must match your team 'y'`.
@@ -62,8 +59,8 @@ def parse_name(name: str) -> SnapshotName:
         namespace = namespace.strip().lower()
         if not ALIAS.match(namespace):
             raise NotAllowed(f"Invalid name: namespace '{namespace}' must match {ALIAS.pattern}")
-        if namespace != TEAM_SLUG:
-            raise NotAllowed(f"namespace '{namespace}' must match your team '{TEAM_SLUG}'")
+        if namespace != team_slug:
+            raise NotAllowed(f"namespace '{namespace}' must match your team '{team_slug}'")
     return SnapshotName(alias, tag if colon else None)
 
 
@@ -112,20 +109,26 @@ class SnapshotRecords:
     def __init__(self, store: Store) -> None:
         self.store = store
 
+    def slug(self, team_id: str) -> str:
+        """The namespace of the team's names."""
+        team = self.store.team(team_id)
+        return DEFAULT_TEAM_SLUG if team is None else team.slug
+
     async def begin(self, source: SandboxRow, name: SnapshotName | None) -> Pending:
-        """Record a `building` build of the template `name` names (made if new; a new unnamed
-        one without), with the source's limits.
+        """Record a `building` build of the template `name` names among the source's team's
+        (made if new; a new unnamed one without), with the source's limits.
 
         Raises:
             NotAllowed: the name is base's, or another template's id.
         """
         now = now_us()
-        template = None if name is None else self._named(name.alias)
+        template = None if name is None else self._named(name.alias, source.team_id)
         made = template is None
         if template is None:
             template = TemplateRow(new_template_id(), None if name is None else name.alias, "", "",
                                    source.cpu_count, source.memory_mb, source.disk_size_mb,
-                                   "building", source.envd_version, now, now, build_count=0)  # fmt: skip
+                                   "building", source.envd_version, now, now, build_count=0,
+                                   team_id=source.team_id)  # fmt: skip
         tag = (name.tag if name is not None else None) or DEFAULT_TAG
         build = BuildRow(new_build_id(), template.template_id, "building", source.cpu_count,
                          source.memory_mb, source.disk_size_mb, now, now, tags=[tag])  # fmt: skip
@@ -137,14 +140,14 @@ class SnapshotRecords:
         )
         return Pending(template, build, made, tag)
 
-    def _named(self, alias: str) -> TemplateRow | None:
-        """The template `alias` names, if any. Raises NotAllowed as `begin`."""
+    def _named(self, alias: str, team_id: str) -> TemplateRow | None:
+        """The team's template `alias` names, if any. Raises NotAllowed as `begin`."""
         if alias == BASE:
             raise NotAllowed("Invalid name: the base template is sandboxd's own")
-        template = self.store.template(alias)
+        template = self.store.template(alias, team_id)
         if template is not None and template.alias != alias:
             raise NotAllowed(f"Invalid name: '{alias}' is the id of a template")
-        return template
+        return template if template is not None and template.team_id == team_id else None
 
     async def finish(self, pending: Pending, image: TemplateImage, sandbox_id: str) -> Listed:
         """Record the snapshot: its build ready with `image`, its tag pointing at it.
@@ -223,17 +226,20 @@ class SnapshotRecords:
             changes.append(functools.partial(self.store.put_template, template))
         await self.store.write(*changes)
 
-    def listed(self, sandbox_id: str | None, name: SnapshotName | None) -> list[Listed]:
-        """The snapshot templates, newest first (ties by id), of the sandbox `sandbox_id`
-        and named `name` when given (a name without a tag: any tag), each named by its newest
-        tag (of those the name allows)."""
+    def listed(self, team_id: str, sandbox_id: str | None, name: SnapshotName | None,
+               ) -> list[Listed]:  # fmt: skip
+        """The team's snapshot templates, newest first (ties by id), of the sandbox
+        `sandbox_id` and named `name` when given (a name without a tag: any tag), each named by
+        its newest tag (of those the name allows)."""
         sources: dict[str, set[str]] = {}
         for record in self.store.snapshots():
             sources.setdefault(record.template_id, set()).add(record.sandbox_id)
         found = []
         for template_id, of in sources.items():
             template = self.store.template(template_id)
-            if template is None or (sandbox_id is not None and sandbox_id not in of):
+            if template is None or template.team_id != team_id:
+                continue
+            if sandbox_id is not None and sandbox_id not in of:
                 continue
             if name is not None and name.alias not in (template.alias, template_id):
                 continue

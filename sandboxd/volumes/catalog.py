@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from sandboxd.errors import NotAllowed, VolumeNotFound, WrongState
 from sandboxd.ids import now_us
-from sandboxd.store.rows import VolumeRow
+from sandboxd.store.rows import DEFAULT_TEAM_ID, VolumeRow
 from sandboxd.volumes.storage import MIN_SIZE_MB
 
 if TYPE_CHECKING:
@@ -59,11 +59,13 @@ class VolumeCatalog:
         """Mount the recorded volumes a host reboot unmounted; remove what a stop cut short."""
         self.storage.ensure_mounted(v.volume_id for v in self.store.volumes())
 
-    async def create(self, name: str, size_mb: int | None = None) -> VolumeRow:
-        """Make the volume `name` of `size_mb` (None: the default size).
+    async def create(self, name: str, size_mb: int | None = None,
+                     team_id: str = DEFAULT_TEAM_ID) -> VolumeRow:  # fmt: skip
+        """Make the team's volume `name` of `size_mb` (None: the default size).
 
         Raises:
-            NotAllowed: the name breaks the rule or is taken, or the size is out of bounds.
+            NotAllowed: the name breaks the rule or the team has it, or the size is out of
+                bounds.
             HostError, OSError: its filesystem could not be made.
         """
         if not NAME.match(name):
@@ -74,9 +76,9 @@ class VolumeCatalog:
                 f"volume size must be between {MIN_SIZE_MB} and {self.max_size_mb} MiB"
             )
         async with self._changes:
-            if self.store.volume_named(name) is not None:
+            if self.store.volume_named(name, team_id) is not None:
                 raise NotAllowed(f"Volume with name '{name}' already exists")
-            row = VolumeRow(str(uuid.uuid4()), name, size, now_us())
+            row = VolumeRow(str(uuid.uuid4()), name, size, now_us(), team_id)
             await asyncio.to_thread(self.storage.create, row.volume_id, size)
             try:
                 await self.store.write(functools.partial(self.store.add_volume, row))
@@ -85,29 +87,34 @@ class VolumeCatalog:
                 raise
         return row
 
-    def get(self, volume_id: str) -> VolumeRow:
-        """Raises VolumeNotFound."""
+    def get(self, volume_id: str, team_id: str | None = None) -> VolumeRow:
+        """The volume (given a team, only one of the team's).
+
+        Raises:
+            VolumeNotFound: no such volume (of the team's), as for an unknown one.
+        """
         row = self.store.volume(volume_id)
-        if row is None:
+        if row is None or team_id not in (None, row.team_id):
             raise VolumeNotFound
         return row
 
-    def named(self, name: str) -> VolumeRow | None:
-        return self.store.volume_named(name)
+    def named(self, name: str, team_id: str = DEFAULT_TEAM_ID) -> VolumeRow | None:
+        return self.store.volume_named(name, team_id)
 
-    def all(self) -> list[VolumeRow]:
-        return self.store.volumes()
+    def all(self, team_id: str | None = None) -> list[VolumeRow]:
+        """Every volume, or the team's."""
+        return self.store.volumes(team_id)
 
-    async def delete(self, volume_id: str) -> None:
-        """Remove the volume: its record, then its filesystem, nothing left of either.
+    async def delete(self, volume_id: str, team_id: str | None = None) -> None:
+        """Remove the (team's) volume: its record, then its filesystem, nothing left of either.
 
         Raises:
-            VolumeNotFound: no such volume.
+            VolumeNotFound: no such volume (of the team's).
             WrongState: a sandbox has it mounted.
             OSError: its filesystem could not be unmounted (the record is gone already).
         """
         async with self._changes:
-            row = self.get(volume_id)
+            row = self.get(volume_id, team_id)
             if self.in_use(volume_id):
                 raise WrongState(f"Volume '{row.name}' is mounted in a sandbox")
             await self.store.write(functools.partial(self.store.delete_volume, volume_id))

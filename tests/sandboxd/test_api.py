@@ -601,7 +601,8 @@ def test_a_create_whose_init_is_refused_fails_at_once_and_is_never_listed(
 
 
 def test_templates(api: httpx.Client) -> None:
-    assert api.get("/templates/aliases/base").json() == {"templateID": "base", "public": False}
+    # base is public: every team boots it ("Teams").
+    assert api.get("/templates/aliases/base").json() == {"templateID": "base", "public": True}
     made = api.post("/v2/templates", json={"alias": "small", "cpuCount": 1, "memoryMB": 256})
     assert made.status_code == 202
     template_id = made.json()["templateID"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from sandboxd.errors import NotAllowed
+from sandboxd.store.rows import DEFAULT_TEAM_SLUG
 from sandboxd.templates.snapshots import SnapshotName, parse_name
 
 
@@ -21,7 +22,7 @@ from sandboxd.templates.snapshots import SnapshotName, parse_name
     ],
 )
 def test_names_are_trimmed_and_lower_cased(name: str, parsed: SnapshotName) -> None:
-    assert parse_name(name) == parsed
+    assert parse_name(name, DEFAULT_TEAM_SLUG) == parsed
 
 
 @pytest.mark.parametrize(
@@ -39,5 +40,5 @@ def test_names_are_trimmed_and_lower_cased(name: str, parsed: SnapshotName) -> N
 )
 def test_bad_names_are_refused_in_the_references_words(name: str, message: str) -> None:
     with pytest.raises(NotAllowed) as refused:
-        parse_name(name)
+        parse_name(name, DEFAULT_TEAM_SLUG)
     assert str(refused.value) == message

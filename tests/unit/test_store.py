@@ -23,13 +23,16 @@ from sandboxd.errors import StoreUnavailable
 from sandboxd.store.postgres import database as postgres_database
 from sandboxd.store.postgres.store import PostgresStore
 from sandboxd.store.rows import (
+    DEFAULT_TEAM_ID,
     BuildRow,
     LogLine,
     MetricSample,
     SandboxRow,
     SnapshotRow,
+    TeamRow,
     TemplateRow,
     VolumeRow,
+    key_hash,
 )
 from sandboxd.store.sqlite import database as sqlite_database
 from sandboxd.store.sqlite.store import SqliteStore
@@ -180,6 +183,49 @@ async def test_volumes_by_id_and_name_each_name_once(store: Store) -> None:
     assert store.volumes() == [second]
 
 
+TEAM_B = TeamRow("0b5e2a6e-6f0c-4a47-9a53-1d9a3e0c00b0", "team b", "team-b", 5)
+
+
+async def test_teams_own_keys_templates_volumes_and_their_samples(store: Store) -> None:
+    assert [t.team_id for t in store.teams()] == [DEFAULT_TEAM_ID]
+    key_a, key_b = "e2b_" + "aa" * 20, "e2b_" + "bb" * 20
+    mine = TemplateRow(**{**vars(TEMPLATE), "template_id": "tb", "team_id": TEAM_B.team_id})
+    public = TemplateRow(**{**vars(TEMPLATE), "alias": "shared", "public": True})
+    await store.write(functools.partial(store.add_team, TEAM_B),
+                      functools.partial(store.add_key, key_a, 1),
+                      functools.partial(store.add_key, key_b, 1, TEAM_B.team_id),
+                      functools.partial(store.put_template, public),
+                      functools.partial(store.put_template, mine))  # fmt: skip
+    assert store.teams()[1] == TEAM_B
+    assert store.team("team b") == TEAM_B == store.team(TEAM_B.team_id)
+    assert store.team("nobody") is None
+    assert store.team_of_key(key_a) == DEFAULT_TEAM_ID
+    assert store.team_of_key(key_b) == TEAM_B.team_id
+    assert store.team_of_key("e2b_" + "cc" * 20) is None
+    # The same alias in two teams: each finds its own; public ones anyone finds.
+    assert store.template("alias", TEAM_B.team_id) == mine
+    assert store.template("shared", TEAM_B.team_id) == public
+    assert store.template("t1", TEAM_B.team_id) == public  # by id: whoever's
+    assert store.templates(TEAM_B.team_id) == [mine]
+    assert store.templates() == [public, mine]
+    for data in (VolumeRow("0b5e2a6e-6f0c-4a47-9a53-1d9a3e0c0001", "data", 16, 1),
+                 VolumeRow("0b5e2a6e-6f0c-4a47-9a53-1d9a3e0c0002", "data", 16, 2,
+                           TEAM_B.team_id)):  # fmt: skip
+        await store.write(functools.partial(store.add_volume, data))
+        assert store.volume_named("data", data.team_id) == data
+        assert store.volumes(data.team_id) == [data]
+    await store.write(functools.partial(store.add_team_sample, 10, 3, TEAM_B.team_id),
+                      functools.partial(store.add_team_sample, 10, 1),
+                      functools.partial(store.add_event, 7, "s", "created", "", TEAM_B.team_id),
+                      functools.partial(store.add_event, 8, "s", "created"))  # fmt: skip
+    assert store.team_samples(0, 20, TEAM_B.team_id) == [(10, 3)]
+    assert store.team_samples(0, 20) == [(10, 1)]
+    assert store.event_times("created", 0, 20, TEAM_B.team_id) == [7]
+    assert store.event_times("created", 0, 20) == [7, 8]
+    with pytest.raises((sqlite3.IntegrityError, psycopg.IntegrityError)):
+        await store.write(functools.partial(store.add_team, TeamRow("x", "team b", "x", 6)))
+
+
 async def test_a_write_commits_all_its_changes_or_none(store: Store) -> None:
     def fail() -> None:
         raise RuntimeError("a change that fails")
@@ -222,6 +268,40 @@ async def test_a_store_reopens_at_the_newest_schema(backend: Backend) -> None:
         assert again.templates() == [TEMPLATE]
     finally:
         again.close()
+    assert backend.schema_version() == sqlite_database.migrations()[-1][0]
+
+
+def test_what_was_there_before_teams_is_the_default_teams(backend: Backend) -> None:
+    """A store at the schema before teams (0007), with a key, a template and a volume, opened
+    now: all three are the default team's."""
+    key = "e2b_" + "ef" * 20
+    template = ("INSERT INTO templates (template_id, alias, build_id, rootfs, cpu_count, "
+                "memory_mb, disk_size_mb, build_status, envd_version, created_at, updated_at) "
+                "VALUES ('t1', 'old', 'b1', '/rootfs', 1, 256, 0, 'ready', '0.1', 1, 2)")  # fmt: skip
+    rows = ("INSERT INTO api_keys VALUES ('" + key_hash(key) + "', 'e2b_ef', 1)",  # noqa: S608  # ours
+            template, "INSERT INTO volumes VALUES ('v1', 'data', 16, 1)")  # fmt: skip
+    if backend.url is None:
+        with contextlib.closing(sqlite3.connect(backend.state_dir / sqlite_database.DB_FILE)) as db:
+            for number, sql in sqlite_database.migrations()[:7]:
+                db.executescript(sql + f";\nPRAGMA user_version = {number}")
+            db.executescript(";\n".join(rows))
+    else:
+        with psycopg.connect(backend.url, autocommit=True) as pg:
+            pg.execute("CREATE TABLE schema_version (version integer NOT NULL)")
+            for number, sql in postgres_database.migrations()[:7]:
+                pg.execute(sql.encode())
+                pg.execute("INSERT INTO schema_version VALUES (%s)", (number,))
+            for row in rows:
+                pg.execute(row.encode())
+    store = backend.open()
+    try:
+        assert store.team_of_key(key) == DEFAULT_TEAM_ID
+        assert [t.team_id for t in store.templates()] == [DEFAULT_TEAM_ID]
+        assert store.template("old") == store.templates()[0]
+        assert store.volume_named("data") == store.volumes()[0]
+        assert store.volumes()[0].team_id == DEFAULT_TEAM_ID
+    finally:
+        store.close()
     assert backend.schema_version() == sqlite_database.migrations()[-1][0]
 
 

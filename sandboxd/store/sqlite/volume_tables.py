@@ -1,39 +1,41 @@
-"""The volumes of the SQLite store (sandboxd/store/migrations/0007_volumes.sql;
+"""The volumes of the SQLite store (sandboxd/store/migrations/0007_volumes.sql, 0008_teams.sql;
 sandboxd.store.interface's Volumes)."""
 
 from __future__ import annotations
 
-from sandboxd.store.rows import VolumeRow
+from sandboxd.store.rows import DEFAULT_TEAM_ID, VolumeRow
 from sandboxd.store.sqlite.database import Tables
 
-_COLUMNS = "volume_id, name, size_mb, created_at"
+_COLUMNS = "volume_id, name, size_mb, created_at, team_id"
 
 
 class VolumeTables(Tables):
     def add_volume(self, v: VolumeRow) -> None:
         self._db.writes.execute(
-            f"INSERT INTO volumes ({_COLUMNS}) VALUES (?, ?, ?, ?)",  # noqa: S608  # ours
-            (v.volume_id, v.name, v.size_mb, v.created_at),
+            f"INSERT INTO volumes ({_COLUMNS}) VALUES (?, ?, ?, ?, ?)",  # noqa: S608  # ours
+            (v.volume_id, v.name, v.size_mb, v.created_at, v.team_id),
         )
 
     def volume(self, volume_id: str) -> VolumeRow | None:
-        return self._one("volume_id", volume_id)
+        return self._one("volume_id = ?", volume_id)
 
-    def volume_named(self, name: str) -> VolumeRow | None:
-        return self._one("name", name)
+    def volume_named(self, name: str, team_id: str = DEFAULT_TEAM_ID) -> VolumeRow | None:
+        return self._one("name = ? AND team_id = ?", name, team_id)
 
-    def volumes(self) -> list[VolumeRow]:
+    def volumes(self, team_id: str | None = None) -> list[VolumeRow]:
         rows = self._db.reads.execute(
-            f"SELECT {_COLUMNS} FROM volumes ORDER BY created_at, volume_id"  # noqa: S608  # ours
+            f"SELECT {_COLUMNS} FROM volumes WHERE ? IS NULL OR team_id = ? "  # noqa: S608
+            "ORDER BY created_at, volume_id",
+            (team_id, team_id),
         )
         return [VolumeRow(*r) for r in rows]
 
     def delete_volume(self, volume_id: str) -> None:
         self._db.writes.execute("DELETE FROM volumes WHERE volume_id = ?", (volume_id,))
 
-    def _one(self, column: str, value: str) -> VolumeRow | None:
+    def _one(self, where: str, *values: str) -> VolumeRow | None:
         row = self._db.reads.execute(
-            f"SELECT {_COLUMNS} FROM volumes WHERE {column} = ?",  # noqa: S608  # names are ours
-            (value,),
+            f"SELECT {_COLUMNS} FROM volumes WHERE {where}",  # noqa: S608  # ours
+            values,
         ).fetchone()
         return None if row is None else VolumeRow(*row)
