@@ -123,3 +123,28 @@ class VolumeRow:
     name: str  # unique among the volumes
     size_mb: int  # its filesystem's size: what it may hold
     created_at: int
+
+
+@dataclass
+class CatalogRow:
+    """A sandbox of the cluster (sandboxd.cluster): the node that runs it, the team that owns
+    it, and `info`, the sandbox as its create answered (its tokens left out), what is shown of
+    it once its node is gone."""
+
+    sandbox_id: str
+    node_id: str
+    team_id: str
+    created_at: int
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CreateKeyRow:
+    """An `Idempotency-Key` of a create, for the hash of the API key that sent it (`scope`):
+    `claim` names the create that makes its sandbox; `sandbox_id` is None until it has."""
+
+    scope: str
+    key: str
+    claim: str
+    sandbox_id: str | None
+    created_at: int
