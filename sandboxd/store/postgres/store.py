@@ -1,6 +1,6 @@
 """`PostgresStore`: sandboxd's store (sandboxd.store.interface.Store) in a PostgreSQL database.
-Its table groups (.tables, .build_tables, .volume_tables) are each whole over a Database (.database); the store
-is their union over one, as SqliteStore is."""
+Its table groups (.tables, .build_tables, .volume_tables, .node_tables) are each whole over a
+Database (.database); the store is their union over one, as SqliteStore is."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from sandboxd.store.postgres.build_tables import BuildTables
 from sandboxd.store.postgres.database import Database
+from sandboxd.store.postgres.node_tables import NodeTables
 from sandboxd.store.postgres.tables import SandboxTables
 from sandboxd.store.postgres.volume_tables import VolumeTables
 
@@ -15,7 +16,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 
-class PostgresStore(SandboxTables, BuildTables, VolumeTables):
+class PostgresStore(SandboxTables, BuildTables, VolumeTables, NodeTables):
     """The database at a `postgresql://` URL. Held to the interface by tests/unit/test_store.py."""
 
     def __init__(self, url: str) -> None:
