@@ -47,6 +47,7 @@ if TYPE_CHECKING:
         CreateKeyRow,
         LogLine,
         MetricSample,
+        NodeRow,
         SandboxRow,
         SnapshotRow,
         TagRow,
@@ -210,7 +211,24 @@ class Catalog(Protocol):
     def lock_holder(self, name: str, now_us: int) -> str | None: ...
 
 
-class Store(Keys, Templates, Sandboxes, Samples, Builds, Volumes, Catalog, Protocol):
+class Nodes(Protocol):
+    """The node agents of a cluster and their leases (written only in a shared database: a node
+    by its heartbeats, an operator by draining it)."""
+
+    def heartbeat_node(self, n: NodeRow) -> None:
+        """Insert `n`, or replace everything of its node_id's row but `draining` (a heartbeat
+        never undoes a drain; a new row takes `n.draining`)."""
+
+    def set_node_draining(self, node_id: str, draining: bool) -> bool:
+        """Set the node's flag; False when there is no such node."""
+
+    def nodes(self) -> list[NodeRow]:
+        """Every registered node, ordered by node_id."""
+
+    def delete_node(self, node_id: str) -> None: ...
+
+
+class Store(Keys, Templates, Sandboxes, Samples, Builds, Volumes, Nodes, Catalog, Protocol):
     """The tables of one sandboxd, in one database, written through `write`."""
 
     async def write(self, *changes: Callable[[], None]) -> None:

@@ -41,3 +41,15 @@ def upsert(table: str, names: list[str], mark: str) -> str:
         f"INSERT INTO {table} ({', '.join(names)}) VALUES ({marks}) "  # noqa: S608  # names are ours
         f"ON CONFLICT ({names[0]}) DO UPDATE SET {updates}"
     )
+
+
+def node_heartbeat(mark: str) -> str:
+    """The upsert of a NodeRow's heartbeat (its fields in order) that keeps a row's `draining`,
+    with the backend's placeholder `mark`."""
+    names = ["node_id", "api_url", "proxy_address", "heartbeat_us", "lease_s", "status"]
+    marks = ", ".join([mark] * (len(names) + 1))
+    updates = ", ".join(f"{n} = excluded.{n}" for n in names[1:])
+    return (
+        f"INSERT INTO nodes ({', '.join(names)}, draining) VALUES ({marks}) "  # noqa: S608  # names are ours
+        f"ON CONFLICT (node_id) DO UPDATE SET {updates}"
+    )

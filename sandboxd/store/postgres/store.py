@@ -1,6 +1,7 @@
 """`PostgresStore`: sandboxd's store (sandboxd.store.interface.Store) in a PostgreSQL database.
-Its table groups (.tables, .build_tables, .volume_tables, and the catalog's) are each whole over a Database (.database); the store
-is their union over one, as SqliteStore is."""
+Its table groups (.tables, .build_tables, .volume_tables, .node_tables, and .catalog_tables
+shared by both) are each whole over a Database (.database); the store is their union over one,
+as SqliteStore is."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from sandboxd.store.catalog_tables import CatalogTables
 from sandboxd.store.postgres.build_tables import BuildTables
 from sandboxd.store.postgres.database import Database, Tables
+from sandboxd.store.postgres.node_tables import NodeTables
 from sandboxd.store.postgres.tables import SandboxTables
 from sandboxd.store.postgres.volume_tables import VolumeTables
 
@@ -26,7 +28,7 @@ class PostgresCatalog(Tables, CatalogTables):
         self._db.writes.execute(sql, params)
 
 
-class PostgresStore(SandboxTables, BuildTables, VolumeTables, PostgresCatalog):
+class PostgresStore(SandboxTables, BuildTables, VolumeTables, NodeTables, PostgresCatalog):
     """The database at a `postgresql://` URL. Held to the interface by tests/unit/test_store.py."""
 
     def __init__(self, url: str) -> None:

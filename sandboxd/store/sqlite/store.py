@@ -1,7 +1,7 @@
 """`SqliteStore`: sandboxd's store (sandboxd.store.interface.Store) in SQLite, in the state
-directory. Its table groups (.tables, .build_tables, .volume_tables, and the catalog's) are each whole over a Database
-(.database); the store is their union over one, so that its surface is as flat as the
-interface's (callers bind its methods: `functools.partial(store.put_build, build)`)."""
+directory. Its table groups (.tables, .build_tables, .volume_tables, .node_tables, and
+.catalog_tables shared by both) are each whole over a Database (.database); the store is their union over one, so that its surface is as
+flat as the interface's (callers bind its methods: `functools.partial(store.put_build, build)`)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from sandboxd.store.catalog_tables import CatalogTables
 from sandboxd.store.sqlite.build_tables import BuildTables
 from sandboxd.store.sqlite.database import Database, Tables
+from sandboxd.store.sqlite.node_tables import NodeTables
 from sandboxd.store.sqlite.tables import SandboxTables
 from sandboxd.store.sqlite.volume_tables import VolumeTables
 
@@ -28,7 +29,7 @@ class SqliteCatalog(Tables, CatalogTables):
         self._db.writes.execute(sql, params)
 
 
-class SqliteStore(SandboxTables, BuildTables, VolumeTables, SqliteCatalog):
+class SqliteStore(SandboxTables, BuildTables, VolumeTables, NodeTables, SqliteCatalog):
     """The database of one state directory. Held to the interface by tests/unit/test_store.py."""
 
     def __init__(self, state_dir: Path) -> None:
