@@ -119,6 +119,20 @@ class BootError(SandboxError):
     its /init); everything the boot made has been removed again."""
 
 
+class NoNodeAvailable(BootError):
+    """No node of the cluster took the create (none alive with room, or each one tried
+    refused it within the create's deadline); the message says which and why."""
+
+
+class NodeLost(SandboxError):
+    """The sandbox's node stopped renewing its lease: it cannot be reached through the
+    cluster until the node returns."""
+
+    def __init__(self, sandbox_id: str, node_id: str) -> None:
+        super().__init__(f"sandbox {sandbox_id} is on node {node_id}, whose lease expired: "
+                         f"the node is unreachable and the sandbox with it")  # fmt: skip
+
+
 class HostError(SandboxError):
     """The host lacks something the runtime needs (root, cgroup2, systemd-nspawn, overlayfs)."""
 

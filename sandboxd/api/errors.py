@@ -15,6 +15,7 @@ from sandboxd.errors import (
     InitRefused,
     LengthRequired,
     NotAllowed,
+    NodeLost,
     NotFound,
     SandboxError,
     StoreUnavailable,
@@ -44,6 +45,7 @@ _STATUSES: tuple[tuple[type[SandboxError], int], ...] = (
     (BadUpload, 400),
     (VolumeFull, 507),
     (DiskFull, 507),
+    (NodeLost, 502),  # E2B's status for a sandbox its proxy cannot reach
     (BootError, 503),  # nothing of the sandbox is left: trying again may work
     (StoreUnavailable, 503),
     (TemplateError, 500),

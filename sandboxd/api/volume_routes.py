@@ -45,23 +45,23 @@ def _with_token(catalog: VolumeCatalog, row: VolumeRow) -> dict[str, Any]:
 
 async def create_volume(request: Request) -> Response:
     body = await read_json(request, NewVolume)
-    catalog = context(request).volumes
+    catalog = context(request).volume_catalog()
     row = await catalog.create(body.name, body.sizeMB)
     return JSONResponse(_with_token(catalog, row), 201)
 
 
 async def list_volumes(request: Request) -> Response:
-    rows = context(request).volumes.all()
+    rows = context(request).volume_catalog().all()
     return JSONResponse([{"volumeID": v.volume_id, "name": v.name} for v in rows])
 
 
 async def get_volume(request: Request) -> Response:
-    catalog = context(request).volumes
+    catalog = context(request).volume_catalog()
     return JSONResponse(_with_token(catalog, catalog.get(volume_id(request))))
 
 
 async def delete_volume(request: Request) -> Response:
-    await context(request).volumes.delete(volume_id(request))
+    await context(request).volume_catalog().delete(volume_id(request))
     return Response(status_code=204)
 
 
