@@ -25,11 +25,11 @@ from sandboxd.errors import (
     SandboxError,
     SandboxNotFound,
     TemplateError,
-    TemplateNotFound,
 )
 from sandboxd.ids import now_us
 from sandboxd.node.service import NodeService
 from sandboxd.store.rows import CatalogRow
+from sandboxd.templates.catalog import BASE_CPUS
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -89,19 +89,17 @@ class ClusterNodes:
     async def create(self, config: SandboxConfig) -> SandboxInfo:
         """Raises NoNodeAvailable: no node took it within the deadline; the errors of
         NodeService.create that are the create's own fault; StoreUnavailable."""
-        template = self.store.template(config.template.split(":", 1)[0])
-        if template is None:
-            raise TemplateNotFound(config.template)
+        template_id, cpus = self._template(config.template)
         deadline = asyncio.get_running_loop().time() + self.deadline_s
         refusals: dict[str, str] = {}
         while True:
-            node = placement.choose(self.store.nodes(), template.template_id,
-                                    template.cpu_count, now_us(), refusals, self.reserved)  # fmt: skip
+            node = placement.choose(self.store.nodes(), template_id, cpus, now_us(), refusals,
+                                    self.reserved)  # fmt: skip
             left = deadline - asyncio.get_running_loop().time()
             if node is None or left <= 0:
                 raise NoNodeAvailable(_no_node(refusals))
             try:
-                info = await self._create_on(node, config, template.cpu_count, left)
+                info = await self._create_on(node, config, cpus, left)
             except CALLERS_FAULT:
                 raise
             except Exception as exc:  # noqa: BLE001  # refused (full, draining) or unreachable: another node
@@ -110,6 +108,15 @@ class ClusterNodes:
                 continue
             await self._record(node, info)
             return info
+
+    def _template(self, name: str) -> tuple[str, int]:
+        """The template's id and vCPUs as the shared database has them; a template only the
+        nodes know (each node's own base) by its name, at the base's vCPUs: the node that
+        takes the create resolves it, or refuses it as unknown."""
+        template = self.store.template(name.split(":", 1)[0])
+        if template is None:
+            return name, BASE_CPUS
+        return template.template_id, template.cpu_count
 
     async def _create_on(self, node: NodeRow, config: SandboxConfig, cpus: int,
                          timeout_s: float) -> SandboxInfo:  # fmt: skip
