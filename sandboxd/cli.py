@@ -1,4 +1,4 @@
-"""sandboxd's command line: `serve`, `api-key create`, `template build-base` and
+"""sandboxd's command line: `serve`, `gateway`, `api-key create`, `template build-base` and
 `install-service`."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from sandboxd.builds.base_image import build_base
 from sandboxd.builds.builder import DEADLINE_OPTION, DEFAULT_DEADLINE_S
 from sandboxd.builds.envd_layer import OPTION as ENVD_ARTIFACT_OPTION
 from sandboxd.builds.systemd_init import PROVISIONS
-from sandboxd.daemon import tls
+from sandboxd.daemon import gateway, tls
 from sandboxd.daemon.serve import (
     DATABASE_URL_ENV,
     ServeOptions,
@@ -238,6 +238,7 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="sandboxd", description="E2B-compatible sandbox host")
     commands = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _serve_parser(commands)
+    gateway.add_parser(commands)
     api_key = commands.add_parser("api-key", help="manage API keys")
     key_commands = api_key.add_subparsers(dest="key_command", required=True)
     create = key_commands.add_parser(
@@ -325,6 +326,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "install-service":
             parser.parse_args(["serve", *args.serve_flags])  # a typo fails here, not at start
             install_service(args.root.absolute(), args.serve_flags, args.enable)
+            return 0
+        if args.command == "gateway":
+            gateway.gateway(gateway.options(args))
             return 0
         state_dir: Path = args.state_dir.absolute()
         if args.command == "serve":

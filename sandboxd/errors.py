@@ -125,12 +125,12 @@ class NoNodeAvailable(BootError):
 
 
 class NodeLost(SandboxError):
-    """The sandbox's node stopped renewing its lease: it cannot be reached through the
-    cluster until the node returns."""
+    """The sandbox's node stopped renewing its lease, or does not answer: the sandbox cannot
+    be reached through the cluster until the node returns."""
 
-    def __init__(self, sandbox_id: str, node_id: str) -> None:
-        super().__init__(f"sandbox {sandbox_id} is on node {node_id}, whose lease expired: "
-                         f"the node is unreachable and the sandbox with it")  # fmt: skip
+    def __init__(self, sandbox_id: str, node_id: str, why: str = "whose lease expired") -> None:
+        super().__init__(f"sandbox {sandbox_id} is on node {node_id}, {why}: the sandbox "
+                         f"cannot be reached until the node returns")  # fmt: skip
 
 
 class HostError(SandboxError):

@@ -32,6 +32,10 @@ def lost_message(node_id: str, node: NodeRow | None) -> str:
             f"the sandbox cannot be reached until the node returns")  # fmt: skip
 
 
+def unanswered_message(node_id: str, exc: BaseException) -> str:
+    return f"its node {node_id} does not answer ({exc}): the sandbox cannot be reached"
+
+
 def lost(entry: CatalogRow, message: str) -> SandboxInfo:
     """The sandbox of `entry` as listed while its node is gone."""
     info = SandboxInfo(**entry.info)

@@ -12,7 +12,7 @@ import contextlib
 import functools
 import logging
 from collections import Counter
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 from sandboxd.api.responses import TEAM_ID
 from sandboxd.cluster import catalog, placement
@@ -27,18 +27,21 @@ from sandboxd.errors import (
     TemplateError,
 )
 from sandboxd.ids import now_us
+from sandboxd.node.remote import NodeUnreachable
 from sandboxd.node.service import NodeService
 from sandboxd.store.rows import CatalogRow
 from sandboxd.templates.catalog import BASE_CPUS
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Awaitable, Callable
 
     from sandboxd.node.models import LogEntry, SandboxConfig, SandboxInfo, SnapshotInfo
     from sandboxd.store.interface import Store
     from sandboxd.store.rows import MetricSample, NodeRow
 
 log = logging.getLogger("sandboxd.cluster.nodes")
+
+T = TypeVar("T")
 
 CREATE_DEADLINE_S: Final = 60.0
 # A node's refusals that another node would repeat: the create's own fault, not the node's.
@@ -152,12 +155,24 @@ class ClusterNodes:
         node = next((n for n in self.store.nodes() if n.node_id == entry.node_id), None)
         return entry, node if node is not None and placement.alive(node, now) else None
 
-    def _node_of(self, sandbox_id: str) -> Remote:
+    def _live_owner(self, sandbox_id: str) -> NodeRow:
         """Raises SandboxNotFound; NodeLost: its node's lease expired."""
         entry, node = self._owner(sandbox_id)
         if node is None:
             raise NodeLost(sandbox_id, entry.node_id)
-        return self.client(node)
+        return node
+
+    async def _ask(
+        self, sandbox_id: str, node: NodeRow, call: Callable[[Remote], Awaitable[T]]
+    ) -> T:
+        """`call` on the node's client. Raises NodeLost: the node does not answer."""
+        try:
+            return await call(self.client(node))
+        except NodeUnreachable as exc:
+            raise NodeLost(sandbox_id, node.node_id, f"which does not answer ({exc})") from exc
+
+    async def _on_node(self, sandbox_id: str, call: Callable[[Remote], Awaitable[T]]) -> T:
+        return await self._ask(sandbox_id, self._live_owner(sandbox_id), call)
 
     def _gone_now(self, sandbox_id: str) -> None:
         for callback in self._gone:
@@ -171,54 +186,52 @@ class ClusterNodes:
         _, node = self._owner(sandbox_id)
         if node is not None:
             try:
-                await self.client(node).kill(sandbox_id)
+                await self._ask(sandbox_id, node, lambda n: n.kill(sandbox_id))
             except SandboxNotFound:
                 await self._forget(sandbox_id)  # it ended on its node: the row was stale
                 raise
         await self._forget(sandbox_id)
 
     async def pause(self, sandbox_id: str, memory: bool = True) -> None:
-        await self._node_of(sandbox_id).pause(sandbox_id, memory)
+        await self._on_node(sandbox_id, lambda n: n.pause(sandbox_id, memory))
         self._gone_now(sandbox_id)
 
     async def resume(self, sandbox_id: str, timeout_s: int) -> SandboxInfo:
-        return await self._node_of(sandbox_id).resume(sandbox_id, timeout_s)
+        return await self._on_node(sandbox_id, lambda n: n.resume(sandbox_id, timeout_s))
 
     async def connect(
         self, sandbox_id: str, timeout_s: int, memory: bool = True
     ) -> tuple[SandboxInfo, bool]:
-        return await self._node_of(sandbox_id).connect(sandbox_id, timeout_s, memory)
+        return await self._on_node(sandbox_id, lambda n: n.connect(sandbox_id, timeout_s, memory))
 
     async def snapshot(self, sandbox_id: str, name: str | None) -> SnapshotInfo:
-        return await self._node_of(sandbox_id).snapshot(sandbox_id, name)
+        return await self._on_node(sandbox_id, lambda n: n.snapshot(sandbox_id, name))
 
     async def fork(
         self, sandbox_id: str, timeout_s: int, count: int
     ) -> list[SandboxInfo | SandboxError]:
-        entry, node = self._owner(sandbox_id)
-        if node is None:
-            raise NodeLost(sandbox_id, entry.node_id)
-        children = await self.client(node).fork(sandbox_id, timeout_s, count)
+        node = self._live_owner(sandbox_id)
+        children = await self._ask(sandbox_id, node, lambda n: n.fork(sandbox_id, timeout_s, count))
         for child in children:
             if not isinstance(child, SandboxError):
                 await self._record(node, child)
         return children
 
     async def set_timeout(self, sandbox_id: str, timeout_s: int) -> None:
-        await self._node_of(sandbox_id).set_timeout(sandbox_id, timeout_s)
+        await self._on_node(sandbox_id, lambda n: n.set_timeout(sandbox_id, timeout_s))
 
     async def update_network(self, sandbox_id: str, update: dict[str, Any]) -> None:
-        await self._node_of(sandbox_id).update_network(sandbox_id, update)
+        await self._on_node(sandbox_id, lambda n: n.update_network(sandbox_id, update))
 
     async def metrics(
         self, sandbox_id: str, start_s: int | None, end_s: int | None
     ) -> list[MetricSample]:
-        return await self._node_of(sandbox_id).metrics(sandbox_id, start_s, end_s)
+        return await self._on_node(sandbox_id, lambda n: n.metrics(sandbox_id, start_s, end_s))
 
     async def logs(self, sandbox_id: str, since_us: int | None, until_us: int | None,
                    limit: int, newest_first: bool) -> list[LogEntry]:  # fmt: skip
-        return await self._node_of(sandbox_id).logs(
-            sandbox_id, since_us, until_us, limit, newest_first
+        return await self._on_node(
+            sandbox_id, lambda n: n.logs(sandbox_id, since_us, until_us, limit, newest_first)
         )
 
     async def get(self, sandbox_id: str) -> SandboxInfo | None:
@@ -228,7 +241,10 @@ class ClusterNodes:
             return None
         if node is None:
             return catalog.lost(entry, catalog.lost_message(entry.node_id, self._row(entry)))
-        return await self.client(node).get(sandbox_id)
+        try:
+            return await self.client(node).get(sandbox_id)
+        except NodeUnreachable as exc:
+            return catalog.lost(entry, catalog.unanswered_message(entry.node_id, exc))
 
     def _row(self, entry: CatalogRow) -> NodeRow | None:
         return next((n for n in self.store.nodes() if n.node_id == entry.node_id), None)
@@ -243,17 +259,18 @@ class ClusterNodes:
         answers = await asyncio.gather(*(self.client(n).list_sandboxes() for n in live),
                                        return_exceptions=True)  # fmt: skip
         found: list[SandboxInfo] = []
-        answered: set[str] = set()
+        messages = {
+            n: catalog.lost_message(n, nodes.get(n)) for n in {e.node_id for e in entries.values()}
+        }
         for node, answer in zip(live, answers, strict=True):
             if isinstance(answer, BaseException):
                 log.warning("node %s did not list its sandboxes: %s", node.node_id, answer)
+                messages[node.node_id] = catalog.unanswered_message(node.node_id, answer)
                 continue
-            answered.add(node.node_id)
+            messages.pop(node.node_id, None)
             found += [s for s in answer if s.sandbox_id in entries]
-        for entry in entries.values():
-            if entry.node_id not in answered:
-                message = catalog.lost_message(entry.node_id, nodes.get(entry.node_id))
-                found.append(catalog.lost(entry, message))
+        found += [catalog.lost(e, messages[e.node_id]) for e in entries.values()
+                  if e.node_id in messages]  # fmt: skip
         return found
 
 
