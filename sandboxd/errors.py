@@ -137,6 +137,11 @@ class HostError(SandboxError):
     """The host lacks something the runtime needs (root, cgroup2, systemd-nspawn, overlayfs)."""
 
 
+class NodeDraining(SandboxError):
+    """A node agent being drained (`sandboxd node drain`) takes no new sandboxes; the ones it
+    runs go on. Another node may take the create."""
+
+
 class StoreUnavailable(SandboxError):
     """The store's database server cannot be reached (a PostgreSQL store: down, restarting, or
     refusing the credentials); nothing of the read or write that met it took effect. Trying

@@ -23,7 +23,7 @@ from sandboxd.cluster.reconcile import Reconciler
 from sandboxd.cluster.routes import ClusterRoutes
 from sandboxd.daemon.serve import (
     DATABASE_URL_ENV,
-    _Server,
+    NotifyingServer,
     connection_policy,
     open_store,
     register_env_key,
@@ -105,7 +105,7 @@ def gateway(opts: GatewayOptions) -> None:
     store = open_store(Path(), opts.database_url)  # a PostgreSQL store: no state directory
     try:
         register_env_key(store)  # SANDBOXD_API_KEY, as serve takes it
-        _Server(config(opts, store), os.environ.pop("NOTIFY_SOCKET", None),
+        NotifyingServer(config(opts, store), os.environ.pop("NOTIFY_SOCKET", None),
                 f"gateway listening on http://{opts.host}:{opts.port}, sandbox domain "
                 f"{opts.domain}").run()  # fmt: skip
     finally:
