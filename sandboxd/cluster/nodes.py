@@ -14,7 +14,6 @@ import logging
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
-from sandboxd.api.responses import TEAM_ID
 from sandboxd.cluster import catalog, placement
 from sandboxd.errors import (
     InitRefused,
@@ -58,12 +57,14 @@ class Remote(NodeService, NodeClient, Protocol): ...
 
 
 class ClusterNodes:
-    """`dial(node)` makes the client of a registered node; `on_gone(id)` callbacks run when
-    a sandbox stops being reachable where it was (killed, paused, lost)."""
+    """`dial(node)` makes the client of a registered node; the sandboxes it creates are
+    `team_id`'s; `on_gone(id)` callbacks run when a sandbox stops being reachable where it was
+    (killed, paused, lost)."""
 
-    def __init__(self, store: Store, dial: Callable[[NodeRow], Remote],
+    def __init__(self, store: Store, dial: Callable[[NodeRow], Remote], team_id: str,
                  deadline_s: float = CREATE_DEADLINE_S) -> None:  # fmt: skip
         self.store = store
+        self.team_id = team_id
         self.dial = dial
         self.deadline_s = deadline_s
         self.reserved: Counter[str] = Counter()  # vCPUs of creates under way, by node
@@ -132,7 +133,8 @@ class ClusterNodes:
     async def _record(self, node: NodeRow, info: SandboxInfo) -> None:
         """One catalog row for the sandbox; without it (the database down) the sandbox is
         killed again, so that nothing runs that no gateway knows."""
-        entry = CatalogRow(info.sandbox_id, node.node_id, TEAM_ID, now_us(), catalog.recorded(info))
+        entry = CatalogRow(info.sandbox_id, node.node_id, self.team_id, now_us(),
+                           catalog.recorded(info))  # fmt: skip
         try:
             await self.store.write(functools.partial(self.store.add_catalog_entry, entry))
         except BaseException:

@@ -17,8 +17,9 @@ import uvicorn
 
 from sandboxd.api.app import create_app
 from sandboxd.api.context import ApiContext
-from sandboxd.cluster.idempotency import SharedCreates
-from sandboxd.cluster.nodes import ClusterNodes
+from sandboxd.api.responses import TEAM_ID
+from sandboxd.api.shared_creates import SharedCreates
+from sandboxd.cluster.nodes import CREATE_DEADLINE_S, ClusterNodes
 from sandboxd.cluster.reconcile import Reconciler
 from sandboxd.cluster.routes import ClusterRoutes
 from sandboxd.daemon.serve import (
@@ -72,7 +73,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    "{port}-{sandboxID}.DOMAIN (default localhost)")  # fmt: skip
     p.add_argument("--cluster-token-file", type=Path, metavar="FILE",
                    help=f"the cluster's credential (default ${TOKEN_ENV})")  # fmt: skip
-    p.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+    p.add_argument("--verbose", action="store_true", help="log debug messages too")
 
 
 def options(args: argparse.Namespace) -> GatewayOptions:
@@ -116,7 +117,7 @@ def config(opts: GatewayOptions, store: Store) -> uvicorn.Config:
     def dial(node: NodeRow) -> RemoteNode:
         return RemoteNode(node.node_id, node.api_url, opts.token)
 
-    nodes = ClusterNodes(store, dial)
+    nodes = ClusterNodes(store, dial, TEAM_ID)  # one team until teams come
     routes = ClusterRoutes(store)
     proxy = SandboxProxy(routes, opts.domain, opts.token)
     nodes.on_gone(routes.forget)
@@ -125,7 +126,7 @@ def config(opts: GatewayOptions, store: Store) -> uvicorn.Config:
                                                for e in store.catalog()))  # fmt: skip
     # Build uploads are not served here (ApiContext): the key signs nothing that is honoured.
     context = ApiContext(nodes, store, templates, None, opts.domain, secrets.token_bytes(32),
-                         None, SharedCreates(store))  # fmt: skip
+                         None, SharedCreates(store, CREATE_DEADLINE_S))  # fmt: skip
     reconciler = Reconciler(nodes)
 
     @contextlib.asynccontextmanager

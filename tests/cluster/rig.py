@@ -74,7 +74,7 @@ def running_cluster(work: Path, nodes: int = 2, gateways: int = 2) -> Iterator[C
                                     token=token))  # fmt: skip
             agents[-1].start()
         for i in range(gateways):
-            fronts.append(Gateway(work / f"gateway-{i}.log", url, token))
+            fronts.append(Gateway(work / f"gateway-{i}", url, token))
             fronts[-1].start()
         yield Cluster(db, url, agents, fronts)
     finally:

@@ -138,7 +138,7 @@ def test_the_database_stopped_is_a_503_while_cached_routes_serve(cluster: Cluste
 
 
 def test_a_gateway_killed_mid_create_leaves_no_orphan(cluster: Cluster, tmp_path: Path) -> None:
-    doomed = Gateway(tmp_path / "doomed.log", cluster.url, cluster.gateways[0].token)
+    doomed = Gateway(tmp_path / "doomed", cluster.url, cluster.gateways[0].token)
     doomed.start()
     boxes = {n.node_id: set(_boxes(n)) for n in cluster.nodes}
 

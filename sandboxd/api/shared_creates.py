@@ -1,5 +1,5 @@
 """Creates by `Idempotency-Key` across gateways (sandboxd.api.idempotency's contract, kept in the
-shared database): the first create to insert the key's row makes the sandbox and records its id
+shared database: a gateway's, sandboxd/daemon/gateway.py): the first create to insert the key's row makes the sandbox and records its id
 there; a create with the same key through any gateway waits for that id. A create that failed
 removes its row, so a retry tries again."""
 
@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Final
 
 from sandboxd.api.errors import RequestError
 from sandboxd.api.idempotency import MAX_KEY_LENGTH, WINDOW_S
-from sandboxd.cluster.nodes import CREATE_DEADLINE_S
 from sandboxd.ids import now_us
 from sandboxd.store.rows import CreateKeyRow, key_hash
 
@@ -25,7 +24,7 @@ POLL_S: Final = 0.05  # how often a waiting create reads the key's row
 
 
 class SharedCreates:
-    def __init__(self, store: Store, wait_s: float = CREATE_DEADLINE_S) -> None:
+    def __init__(self, store: Store, wait_s: float) -> None:
         self.store = store
         self.wait_s = wait_s  # how long the first create may take (its deadline)
 
