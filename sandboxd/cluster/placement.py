@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from sandboxd.store.rows import NodeRow
 
 K: Final = 3
-OVERCOMMIT: Final = 4  # E2B's R: a node takes up to 4 x its CPUs in sandboxes' vCPUs
+OVERCOMMIT: Final = 4  # E2B's R: the score's capacity is 4 x a node's CPUs
 USAGE_WEIGHT: Final = 0.5  # E2B's alpha
 
 
@@ -36,23 +36,20 @@ def score(node: NodeRow, cpus_asked: int, reserved: int) -> float:
     return (cpus_asked + allocated + USAGE_WEIGHT * usage) / (OVERCOMMIT * cpus)
 
 
-def fits(node: NodeRow, cpus_asked: int, reserved: int) -> bool:
-    """Room for one more: under its sandbox limit and its overcommitted CPUs."""
+def fits(node: NodeRow) -> bool:
+    """Under the node's own sandbox limit. (vCPUs are not a limit, as with E2B's default
+    configuration, which skips its CanFit check: a node overcommits; the score spreads.)"""
     status = node.status
     limit = status.get("max_sandboxes")
-    if limit is not None and int(status.get("sandboxes", 0)) >= int(limit):
-        return False
-    allocated = int(status.get("cpu_requested", 0)) + reserved + cpus_asked
-    return allocated <= OVERCOMMIT * int(status.get("cpus", 0))
+    return limit is None or int(status.get("sandboxes", 0)) < int(limit)
 
 
-def candidates(nodes: list[NodeRow], now_us: int, excluded: Collection[str], cpus_asked: int,
-               reserved: Mapping[str, int]) -> list[NodeRow]:  # fmt: skip
+def candidates(nodes: list[NodeRow], now_us: int, excluded: Collection[str]) -> list[NodeRow]:
     """The live nodes that are not draining, not `excluded` and have room."""
     return [
         n for n in nodes
         if alive(n, now_us) and not n.draining and n.node_id not in excluded
-        and fits(n, cpus_asked, reserved.get(n.node_id, 0))
+        and fits(n)
     ]  # fmt: skip
 
 
@@ -72,7 +69,7 @@ def choose(nodes: list[NodeRow], template_id: str, cpus_asked: int, now_us: int,
     """The node a sandbox of the template asking `cpus_asked` vCPUs goes to; None when no
     node can take it."""
     reserved = reserved or {}
-    pool = preferred(candidates(nodes, now_us, excluded, cpus_asked, reserved), template_id)
+    pool = preferred(candidates(nodes, now_us, excluded), template_id)
     if not pool:
         return None
     sampled = (rng or random).sample(pool, min(K, len(pool)))

@@ -60,6 +60,12 @@ def spread(cluster: Cluster, gateway: Gateway, count: int) -> list[dict[str, Any
     return made
 
 
+def kill(gateway: Gateway, sandboxes: list[dict[str, Any]]) -> None:
+    with gateway.client() as client:
+        for sandbox in sandboxes:
+            assert client.delete(f"/sandboxes/{sandbox['sandboxID']}").status_code == 204
+
+
 def envd_get(gateway: Gateway, sandbox: dict[str, Any], path: str,
              **extra: str) -> httpx.Response:  # fmt: skip
     host = f"{ENVD_PORT}-{sandbox['sandboxID']}.{DOMAIN}"
@@ -82,6 +88,7 @@ def test_creates_spread_over_the_nodes_and_serve_through_either_gateway(cluster:
     # A client's own cluster token is not passed on: the node's proxy sees the gateway's.
     forged = envd_get(b, made[0], "/health", **{"X-Sandboxd-Cluster-Token": "forged"})
     assert forged.status_code == 204
+    kill(b, made)
 
 
 def test_kill_and_list_hold_across_gateways(cluster: Cluster) -> None:
@@ -100,6 +107,7 @@ def test_kill_and_list_hold_across_gateways(cluster: Cluster) -> None:
     assert killed["sandboxID"] not in cluster.placed()
     assert envd_get(b, killed, "/health").status_code == 502
     assert all(killed["sandboxID"] not in cluster.on_node(n) for n in cluster.nodes)
+    kill(a, [kept])
 
 
 def test_one_idempotency_key_through_two_gateways_makes_one_sandbox(cluster: Cluster) -> None:
@@ -116,6 +124,7 @@ def test_one_idempotency_key_through_two_gateways_makes_one_sandbox(cluster: Clu
     assert ids[0] == ids[1]
     assert set(cluster.placed()) - before == {ids[0]}
     assert create(cluster.gateways[1], **{"Idempotency-Key": key})["sandboxID"] == ids[0]
+    kill(cluster.gateways[0], [{"sandboxID": ids[0]}])
 
 
 def test_the_database_stopped_is_a_503_while_cached_routes_serve(cluster: Cluster) -> None:
@@ -134,7 +143,9 @@ def test_the_database_stopped_is_a_503_while_cached_routes_serve(cluster: Cluste
     with a.client() as client:
         wait_until(lambda: client.get("/v2/sandboxes").status_code == 200, 120,
                    "the gateway to answer again")  # fmt: skip
-    assert create(a)["sandboxID"] in cluster.placed()
+    after = create(a)
+    assert after["sandboxID"] in cluster.placed()
+    kill(a, [sandbox, after])
 
 
 def test_a_gateway_killed_mid_create_leaves_no_orphan(cluster: Cluster, tmp_path: Path) -> None:
