@@ -165,7 +165,9 @@ async def list_v2(request: Request) -> Response:
     template_ids = None
     if query.template is not None:
         template = api.store.template(query.template)
-        template_ids = {template.template_id} if template else set()
+        # One the store does not hold is matched by id: a gateway's nodes hold templates of
+        # their own (their base) that its database does not.
+        template_ids = {template.template_id if template else query.template}
     found = [s for s in await api.node.list_sandboxes() if listing.matches(s, query, template_ids)]
     items, token = listing.page(found, query)
     headers = {}

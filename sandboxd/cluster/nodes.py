@@ -24,6 +24,7 @@ from sandboxd.errors import (
     SandboxError,
     SandboxNotFound,
     TemplateError,
+    TemplateNotFound,
 )
 from sandboxd.ids import now_us
 from sandboxd.node.remote import NodeUnreachable
@@ -93,17 +94,26 @@ class ClusterNodes:
     async def create(self, config: SandboxConfig) -> SandboxInfo:
         """Raises NoNodeAvailable: no node took it within the deadline; the errors of
         NodeService.create that are the create's own fault; StoreUnavailable."""
-        template_id, cpus = self._template(config.template)
+        template_id, cpus, shared = self._template(config.template)
         deadline = asyncio.get_running_loop().time() + self.deadline_s
         refusals: dict[str, str] = {}
+        unknown: set[str] = set()  # the nodes that do not hold a template only nodes know
         while True:
             node = placement.choose(self.store.nodes(), template_id, cpus, now_us(), refusals,
                                     self.reserved)  # fmt: skip
             left = deadline - asyncio.get_running_loop().time()
             if node is None or left <= 0:
+                if refusals and unknown == set(refusals):
+                    raise TemplateNotFound(config.template)
                 raise NoNodeAvailable(_no_node(refusals))
             try:
                 info = await self._create_on(node, config, cpus, left)
+            except TemplateNotFound as exc:
+                if shared:
+                    raise
+                unknown.add(node.node_id)  # a snapshot of another node's sandbox, say
+                refusals[node.node_id] = str(exc)
+                continue
             except CALLERS_FAULT:
                 raise
             except Exception as exc:  # noqa: BLE001  # refused (full, draining) or unreachable: another node
@@ -113,14 +123,15 @@ class ClusterNodes:
             await self._record(node, info)
             return info
 
-    def _template(self, name: str) -> tuple[str, int]:
-        """The template's id and vCPUs as the shared database has them; a template only the
-        nodes know (each node's own base) by its name, at the base's vCPUs: the node that
-        takes the create resolves it, or refuses it as unknown."""
+    def _template(self, name: str) -> tuple[str, int, bool]:
+        """The template's id and vCPUs as the shared database has them, and True; a template
+        only nodes know (each node's own base, its snapshots) by its name, at the base's vCPUs,
+        and False: a node that takes the create resolves it, one that does not hold it refuses
+        it as unknown and another is tried."""
         template = self.store.template(name.split(":", 1)[0])
         if template is None:
-            return name, BASE_CPUS
-        return template.template_id, template.cpu_count
+            return name, BASE_CPUS, False
+        return template.template_id, template.cpu_count, True
 
     async def _create_on(self, node: NodeRow, config: SandboxConfig, cpus: int,
                          timeout_s: float) -> SandboxInfo:  # fmt: skip
