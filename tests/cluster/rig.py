@@ -97,8 +97,8 @@ def main(argv: list[str]) -> int:
         env.pop("E2B_DEBUG", None)
         env.pop("E2B_DOMAIN", None)
         status = subprocess.run(argv, env=env, check=False).returncode
-        spread = sorted(set(cluster.rows("SELECT node_id FROM sandbox_catalog")))
-        sys.stderr.write(f"rig: sandboxes still catalogued on {spread}\n")
+        booted = {n.node_id: n.log.read_text().count(" up in ") for n in cluster.nodes}
+        sys.stderr.write(f"rig: sandboxes booted per node: {booted}\n")
         return status
 
 
