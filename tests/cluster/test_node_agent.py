@@ -140,8 +140,7 @@ def test_a_restarted_agent_adopts_its_sandboxes(node: NodeAgent) -> None:
 
 
 def _post(node: NodeAgent, operation: str, **arguments: object) -> dict[str, object]:
-    answer = httpx.post(f"{node.url}/node/v1/{operation}", json=arguments, headers=node.headers,
-                        timeout=120)  # fmt: skip
+    answer = node.call_api(operation, arguments)
     assert answer.status_code == 200, answer.text
     return answer.json()  # type: ignore[no-any-return]
 
