@@ -58,7 +58,8 @@ def add_parser(
             name, help=f"{says} a node again" if name == "undrain" else f"{says} a node"
         )
         d.add_argument("target_node", metavar="NODE_ID")
-        _database_option(d)
+        # Not defaulted here: a subcommand's default would replace `node --database-url URL`.
+        _database_option(d, default=argparse.SUPPRESS)
 
 
 def run(args: argparse.Namespace) -> None:
@@ -111,8 +112,9 @@ def _token(path: Path | None) -> str:
     return token
 
 
-def _database_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--database-url", default=os.environ.get(DATABASE_URL_ENV) or None,
+def _database_option(p: argparse.ArgumentParser, default: str | None = None) -> None:
+    """--database-url, by default $SANDBOXD_DATABASE_URL, else `default`."""
+    p.add_argument("--database-url", default=os.environ.get(DATABASE_URL_ENV) or default,
                    metavar="URL", help="the cluster's shared PostgreSQL (postgresql://...; "
                    f"default ${DATABASE_URL_ENV})")  # fmt: skip
 
