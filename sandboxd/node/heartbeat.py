@@ -70,7 +70,8 @@ class Heartbeat:
         try:
             await self._shared.write(functools.partial(self._shared.heartbeat_node, row))
             mine = [r for r in self._shared.nodes() if r.node_id == n.node_id]
-        except (SandboxError, Exception) as exc:  # noqa: BLE001  # the database's, whatever it is
+        # StoreUnavailable, or the driver's own error: whatever it is, the next beat tries again.
+        except Exception as exc:  # noqa: BLE001
             log.warning("heartbeat of node %s failed (next in %ss): %s",
                         n.node_id, self._interval_s, exc)  # fmt: skip
             return False

@@ -1,5 +1,5 @@
 """A node agent in the cluster's shared database: its heartbeat row appears and advances with
-its status, `sandboxd node drain` makes it refuse creates (NodeDraining on the gateway's side)
+its status, and fails without harm while the database is down, `sandboxd node drain` makes it refuse creates (NodeDraining on the gateway's side)
 while its sandboxes run on, `undrain` lets it take them again; and two agents run side by side
 on one host, each with its own state directory, cgroup parent and sandboxes, while a second
 agent on a state directory or cgroup parent already held refuses to start."""
@@ -21,6 +21,7 @@ from sandboxd.node.remote import RemoteNode
 from sandboxd.store.postgres.store import PostgresStore
 from tests.cluster.node_agent import NodeAgent, running_node
 from tests.sandboxd.serving import NO_NETWORK
+from tests.store.postgres_server import PostgresServer
 from tests.waiting import wait_until
 
 if TYPE_CHECKING:
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from sandboxd.store.rows import NodeRow
-    from tests.store.postgres_server import PostgresServer
 
 # A node agent starts, boots and stops sandboxes per test: minutes on a loaded machine.
 pytestmark = [pytest.mark.root, pytest.mark.anyio, pytest.mark.timeout(600)]
@@ -168,3 +168,21 @@ def _refused_as_taken(node: NodeAgent, what: str) -> None:
                           env={**os.environ, **node.env})  # fmt: skip
     assert done.returncode == 2, done.stderr
     assert f"{what} is taken by another sandboxd on this host" in done.stderr
+
+
+def test_heartbeats_survive_the_database_going_away(tmp_path: Path, base_template: Path) -> None:
+    server = PostgresServer()
+    try:
+        server.start()
+        url = server.create_database()
+        with running_node(tmp_path / "state", base_template, url, "steady",
+                          "--heartbeat-s", "0.2") as node:  # fmt: skip
+            _after_two_heartbeats(url, "steady")
+            server.halt()
+            wait_until(lambda: "heartbeat of node steady failed" in node.log.read_text(), 30,
+                       "a failed heartbeat logged")  # fmt: skip
+            assert node.call_api("list_sandboxes").status_code == 200  # serving on
+            server.launch()
+            _after_two_heartbeats(url, "steady")
+    finally:
+        server.stop()
