@@ -23,6 +23,7 @@ from sandboxd.errors import SandboxError
 
 if TYPE_CHECKING:
     from pathlib import Path
+from urllib.parse import urlsplit
 
 TOKEN_ENV = "SANDBOXD_CLUSTER_TOKEN"  # noqa: S105  # the variable's name
 SIOCGIFADDR = 0x8915  # <linux/sockios.h>: an interface's IPv4 address
@@ -69,6 +70,8 @@ def run(args: argparse.Namespace) -> None:
     if args.node_command is not None:
         _set_draining(args, draining=args.node_command == "drain")
         return
+    if urlsplit(args.database_url).scheme not in ("postgresql", "postgres"):
+        raise SandboxError("--database-url must be the cluster's postgresql:// URL")
     if args.heartbeat_s <= 0 or args.lease_s <= args.heartbeat_s:
         raise SandboxError("--heartbeat-s must be above 0 and --lease-s above it")
     if args.cgroup_parent == "sandboxd-node-NODE_ID":

@@ -171,18 +171,33 @@ def _refused_as_taken(node: NodeAgent, what: str) -> None:
 
 
 def test_heartbeats_survive_the_database_going_away(tmp_path: Path, base_template: Path) -> None:
+    """Down at the agent's start, and again while it runs."""
     server = PostgresServer()
     try:
         server.start()
         url = server.create_database()
+        server.halt()
         with running_node(tmp_path / "state", base_template, url, "steady",
                           "--heartbeat-s", "0.2") as node:  # fmt: skip
+            _until_failed(node, 0)
+            assert node.call_api("list_sandboxes").status_code == 200  # serving all the same
+            server.launch()
+            wait_until(lambda: _row(url, "steady"), 30, "the node's row")
             _after_two_heartbeats(url, "steady")
+            failed = _failures(node)
             server.halt()
-            wait_until(lambda: "heartbeat of node steady failed" in node.log.read_text(), 30,
-                       "a failed heartbeat logged")  # fmt: skip
-            assert node.call_api("list_sandboxes").status_code == 200  # serving on
+            _until_failed(node, failed)
+            assert node.call_api("list_sandboxes").status_code == 200
             server.launch()
             _after_two_heartbeats(url, "steady")
     finally:
         server.stop()
+
+
+def _failures(node: NodeAgent) -> int:
+    return node.log.read_text().count(f"heartbeat of node {node.node_id} failed")
+
+
+def _until_failed(node: NodeAgent, before: int) -> None:
+    """Until the agent has logged a failed heartbeat after the `before` it had logged."""
+    wait_until(lambda: _failures(node) > before, 60, "a failed heartbeat logged")
