@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpcore
 
-from sandboxd.errors import SandboxError
+from sandboxd.errors import NodeUnreachable, SandboxError
 from sandboxd.node import wire
 
 if TYPE_CHECKING:
@@ -25,10 +25,6 @@ if TYPE_CHECKING:
 # other operations answer in milliseconds. A connection that cannot be made fails fast.
 CONNECT_TIMEOUT_S = 5
 READ_TIMEOUT_S = 600
-
-
-class NodeUnreachable(SandboxError):
-    """The node's API could not be reached or did not answer as the API does."""
 
 
 class RemoteNode:
