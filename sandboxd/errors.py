@@ -142,6 +142,11 @@ class NodeDraining(SandboxError):
     runs go on. Another node may take the create."""
 
 
+class NodeUnreachable(SandboxError):
+    """A node agent's internal API could not be reached, or did not answer as that API does
+    (sandboxd.node.remote): what became of the operation there is unknown."""
+
+
 class StoreUnavailable(SandboxError):
     """The store's database server cannot be reached (a PostgreSQL store: down, restarting, or
     refusing the credentials); nothing of the read or write that met it took effect. Trying

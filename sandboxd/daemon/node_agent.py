@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -69,8 +70,8 @@ def run_node(options: NodeOptions) -> None:
     """Run until SIGTERM or SIGINT.
 
     Raises:
-        SandboxError: not root, a host-wide claim taken, no usable base template, the shared
-            database unreachable at the start.
+        SandboxError: not root, a host-wide claim taken, no usable base template. (The
+            shared database is opened by the first heartbeat that can: not an error here.)
     """
     if os.geteuid() != 0:
         raise HostError("sandboxd node needs root (it boots containers)")
@@ -79,10 +80,10 @@ def run_node(options: NodeOptions) -> None:
     notify_socket = os.environ.pop("NOTIFY_SOCKET", None)
     open_private(state_dir)
     held = _claim_host(options)
-    shared = open_store(state_dir, options.database_url)
     store = open_store(state_dir, None)
     try:
         parts = machinery(sandboxes, store, state_dir, notify_socket)
+        shared = functools.partial(open_store, state_dir, options.database_url)
         heartbeat = Heartbeat(shared, parts.manager, options.advertised(), options.heartbeat_s)
         proxy = ClusterProxy(parts.manager, sandboxes.domain, options.token)
         parts.manager.on_gone(proxy.cut)
@@ -98,7 +99,6 @@ def run_node(options: NodeOptions) -> None:
         raise SandboxError(f"cannot serve: {exc}") from exc
     finally:
         store.close()
-        shared.close()
         for fd in held:
             os.close(fd)
 
@@ -151,6 +151,7 @@ def _node_lifespan(
                 beating.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await beating
+                heartbeat.close()
 
     return lifespan
 

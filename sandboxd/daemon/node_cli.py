@@ -23,6 +23,7 @@ from sandboxd.errors import SandboxError
 
 if TYPE_CHECKING:
     from pathlib import Path
+from urllib.parse import urlsplit
 
 TOKEN_ENV = "SANDBOXD_CLUSTER_TOKEN"  # noqa: S105  # the variable's name
 SIOCGIFADDR = 0x8915  # <linux/sockios.h>: an interface's IPv4 address
@@ -58,7 +59,8 @@ def add_parser(
             name, help=f"{says} a node again" if name == "undrain" else f"{says} a node"
         )
         d.add_argument("target_node", metavar="NODE_ID")
-        _database_option(d)
+        # Not defaulted here: a subcommand's default would replace `node --database-url URL`.
+        _database_option(d, default=argparse.SUPPRESS)
 
 
 def run(args: argparse.Namespace) -> None:
@@ -68,6 +70,8 @@ def run(args: argparse.Namespace) -> None:
     if args.node_command is not None:
         _set_draining(args, draining=args.node_command == "drain")
         return
+    if urlsplit(args.database_url).scheme not in ("postgresql", "postgres"):
+        raise SandboxError("--database-url must be the cluster's postgresql:// URL")
     if args.heartbeat_s <= 0 or args.lease_s <= args.heartbeat_s:
         raise SandboxError("--heartbeat-s must be above 0 and --lease-s above it")
     if args.cgroup_parent == "sandboxd-node-NODE_ID":
@@ -111,8 +115,9 @@ def _token(path: Path | None) -> str:
     return token
 
 
-def _database_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--database-url", default=os.environ.get(DATABASE_URL_ENV) or None,
+def _database_option(p: argparse.ArgumentParser, default: str | None = None) -> None:
+    """--database-url, by default $SANDBOXD_DATABASE_URL, else `default`."""
+    p.add_argument("--database-url", default=os.environ.get(DATABASE_URL_ENV) or default,
                    metavar="URL", help="the cluster's shared PostgreSQL (postgresql://...; "
                    f"default ${DATABASE_URL_ENV})")  # fmt: skip
 

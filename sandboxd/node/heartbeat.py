@@ -19,6 +19,8 @@ from sandboxd.ids import now_us
 from sandboxd.store.rows import NodeRow
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from sandboxd.lifecycle.manager import SandboxManager
     from sandboxd.store.interface import Store
 
@@ -43,13 +45,19 @@ def max_sandboxes(network_slots: int | None) -> int:
 
 
 class Heartbeat:
-    """Writes the node's row to `shared` every `interval_s`; `draining` is what the last
-    heartbeat read back."""
+    """Writes the node's row to the shared store every `interval_s`, the store opened by
+    `open_shared` at the first heartbeat that can (an agent starts whether the database is up or
+    not); `draining` is what the last heartbeat read back."""
 
     def __init__(
-        self, shared: Store, manager: SandboxManager, node: Advertised, interval_s: float
+        self,
+        open_shared: Callable[[], Store],
+        manager: SandboxManager,
+        node: Advertised,
+        interval_s: float,
     ) -> None:
-        self._shared = shared
+        self._open_shared = open_shared
+        self._shared: Store | None = None
         self._manager = manager
         self._node = node
         self._interval_s = interval_s
@@ -68,14 +76,22 @@ class Heartbeat:
         row = NodeRow(n.node_id, n.api_url, n.proxy_address, now_us(), n.lease_s,
                       status=self.status())  # fmt: skip
         try:
-            await self._shared.write(functools.partial(self._shared.heartbeat_node, row))
-            mine = [r for r in self._shared.nodes() if r.node_id == n.node_id]
-        except (SandboxError, Exception) as exc:  # noqa: BLE001  # the database's, whatever it is
+            if self._shared is None:  # a connection and migrations: off the event loop
+                self._shared = await asyncio.to_thread(self._open_shared)
+            shared = self._shared
+            await shared.write(functools.partial(shared.heartbeat_node, row))
+            mine = [r for r in shared.nodes() if r.node_id == n.node_id]
+        # StoreUnavailable, or the driver's own error: whatever it is, the next beat tries again.
+        except Exception as exc:  # noqa: BLE001
             log.warning("heartbeat of node %s failed (next in %ss): %s",
                         n.node_id, self._interval_s, exc)  # fmt: skip
             return False
         self.draining = bool(mine and mine[0].draining)
         return True
+
+    def close(self) -> None:
+        if self._shared is not None:
+            self._shared.close()
 
     def status(self) -> dict[str, Any]:
         """The status JSON of the node's row (the cluster's shape: docs/sandboxd.md)."""

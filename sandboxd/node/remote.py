@@ -1,7 +1,11 @@
 """`RemoteNode`: the node service of a node agent on another machine, over its internal API
 (sandboxd.node.http_api), with the cluster token. Answers decode to the same models and a
 domain error to the same sandboxd.errors class the node raised (sandboxd.node.wire); a node
-that cannot be reached, or answers what is not the API, is a NodeUnreachable."""
+that cannot be reached, or answers what is not the API, is a NodeUnreachable.
+
+Over httpcore, sandboxd's client to envd already (a dependency of every install): its pool
+without httpx's client layer, which is dev-only and would add httpx, certifi and idna to every
+install for requests of one shape (a JSON POST)."""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpcore
 
-from sandboxd.errors import SandboxError
+from sandboxd.errors import NodeUnreachable, SandboxError
 from sandboxd.node import wire
 
 if TYPE_CHECKING:
@@ -21,10 +25,6 @@ if TYPE_CHECKING:
 # other operations answer in milliseconds. A connection that cannot be made fails fast.
 CONNECT_TIMEOUT_S = 5
 READ_TIMEOUT_S = 600
-
-
-class NodeUnreachable(SandboxError):
-    """The node's API could not be reached or did not answer as the API does."""
 
 
 class RemoteNode:

@@ -39,12 +39,13 @@ class NodeAgent(Sandboxd):
         self.url = f"http://127.0.0.1:{self.api_port}"
         self.proxy_url = f"http://127.0.0.1:{self.proxy_port}"
         self.env = {"SANDBOXD_CLUSTER_TOKEN": self.token}
+        self.listen_host = "127.0.0.1"  # where both ports listen
 
     def argv(self) -> list[str]:
         base = [] if self.base_rootfs is None else ["--base-rootfs", str(self.base_rootfs)]
         return [*self.command, "node", "--node-id", self.node_id, "--state-dir",
-                str(self.state_dir), "--listen", f"127.0.0.1:{self.api_port}",
-                "--proxy-listen", f"127.0.0.1:{self.proxy_port}", "--advertise", "127.0.0.1",
+                str(self.state_dir), "--listen", f"{self.listen_host}:{self.api_port}",
+                "--proxy-listen", f"{self.listen_host}:{self.proxy_port}", "--advertise", "127.0.0.1",
                 "--database-url", self.database_url, "--cgroup-parent", self.cgroup_parent,
                 *base, *self.flags]  # fmt: skip
 
@@ -52,11 +53,16 @@ class NodeAgent(Sandboxd):
         assert self.proc is not None
         assert self.proc.poll() is None, f"sandboxd node exited: {self.log.read_text()[-2000:]}"
         try:
-            answer = httpx.post(self.url + "/node/v1/list_sandboxes", json={},
-                                headers=self.headers, timeout=1)  # fmt: skip
+            return self.call_api("list_sandboxes", timeout=1).is_success
         except httpx.TransportError:
             return False
-        return answer.is_success
+
+    def call_api(
+        self, operation: str, arguments: dict[str, object] | None = None, timeout: float = 120
+    ) -> httpx.Response:
+        """POST /node/v1/OPERATION with `arguments` and the token (from where the agent runs)."""
+        return httpx.post(f"{self.url}/node/v1/{operation}", json=arguments or {},
+                          headers=self.headers, timeout=timeout)  # fmt: skip
 
     @property
     def headers(self) -> dict[str, str]:

@@ -13,11 +13,19 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 
-from sandboxd.errors import NotAllowed, SandboxNotFound, TemplateNotFound, WrongState
+from sandboxd.errors import (
+    NodeUnreachable,
+    NotAllowed,
+    SandboxError,
+    SandboxNotFound,
+    TemplateNotFound,
+    WrongState,
+)
 from sandboxd.node.models import SandboxConfig
 from sandboxd.node.remote import RemoteNode
 from tests.client import start_request
 from tests.cluster.node_agent import running_node
+from tests.sandboxd.serving import free_port
 from tests.waiting import wait_until_async
 
 if TYPE_CHECKING:
@@ -91,6 +99,20 @@ async def test_domain_errors_come_back_as_the_node_raised_them(remote: RemoteNod
     assert await remote.get("nosuchsandbox") is None
 
 
+async def test_a_node_out_of_reach_or_refusing_the_token_says_so(node: NodeAgent) -> None:
+    nowhere = RemoteNode("gone", f"http://127.0.0.1:{free_port()}", node.token)
+    wrong = RemoteNode(node.node_id, node.url, "not-the-token")
+    try:
+        with pytest.raises(NodeUnreachable, match="node gone"):
+            await nowhere.list_sandboxes()
+        with pytest.raises(SandboxError, match="needs the cluster token") as refused:
+            await wrong.list_sandboxes()
+        assert type(refused.value) is SandboxError
+    finally:
+        await nowhere.close()
+        await wrong.close()
+
+
 def test_both_ports_refuse_requests_without_the_token(node: NodeAgent) -> None:
     for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": node.token}):
         answer = httpx.post(node.url + "/node/v1/list_sandboxes", json={}, headers=headers)
@@ -140,8 +162,7 @@ def test_a_restarted_agent_adopts_its_sandboxes(node: NodeAgent) -> None:
 
 
 def _post(node: NodeAgent, operation: str, **arguments: object) -> dict[str, object]:
-    answer = httpx.post(f"{node.url}/node/v1/{operation}", json=arguments, headers=node.headers,
-                        timeout=120)  # fmt: skip
+    answer = node.call_api(operation, arguments)
     assert answer.status_code == 200, answer.text
     return answer.json()  # type: ignore[no-any-return]
 

@@ -1,5 +1,5 @@
 """A node agent in the cluster's shared database: its heartbeat row appears and advances with
-its status, `sandboxd node drain` makes it refuse creates (NodeDraining on the gateway's side)
+its status, and fails without harm while the database is down, `sandboxd node drain` makes it refuse creates (NodeDraining on the gateway's side)
 while its sandboxes run on, `undrain` lets it take them again; and two agents run side by side
 on one host, each with its own state directory, cgroup parent and sandboxes, while a second
 agent on a state directory or cgroup parent already held refuses to start."""
@@ -21,6 +21,7 @@ from sandboxd.node.remote import RemoteNode
 from sandboxd.store.postgres.store import PostgresStore
 from tests.cluster.node_agent import NodeAgent, running_node
 from tests.sandboxd.serving import NO_NETWORK
+from tests.store.postgres_server import PostgresServer
 from tests.waiting import wait_until
 
 if TYPE_CHECKING:
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from sandboxd.store.rows import NodeRow
-    from tests.store.postgres_server import PostgresServer
 
 # A node agent starts, boots and stops sandboxes per test: minutes on a loaded machine.
 pytestmark = [pytest.mark.root, pytest.mark.anyio, pytest.mark.timeout(600)]
@@ -168,3 +168,36 @@ def _refused_as_taken(node: NodeAgent, what: str) -> None:
                           env={**os.environ, **node.env})  # fmt: skip
     assert done.returncode == 2, done.stderr
     assert f"{what} is taken by another sandboxd on this host" in done.stderr
+
+
+def test_heartbeats_survive_the_database_going_away(tmp_path: Path, base_template: Path) -> None:
+    """Down at the agent's start, and again while it runs."""
+    server = PostgresServer()
+    try:
+        server.start()
+        url = server.create_database()
+        server.halt()
+        with running_node(tmp_path / "state", base_template, url, "steady",
+                          "--heartbeat-s", "0.2") as node:  # fmt: skip
+            _until_failed(node, 0)
+            assert node.call_api("list_sandboxes").status_code == 200  # serving all the same
+            server.launch()
+            wait_until(lambda: _row(url, "steady"), 30, "the node's row")
+            _after_two_heartbeats(url, "steady")
+            failed = _failures(node)
+            server.halt()
+            _until_failed(node, failed)
+            assert node.call_api("list_sandboxes").status_code == 200
+            server.launch()
+            _after_two_heartbeats(url, "steady")
+    finally:
+        server.stop()
+
+
+def _failures(node: NodeAgent) -> int:
+    return node.log.read_text().count(f"heartbeat of node {node.node_id} failed")
+
+
+def _until_failed(node: NodeAgent, before: int) -> None:
+    """Until the agent has logged a failed heartbeat after the `before` it had logged."""
+    wait_until(lambda: _failures(node) > before, 60, "a failed heartbeat logged")
