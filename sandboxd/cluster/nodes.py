@@ -18,6 +18,7 @@ from sandboxd.cluster import catalog, placement
 from sandboxd.errors import (
     InitRefused,
     NodeLost,
+    NodeUnreachable,
     NoNodeAvailable,
     NotAllowed,
     NotFound,
@@ -27,7 +28,6 @@ from sandboxd.errors import (
     TemplateNotFound,
 )
 from sandboxd.ids import now_us
-from sandboxd.node.remote import NodeUnreachable
 from sandboxd.node.service import NodeService
 from sandboxd.store.rows import CatalogRow
 from sandboxd.templates.catalog import BASE_CPUS
