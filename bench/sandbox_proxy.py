@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 import uvloop
 
 from envd._gen.process.process_pb import ProcessConfig, StartRequest
-from sandboxd.daemon.serve import SERVE_NICE
+from sandboxd.daemon.machinery import SERVE_NICE
 from sandboxd.guest.readiness import ENVD_UNIT, envd_ready
 from sandboxd.runtime.nspawn.runtime import NspawnRuntime
 from sandboxd.runtime.spec import BootImage

@@ -1,10 +1,10 @@
-"""sandboxd's command line: `serve`, `api-key create`, `team create` and `ls`, `template
-build-base` and `install-service`."""
+"""sandboxd's command line: `serve`, `node` (sandboxd.daemon.node_cli), `gateway`
+(sandboxd.daemon.gateway), `api-key create`, `team create` and `ls`, `template build-base` and
+`install-service`."""
 
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import os
 import sqlite3
 import sys
@@ -13,36 +13,22 @@ from pathlib import Path
 from envd.logs import setup_logging
 from sandboxd import team_cli, template_cli
 from sandboxd.builds.base_image import build_base
-from sandboxd.builds.builder import DEADLINE_OPTION, DEFAULT_DEADLINE_S
-from sandboxd.builds.envd_layer import OPTION as ENVD_ARTIFACT_OPTION
-from sandboxd.builds.systemd_init import PROVISIONS
-from sandboxd.daemon import tls
-from sandboxd.daemon.registry_options import add_registry_options, layer_registry
+from sandboxd.daemon import gateway, node_cli, tls
+from sandboxd.daemon.flags import add_sandbox_options, file_path, serve_options
+from sandboxd.daemon.machinery import base_rootfs
 from sandboxd.daemon.serve import (
     DATABASE_URL_ENV,
-    ServeOptions,
-    base_rootfs,
     open_store,
     serve,
 )
 from sandboxd.daemon.state_dir import open_private
 from sandboxd.daemon.systemd_unit import install_service
 from sandboxd.errors import SandboxError
-from sandboxd.host.disk import MIN_DISK_MB
-from sandboxd.layers.quota import OPTION as STORAGE_OPTION
-from sandboxd.network.slots import DEFAULT_NETWORK_POOL, NetworkPool, parse_pool
-from sandboxd.templates.catalog import BASE_DISK_MB
-from sandboxd.volumes.catalog import (
-    DEFAULT_SIZE_MB as DEFAULT_VOLUME_MB,
-    MAX_SIZE_MB as MAX_VOLUME_MB,
-)
-from sandboxd.volumes.storage import MIN_SIZE_MB as MIN_VOLUME_MB
 
 DEFAULT_STATE_DIR = Path("/var/lib/sandboxd")
 DEFAULT_PORT = 3000
 # Loopback: the API boots containers as root, so reaching it from elsewhere is a choice to make.
 DEFAULT_BIND = "127.0.0.1"
-DEFAULT_MAX_TIMEOUT_S = 24 * 3600
 
 
 def _state_dir_option(p: argparse.ArgumentParser) -> None:
@@ -71,37 +57,6 @@ def _verbose_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--verbose", action="store_true", help="log debug messages too")
 
 
-def _disk_size(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0 or (0 < value < MIN_DISK_MB):
-        raise argparse.ArgumentTypeError(f"0 (no limit) or at least {MIN_DISK_MB}, not {text!r}")
-    return value
-
-
-def _file(text: str) -> Path:
-    path = Path(text).absolute()
-    if not path.is_file():
-        raise argparse.ArgumentTypeError(f"no file at {text}")
-    return path
-
-
-def _pool(text: str) -> ipaddress.IPv4Network:
-    try:
-        return parse_pool(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _address(text: str) -> str:
-    try:
-        return str(ipaddress.ip_address(text))
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
 def _serve_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = commands.add_parser(
         "serve",
@@ -117,127 +72,26 @@ def _serve_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser])
         default=DEFAULT_BIND,
         help=f"address to listen on (default {DEFAULT_BIND}: the API has root's power)",
     )
-    p.add_argument(
-        "--pool",
-        type=int,
-        default=0,
-        metavar="N",
-        help="booted sandboxes kept waiting per template root filesystem (default 0)",
-    )
-    p.add_argument(
-        "--max-timeout",
-        type=int,
-        default=DEFAULT_MAX_TIMEOUT_S,
-        metavar="SECONDS",
-        help=f"longest a sandbox may run from its (re)start (default {DEFAULT_MAX_TIMEOUT_S})",
-    )
-    p.add_argument(
-        "--base-rootfs",
-        type=Path,
-        metavar="PATH",
-        help="use this root filesystem as the base template instead of building one",
-    )
-    p.add_argument(
-        "--disk-size-mb",
-        type=_disk_size,
-        default=BASE_DISK_MB,
-        metavar="MIB",
-        help=f"the base template's disk: each sandbox's writable layer (default {BASE_DISK_MB}; "
-        "0: no limit, a sandbox may fill the host's disk)",
-    )
-    p.add_argument(
-        "--cgroup-parent",
-        default="sandboxd",
-        help="the cgroup the sandboxes' cgroups go under (default sandboxd)",
-    )
-    p.add_argument(
-        "--network-pool",
-        type=_pool,
-        metavar="CIDR",
-        help=f"each sandbox gets a /30 of this IPv4 pool and a way out, masqueraded (default "
-        f"{DEFAULT_NETWORK_POOL})",
-    )
-    p.add_argument(
-        "--dns",
-        type=_address,
-        metavar="ADDRESS",
-        help="where serve's DNS forwarder, which each sandbox's /etc/resolv.conf names (its "
-        "gateway), sends their queries (default: the nameservers of serve's own /etc/resolv.conf)",
-    )
-    p.add_argument(
-        "--no-network",
-        action="store_true",
-        help="sandboxes get only their loopback: no pool, forwarding, masquerade or DNS forwarder",
-    )
-    p.add_argument(
-        "--domain",
-        default="localhost",
-        help="sandbox hosts are {port}-{sandboxID}.DOMAIN and the control API's api.DOMAIN "
-        "(default localhost)",
-    )
+    add_sandbox_options(p, cgroup_parent="sandboxd")
     p.add_argument(
         "--tls-cert",
-        type=_file,
+        type=file_path,
         metavar="PEM",
         help="serve HTTPS with this certificate chain (with --tls-key; `sandboxd tls init` "
         "makes one): E2B's domain mode, https://api.DOMAIN and https://{port}-{id}.DOMAIN",
     )
-    p.add_argument("--tls-key", type=_file, metavar="PEM", help="the certificate's private key")
-    p.add_argument(
-        ENVD_ARTIFACT_OPTION,
-        type=_file,
-        metavar="TARBALL",
-        help="the self-contained envd (packaging/build-artifact) that templates built from images "
-        "that are not sandboxd's run; without it such builds fail",
-    )
-    p.add_argument(
-        DEADLINE_OPTION,
-        type=int,
-        default=DEFAULT_DEADLINE_S,
-        metavar="SECONDS",
-        help=f"a template build still running after this fails (default {DEFAULT_DEADLINE_S})",
-    )
-    p.add_argument(
-        STORAGE_OPTION,
-        type=int,
-        metavar="MIB",
-        help="the most build uploads and layers may take of the state disk together (default: "
-        "half of its filesystem); an upload past it is refused, a build fails",
-    )
-    p.add_argument(
-        "--volume-size-mb",
-        type=int,
-        default=DEFAULT_VOLUME_MB,
-        metavar="MIB",
-        help=f"the size of a new volume's filesystem (default {DEFAULT_VOLUME_MB})",
-    )
-    p.add_argument(
-        "--volume-max-size-mb",
-        type=int,
-        default=MAX_VOLUME_MB,
-        metavar="MIB",
-        help=f"the largest volume a create's sizeMB may ask for (default {MAX_VOLUME_MB})",
-    )
-    p.add_argument(
-        "--registry-mirror",
-        metavar="HOST[:PORT]",
-        help="pull Docker Hub's images from this registry instead",
-    )
-    add_registry_options(p)
-    p.add_argument(
-        "--provision",
-        choices=PROVISIONS,
-        default="auto",
-        help="how templates built from images that are not sandboxd's boot: systemd (installed "
-        "with the image's apt, as E2B does; a build that cannot fails), envd (envd as the "
-        "container's program), auto (the default: systemd where the image can take it)",
-    )
+    p.add_argument("--tls-key", type=file_path, metavar="PEM", help="the certificate's private key")
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="sandboxd", description="E2B-compatible sandbox host")
     commands = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _serve_parser(commands)
+    common = argparse.ArgumentParser(add_help=False)
+    _state_dir_option(common)
+    _verbose_option(common)
+    node_cli.add_parser(commands, common)
+    gateway.add_parser(commands)
     team_cli.add_parsers(commands, _store_options)
     template = commands.add_parser("template", help="manage templates")
     template_commands = template.add_subparsers(dest="template_command", required=True)
@@ -309,32 +163,18 @@ def main(argv: list[str] | None = None) -> int:
             parser.parse_args(["serve", *args.serve_flags])  # a typo fails here, not at start
             install_service(args.root.absolute(), args.serve_flags, args.enable)
             return 0
+        if args.command == "gateway":
+            gateway.gateway(gateway.options(args))
+            return 0
         state_dir: Path = args.state_dir.absolute()
+        if args.command == "node":
+            node_cli.run(args)
+            return 0
         if args.command == "serve":
-            if args.pool < 0 or args.max_timeout < 1 or args.build_timeout < 1:
-                raise SandboxError(
-                    "--pool must be 0 or more, --max-timeout and --build-timeout 1 or more"
-                )
-            if args.build_storage_mb is not None and args.build_storage_mb < 1:
-                raise SandboxError(f"{STORAGE_OPTION} must be 1 or more")
-            if args.volume_size_mb < MIN_VOLUME_MB:
-                raise SandboxError(f"--volume-size-mb must be {MIN_VOLUME_MB} or more")
-            if args.no_network and (args.dns is not None or args.network_pool is not None):
-                raise SandboxError("--no-network cannot be combined with --network-pool or --dns")
             if (args.tls_cert is None) != (args.tls_key is None):
                 raise SandboxError("--tls-cert and --tls-key go together")
-            network = None if args.no_network else NetworkPool(
-                args.network_pool or DEFAULT_NETWORK_POOL, args.dns)  # fmt: skip
-            serve(ServeOptions(state_dir, args.bind, args.port, args.pool, args.max_timeout,
-                               args.base_rootfs, args.cgroup_parent, args.domain,
-                               args.disk_size_mb, network, args.envd_artifact,
-                               args.registry_mirror, tls_cert=args.tls_cert,
-                               tls_key=args.tls_key, build_deadline_s=args.build_timeout,
-                               build_storage_mb=args.build_storage_mb,
-                               provision=args.provision, volume_mb=args.volume_size_mb,
-                               volume_max_mb=args.volume_max_size_mb,
-                               database_url=args.database_url,
-                               registry=layer_registry(args)))  # fmt: skip
+            serve(serve_options(args, bind=args.bind, port=args.port, tls_cert=args.tls_cert,
+                                tls_key=args.tls_key, database_url=args.database_url))  # fmt: skip
         elif args.command == "tls":
             _tls_init(state_dir, args.domain)
         elif args.command in ("api-key", "team") or args.template_command in ("ls", "rm"):

@@ -119,8 +119,32 @@ class BootError(SandboxError):
     its /init); everything the boot made has been removed again."""
 
 
+class NoNodeAvailable(BootError):
+    """No node of the cluster took the create (none alive with room, or each one tried
+    refused it within the create's deadline); the message says which and why."""
+
+
+class NodeLost(SandboxError):
+    """The sandbox's node stopped renewing its lease, or does not answer: the sandbox cannot
+    be reached through the cluster until the node returns."""
+
+    def __init__(self, sandbox_id: str, node_id: str, why: str = "whose lease expired") -> None:
+        super().__init__(f"sandbox {sandbox_id} is on node {node_id}, {why}: the sandbox "
+                         f"cannot be reached until the node returns")  # fmt: skip
+
+
 class HostError(SandboxError):
     """The host lacks something the runtime needs (root, cgroup2, systemd-nspawn, overlayfs)."""
+
+
+class NodeDraining(SandboxError):
+    """A node agent being drained (`sandboxd node drain`) takes no new sandboxes; the ones it
+    runs go on. Another node may take the create."""
+
+
+class NodeUnreachable(SandboxError):
+    """A node agent's internal API could not be reached, or did not answer as that API does
+    (sandboxd.node.remote): what became of the operation there is unknown."""
 
 
 class StoreUnavailable(SandboxError):

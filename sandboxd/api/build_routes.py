@@ -45,7 +45,7 @@ async def files(request: Request) -> Response:
     api = context(request)
     template = api.templates.get(request.path_params["template_id"], team_of(request))
     files_hash = request.path_params["files_hash"]
-    present = api.builder.uploads(template.template_id).present(files_hash)
+    present = api.builds().uploads(template.template_id).present(files_hash)
     # The URL also when present: a step with `forceUpload` uploads whenever it gets one.
     path = upload_urls.signed_path(api.uploads_key, template.template_id, files_hash)
     url = str(request.base_url).rstrip("/") + path
@@ -64,7 +64,7 @@ async def upload(request: Request) -> Response:
     api.templates.get(template_id)
     declared = request.headers.get("content-length")
     length = int(declared) if declared and declared.isdigit() else None
-    await api.builder.uploads(template_id).receive(files_hash, request.stream(), length)
+    await api.builds().uploads(template_id).receive(files_hash, request.stream(), length)
     return Response(status_code=200)
 
 
@@ -73,7 +73,7 @@ async def start_build(request: Request) -> Response:
     path = request.path_params
     build = api.templates.build(path["template_id"], path["build_id"], team_of(request))
     recipe = await read_json(request, Recipe, limit=RECIPE_LIMIT)
-    await api.builder.start(build, recipe)
+    await api.builds().start(build, recipe)
     return Response(status_code=202)
 
 
@@ -84,7 +84,7 @@ async def status(request: Request) -> Response:
     offset = params.query_int(request, "logsOffset", 0, INT32_MAX) or 0
     asked = params.query_int(request, "limit", 0, INT32_MAX)
     limit = LOG_PAGE if asked is None else min(asked, LOG_PAGE)
-    return JSONResponse(_status(build, api.builder, offset, limit))
+    return JSONResponse(_status(build, api.builds(), offset, limit))
 
 
 async def assign_tags(request: Request) -> Response:

@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from sandboxd.api.idempotency import IdempotentCreates
+from sandboxd.api.errors import RequestError
+from sandboxd.api.idempotency import Creates, IdempotentCreates
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -22,17 +23,32 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class ApiContext:
     """`node` runs the sandboxes; `store` holds the API keys, templates and metrics; `domain`
-    is where the SDKs reach the sandboxes' ports (`get_host()`); `uploads_key` signs the build
-    context's upload URLs; `volumes` the volumes and their tokens."""
+        is where the SDKs reach the sandboxes' ports (`get_host()`); `uploads_key` signs the build
+        context's upload URLs; `volumes` the volumes and their tokens. A gateway (sandboxd.cluster)
+    has neither builder nor volumes: their endpoints answer 501 there; its `creates` hold their
+    Idempotency-Keys in the shared database."""
 
     node: NodeService
     store: Store
     templates: Templates
-    builder: Builder
+    builder: Builder | None
     domain: str
     uploads_key: bytes
-    volumes: VolumeCatalog
-    creates: IdempotentCreates = field(default_factory=IdempotentCreates)
+    volumes: VolumeCatalog | None
+    creates: Creates = field(default_factory=IdempotentCreates)
+
+    def builds(self) -> Builder:
+        """Raises RequestError 501 where templates are not built (a gateway)."""
+        if self.builder is None:
+            raise RequestError(501, "template builds are not served by a sandboxd gateway: "
+                                    "build on a sandboxd serve or node")  # fmt: skip
+        return self.builder
+
+    def volume_catalog(self) -> VolumeCatalog:
+        """Raises RequestError 501 where volumes are not kept (a gateway)."""
+        if self.volumes is None:
+            raise RequestError(501, "volumes are not served by a sandboxd gateway")
+        return self.volumes
 
 
 def context(request: Request) -> ApiContext:

@@ -14,6 +14,7 @@ from sandboxd.errors import (
     DiskFull,
     InitRefused,
     LengthRequired,
+    NodeLost,
     NotAllowed,
     NotFound,
     RegistryError,
@@ -45,6 +46,7 @@ _STATUSES: tuple[tuple[type[SandboxError], int], ...] = (
     (BadUpload, 400),
     (VolumeFull, 507),
     (DiskFull, 507),
+    (NodeLost, 502),  # E2B's status for a sandbox its proxy cannot reach
     (BootError, 503),  # nothing of the sandbox is left: trying again may work
     (StoreUnavailable, 503),
     (RegistryError, 503),  # the registry is down or refused: nothing was half-done

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 from sandboxd.api.errors import RequestError
 
@@ -17,6 +17,19 @@ if TYPE_CHECKING:
 
 WINDOW_S: Final = 600.0
 MAX_KEY_LENGTH: Final = 255
+
+
+class Creates(Protocol):
+    """Creates by Idempotency-Key: this process's (IdempotentCreates), or a cluster's."""
+
+    async def run(self, scope: str, key: str, create: Callable[[], Awaitable[str]]) -> str:
+        """The id of the sandbox `create` made for (`scope`, `key`), calling it only for a
+        key not seen within the window.
+
+        Raises:
+            RequestError: 400 for a key longer than MAX_KEY_LENGTH; whatever `create` raised.
+        """
+        ...
 
 
 class IdempotentCreates:

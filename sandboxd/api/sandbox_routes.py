@@ -168,7 +168,9 @@ async def list_v2(request: Request) -> Response:
     template_ids = None
     if query.template is not None:
         template = api.store.template(query.template, team_id)
-        template_ids = {template.template_id} if template else set()
+        # One the store does not hold is matched by id: a gateway's nodes hold templates of
+        # their own (their base) that its database does not.
+        template_ids = {template.template_id if template else query.template}
     found = [s for s in await _team_sandboxes(request) if listing.matches(s, query, template_ids)]
     items, token = listing.page(found, query)
     headers = {}

@@ -95,7 +95,7 @@ def opened(request: Request) -> VolumeTree:
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not token:
         raise RequestError(401, "Missing volume token (Authorization: Bearer <token>)")
-    catalog = context(request).volumes
+    catalog = context(request).volume_catalog()
     if not catalog.tokens.opens(token.strip(), volume_id):
         raise RequestError(401, "Invalid or expired volume token")
     catalog.get(volume_id)

@@ -24,36 +24,21 @@ from envd.systemd import sd_notify
 from sandboxd.api import volume_content
 from sandboxd.api.app import create_app
 from sandboxd.api.context import ApiContext
-from sandboxd.builds.base_image import BUILD_FILE, build_base
-from sandboxd.builds.builder import DEFAULT_DEADLINE_S, Builder, BuildLimits
-from sandboxd.daemon.state_dir import SECRET_FILE, open_private, umask
+from sandboxd.builds.builder import DEFAULT_DEADLINE_S
+from sandboxd.daemon.machinery import Machinery, machinery
+from sandboxd.daemon.state_dir import open_private
 from sandboxd.errors import HostError, SandboxError
-from sandboxd.guest.client import EnvdClient
-from sandboxd.guest.readiness import ENVD_UNIT, envd_ready
 from sandboxd.ids import now_us
-from sandboxd.images.shared_layers import SharedLayers
-from sandboxd.layers.store import LayerStore
-from sandboxd.lifecycle.manager import SandboxManager
-from sandboxd.network import firewall
-from sandboxd.network.dns_forwarder import DnsForwarder, host_nameservers
-from sandboxd.network.egress_proxy.server import EgressProxy
-from sandboxd.network.slots import NetworkPool, enable_forwarding
 from sandboxd.node.local import LocalNode
 from sandboxd.proxy.connection_policy import ConnectionPolicy
 from sandboxd.proxy.listener import Listener
 from sandboxd.proxy.relay import SandboxProxy
-from sandboxd.runtime.nspawn.container import SANDBOX_UMASK, require_rootfs
-from sandboxd.runtime.nspawn.runtime import NspawnRuntime
-from sandboxd.runtime.spec import BootImage
 from sandboxd.store.sqlite.store import SqliteStore
-from sandboxd.templates.catalog import BASE_DISK_MB, register_base
+from sandboxd.templates.catalog import BASE_DISK_MB
 from sandboxd.volumes.catalog import (
     DEFAULT_SIZE_MB as DEFAULT_VOLUME_MB,
     MAX_SIZE_MB as MAX_VOLUME_MB,
-    VolumeCatalog,
 )
-from sandboxd.volumes.storage import VolumeStorage
-from sandboxd.volumes.tokens import VolumeTokens
 
 if TYPE_CHECKING:
     import socket
@@ -65,6 +50,7 @@ if TYPE_CHECKING:
 
     from sandboxd.builds.systemd_init import Provision
     from sandboxd.images.layer_registry import LayerRegistry
+    from sandboxd.network.slots import NetworkPool
     from sandboxd.store.interface import Store
 
 log = logging.getLogger("sandboxd.daemon.serve")
@@ -72,12 +58,6 @@ log = logging.getLogger("sandboxd.daemon.serve")
 API_KEY_ENV = "SANDBOXD_API_KEY"
 DATABASE_URL_ENV = "SANDBOXD_DATABASE_URL"
 API_KEY_FORM = re.compile(r"^e2b_[0-9a-f]{40}$")
-# The priority sandboxd serves at. On a busy host most of a slow `/health` or proxied request
-# was sandboxd's event loop waiting for a CPU, not working (its callbacks' run-queue wait was
-# 88 % of their wall time while 20 sandboxes were created); envd inside runs at -20 for the same
-# reason. Sandboxes start at the default 0 (sandboxd/runtime/nspawn/container.py), so this orders sandboxd's own
-# work before theirs and does not lift them above the host's.
-SERVE_NICE = -10
 
 
 @dataclass(frozen=True)
@@ -109,7 +89,7 @@ class ServeOptions:
     registry: LayerRegistry | None = None
 
 
-class _Server(uvicorn.Server):
+class NotifyingServer(uvicorn.Server):
     """uvicorn telling the service manager when sandboxd serves and when it stops."""
 
     def __init__(self, config: uvicorn.Config, notify_socket: str | None, serving: str) -> None:
@@ -130,13 +110,7 @@ class _Server(uvicorn.Server):
         await super().shutdown(sockets)
 
 
-def daemon_lifespan(
-    manager: SandboxManager,
-    builder: Builder,
-    dns: DnsForwarder | None,
-    proxy: SandboxProxy,
-    envd: EnvdClient,
-) -> Lifespan[Starlette]:
+def daemon_lifespan(parts: Machinery, proxy: SandboxProxy) -> Lifespan[Starlette]:
     """The daemon's start (before uvicorn listens) and stop (once it no longer does): the DNS
     forwarder, the manager (adoption, evictor, sampler, warm pool), the builder (failing the
     builds a previous sandboxd left running), and at the stop the proxy's connections cut and,
@@ -144,8 +118,11 @@ def daemon_lifespan(
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        manager, builder, dns = parts.manager, parts.builder, parts.dns
         async with contextlib.AsyncExitStack() as stack:
-            stack.push_async_callback(envd.aclose)  # the manager's and the builder's: closed last
+            stack.push_async_callback(
+                parts.envd.aclose
+            )  # the manager's and the builder's: closed last
             if dns is not None:  # its sockets are bound already: queries wait in them
                 await dns.start()
                 stack.push_async_callback(dns.close)
@@ -164,25 +141,18 @@ def daemon_lifespan(
     return lifespan
 
 
-def daemon_config(
-    options: ServeOptions,
-    store: Store,
-    manager: SandboxManager,
-    builder: Builder,
-    dns: DnsForwarder | None,
-    envd: EnvdClient,
-    volumes: VolumeCatalog,
-) -> uvicorn.Config:
+def daemon_config(options: ServeOptions, store: Store, parts: Machinery) -> uvicorn.Config:
     """uvicorn's configuration: the control API over the node service in this process, and the
     listener handing requests for sandboxes to their proxy, with the daemon's lifespan."""
     # One port for both (docs/sandboxd.md, "The proxy"): uvicorn serves the control API with
     # the proxy's protocol, which relays requests for a sandbox below ASGI; a sandbox's open
     # connections are cut once the manager says it stopped serving.
+    manager = parts.manager
     proxy = SandboxProxy(manager, options.domain)
     manager.on_gone(proxy.cut)
-    context = ApiContext(LocalNode(manager), store, manager.templates, builder, options.domain,
-                         manager.tokens.uploads_key(), volumes)  # fmt: skip
-    app = create_app(context, daemon_lifespan(manager, builder, dns, proxy, envd))
+    context = ApiContext(LocalNode(manager), store, manager.templates, parts.builder,
+                         options.domain, manager.tokens.uploads_key(), parts.volumes)  # fmt: skip
+    app = create_app(context, daemon_lifespan(parts, proxy))
     return uvicorn.Config(
         app,
         host=options.bind,
@@ -230,62 +200,9 @@ def connection_policy() -> ConnectionPolicy:
     return dataclasses.replace(policy, streamed_prefixes=(volume_content.PREFIX,))
 
 
-def base_rootfs(state_dir: Path) -> Path:
-    """Where the base template's root filesystem lives in a state directory."""
-    return state_dir / "templates" / "base" / "rootfs"
-
-
 def new_api_key() -> str:
     """`e2b_` + 40 hex (160 random bits), the SDK's and the reference's form."""
     return "e2b_" + secrets.token_hex(20)
-
-
-def server_secret(state_dir: Path) -> bytes:
-    """The key of the envd tokens' HMAC: made once, kept in the state directory (0600)."""
-    path = state_dir / SECRET_FILE
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        pass
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        os.write(fd, secrets.token_bytes(32))
-    finally:
-        os.close(fd)
-    return path.read_bytes()
-
-
-def ensure_base(
-    store: Store, state_dir: Path, given: Path | None, disk_mb: int, notify_socket: str | None
-) -> None:
-    """Register the base template with a disk of `disk_mb` (0: no limit); build its root
-    filesystem first when it is missing.
-
-    Raises:
-        TemplateError: `given` is not a root filesystem, or the build failed.
-    """
-    if given is not None:
-        rootfs = given.absolute()
-        require_rootfs(BootImage((rootfs,)))
-    else:
-        rootfs = base_rootfs(state_dir)
-        if not (rootfs / BUILD_FILE).is_file():
-            log.info("the base template is missing: building it (a few minutes the first time)")
-            sd_notify("STATUS=building the base template", notify_socket)
-            with umask(SANDBOX_UMASK):  # a tree for sandboxes; still single-threaded here
-                build_base(rootfs, state_dir / "cache")
-    register_base(store, rootfs, disk_mb)
-
-
-def build_limits(options: ServeOptions, state_dir: Path) -> BuildLimits:
-    """The builds' deadline, and their storage quota: by default half the state directory's
-    filesystem, so that uploads and layers never take the room sandboxes and the store need."""
-    if options.build_storage_mb is not None:
-        storage = options.build_storage_mb << 20
-    else:
-        fs = os.statvfs(state_dir)
-        storage = fs.f_blocks * fs.f_frsize // 2
-    return BuildLimits(options.build_deadline_s, storage)
 
 
 def serving_line(options: ServeOptions) -> str:
@@ -342,40 +259,9 @@ def serve(options: ServeOptions) -> None:
     store = open_store(state_dir, options.database_url)
     try:
         register_env_key(store)
-        ensure_base(store, state_dir, options.base_rootfs, options.disk_mb, notify_socket)
-        # This thread's priority, inherited by the threads it starts (the event loop runs here).
-        try:
-            os.setpriority(os.PRIO_PROCESS, 0, SERVE_NICE)
-        except PermissionError:  # root without CAP_SYS_NICE (some containers)
-            log.warning("cannot raise sandboxd's priority: serving at the default one")
-        proxy = None
-        dns = None
-        if options.network is not None:
-            enable_forwarding()
-            proxy = EgressProxy(options.network)
-            upstream = options.network.dns
-            dns = DnsForwarder(options.network.cidr,
-                               [upstream] if upstream else host_nameservers())  # fmt: skip
-            firewall.install(options.network.cidr, dns=dns.offered, proxy_port=proxy.port)
-        runtime = NspawnRuntime(state_dir / "sandboxes", cgroup_parent=options.cgroup_parent,
-                                network=options.network, egress_proxy=proxy,
-                                probe=envd_ready, guest_unit=ENVD_UNIT)  # fmt: skip
-        envd = EnvdClient()  # the manager's, the warm pool's and the builds' one way to envd
-        limits = build_limits(options, state_dir)
-        layers = LayerStore(state_dir / "layers", limits.quota(state_dir))
-        shared = SharedLayers(layers, options.registry)
-        manager = SandboxManager(store, runtime, envd, server_secret(state_dir),
-                                 options.max_timeout_s, options.pool, layers, shared)  # fmt: skip
-        builder = Builder(store, manager.templates, runtime, envd, state_dir,
-                          envd_artifact=options.envd_artifact, mirror=options.registry_mirror,
-                          limits=limits, provision=options.provision, shared=shared)  # fmt: skip
-        volumes = VolumeCatalog(store, VolumeStorage(state_dir / "volumes"),
-                                VolumeTokens(manager.tokens.volumes_key()),
-                                options.volume_mb, options.volume_max_mb)  # fmt: skip
-        volumes.start()
-        manager.volumes.attach(volumes)  # mounts in sandboxes; a volume mounted is in use
-        config = daemon_config(options, store, manager, builder, dns, envd, volumes)
-        _Server(config, notify_socket, serving_line(options)).run()
+        parts = machinery(options, store, state_dir, notify_socket)
+        config = daemon_config(options, store, parts)
+        NotifyingServer(config, notify_socket, serving_line(options)).run()
     except OSError as exc:
         raise SandboxError(f"cannot serve: {exc}") from exc
     finally:

@@ -58,6 +58,10 @@ class WarmPool:
             return None
         return box
 
+    def waiting(self, image: TemplateImage, disk_mb: int) -> int:
+        """How many booted sandboxes of `image` with `disk_mb` wait to be taken."""
+        return len(self._boxes.get((image.key(), disk_mb), ()))
+
     def fill(self, image: TemplateImage, limits: Limits, disk_mb: int, after_s: float = 0) -> None:
         """Boot in the background, starting in `after_s`, until `image` with `disk_mb` has
         `size` waiting sandboxes."""

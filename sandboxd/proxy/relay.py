@@ -59,7 +59,10 @@ HOP_BY_HOP = frozenset(
     (b"connection", b"proxy-connection", b"keep-alive", b"te", b"trailer",
      b"transfer-encoding", b"upgrade", b"proxy-authorization", b"proxy-authenticate")
 )  # fmt: skip
-NEVER_FORWARDED = frozenset((b"x-api-key",))  # the control API's key stays with sandboxd
+# The control API's key stays with sandboxd; the cluster's credential is added by a gateway only
+# (sandboxd.cluster), never passed on from a client.
+CLUSTER_TOKEN_HEADER = b"x-sandboxd-cluster-token"
+NEVER_FORWARDED = frozenset((b"x-api-key", CLUSTER_TOKEN_HEADER))
 # What a Connection header may not declare hop-by-hop: they frame or route the request.
 NEVER_HOP_BY_HOP = frozenset((*FRAMING_HEADERS, b"host"))
 # Sent again on a new connection when a kept-alive one closed before any answer (RFC 9110
@@ -70,9 +73,13 @@ IDEMPOTENT_WITHOUT_BODY = frozenset(("GET", "HEAD", "OPTIONS"))
 class SandboxProxy:
     """Turns requests for sandboxes into exchanges; holds the connections into sandboxes."""
 
-    def __init__(self, lookup: SandboxLookup, domain: str = "localhost") -> None:
+    def __init__(self, lookup: SandboxLookup, domain: str = "localhost",
+                 cluster_token: str | None = None) -> None:  # fmt: skip
+        """`cluster_token`: a gateway's, sent with every request to the nodes' proxies."""
         self.lookup = lookup
         self.domain = domain
+        self.added = b"" if cluster_token is None else (
+            b"%s: %s\r\n" % (CLUSTER_TOKEN_HEADER, cluster_token.encode()))  # fmt: skip
         self.pool = UpstreamPool()
         self.waking: set[asyncio.Task[None]] = set()  # the wakes of paused sandboxes under way
 
@@ -129,7 +136,7 @@ class Relay:
         self.proxy, self.client, self.request = proxy, client, request
         self.location, self.target = location, target
         self.upstream: UpstreamConnection | None = None
-        self.head, self.chunked = _request_head(request, target, host)
+        self.head, self.chunked = _request_head(request, target, host, proxy.added)
         # Bytes not yet written: the head and body, until the connection is made or the end of
         # the read they came in (one write, one wakeup of the sandbox's server for both).
         self.pending: list[bytes] = [self.head]
@@ -292,9 +299,12 @@ class Relay:
         Answer(self.client, self.request, *answer).start()
 
 
-def _request_head(request: Request, target: Target, host: bytes | None) -> tuple[bytes, bool]:
+def _request_head(
+    request: Request, target: Target, host: bytes | None, added: bytes = b""
+) -> tuple[bytes, bool]:
     """The request's head for the sandbox, and whether its body goes chunked; `host`, when
-    given, replaces the request's Host (the sandbox's maskRequestHost)."""
+    given, replaces the request's Host (the sandbox's maskRequestHost); `added`: header lines
+    put at its end."""
     raw = request.raw_headers
     connection_named = _connection_tokens(raw)
     lines = [b"%s %s HTTP/%s" % (request.head.method.encode(), request.head.url,
@@ -320,7 +330,7 @@ def _request_head(request: Request, target: Target, host: bytes | None) -> tuple
         lines.append(b"transfer-encoding: chunked")
     if not has_host:  # HTTP/1.0 clients may send none; HTTP/1.1 requires one
         lines.append(b"host: %s" % (host or b"127.0.0.1:%d" % target.port))
-    return b"\r\n".join(lines) + b"\r\n\r\n", chunked
+    return b"\r\n".join(lines) + b"\r\n" + added + b"\r\n", chunked
 
 
 def _token_refusal(ingress: Ingress, request: Request) -> str | None:

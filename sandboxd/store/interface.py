@@ -45,8 +45,11 @@ if TYPE_CHECKING:
 
     from sandboxd.store.rows import (
         BuildRow,
+        CatalogRow,
+        CreateKeyRow,
         LogLine,
         MetricSample,
+        NodeRow,
         SandboxRow,
         SnapshotRow,
         TagRow,
@@ -214,7 +217,61 @@ class Volumes(Protocol):
     def delete_volume(self, volume_id: str) -> None: ...
 
 
-class Store(Keys, Teams, Templates, Sandboxes, Samples, Builds, Volumes, Protocol):
+class Catalog(Protocol):
+    """The cluster's (sandboxd.cluster): which node runs each sandbox, the creates'
+    Idempotency-Keys across gateways, and named leases of duties one gateway does at a time."""
+
+    def add_catalog_entry(self, e: CatalogRow) -> None:
+        """Insert `e`.
+
+        Raises:
+            Exception: the backend's integrity error when its sandbox_id is recorded.
+        """
+
+    def catalog_entry(self, sandbox_id: str) -> CatalogRow | None: ...
+
+    def catalog(self) -> list[CatalogRow]:
+        """All of them, oldest first (`created_at`, then `sandbox_id`)."""
+
+    def delete_catalog_entry(self, sandbox_id: str) -> None: ...
+
+    def claim_create_key(self, k: CreateKeyRow, expired_before_us: int) -> None:
+        """Record `k` unless its (scope, key) is recorded since `expired_before_us` (an older
+        row is replaced): `create_key` then says whose claim won."""
+
+    def create_key(self, scope: str, key: str) -> CreateKeyRow | None: ...
+
+    def settle_create_key(self, scope: str, key: str, claim: str, sandbox_id: str) -> None:
+        """The sandbox the create of `claim` made; nothing when another claim holds the key."""
+
+    def release_create_key(self, scope: str, key: str, claim: str) -> None:
+        """Forget the key if `claim` holds it (its create failed: a retry tries again)."""
+
+    def take_lock(self, name: str, holder: str, now_us: int, until_us: int) -> None:
+        """Hold `name` until `until_us` if it is free at `now_us` or `holder`'s already:
+        `lock_holder` then says who holds it."""
+
+    def lock_holder(self, name: str, now_us: int) -> str | None: ...
+
+
+class Nodes(Protocol):
+    """The node agents of a cluster and their leases (written only in a shared database: a node
+    by its heartbeats, an operator by draining it)."""
+
+    def heartbeat_node(self, n: NodeRow) -> None:
+        """Insert `n`, or replace everything of its node_id's row but `draining` (a heartbeat
+        never undoes a drain; a new row takes `n.draining`)."""
+
+    def set_node_draining(self, node_id: str, draining: bool) -> bool:
+        """Set the node's flag; False when there is no such node."""
+
+    def nodes(self) -> list[NodeRow]:
+        """Every registered node, ordered by node_id."""
+
+    def delete_node(self, node_id: str) -> None: ...
+
+
+class Store(Keys, Teams, Templates, Sandboxes, Samples, Builds, Volumes, Nodes, Catalog, Protocol):
     """The tables of one sandboxd, in one database, written through `write`."""
 
     async def write(self, *changes: Callable[[], None]) -> None:

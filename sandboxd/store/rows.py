@@ -139,3 +139,44 @@ class TeamRow:
     name: str  # unique
     slug: str  # unique: the namespace of the team's template names (`slug/alias:tag`)
     created_at: int
+
+
+@dataclass
+class CatalogRow:
+    """A sandbox of the cluster (sandboxd.cluster): the node that runs it, the team that owns
+    it, and `info`, the sandbox as its create answered (its tokens left out), what is shown of
+    it once its node is gone."""
+
+    sandbox_id: str
+    node_id: str
+    team_id: str
+    created_at: int
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CreateKeyRow:
+    """An `Idempotency-Key` of a create, for the hash of the API key that sent it (`scope`):
+    `claim` names the create that makes its sandbox; `sandbox_id` is None until it has."""
+
+    scope: str
+    key: str
+    claim: str
+    sandbox_id: str | None
+    created_at: int
+
+
+@dataclass
+class NodeRow:
+    """A node agent of a cluster, as its last heartbeat wrote it (only a shared database has
+    these)."""
+
+    node_id: str
+    api_url: str  # the node's internal API, "http://10.1.2.3:49990"
+    proxy_address: str  # the node's internal proxy, "10.1.2.3:49991"
+    heartbeat_us: int  # the last heartbeat (µs since the epoch)
+    lease_s: int  # alive while now < heartbeat_us + lease_s * 1e6
+    draining: bool = False  # set by an operator: nothing new is placed there
+    # cpus, memory_mb, max_sandboxes, sandboxes, cpu_requested, cpu_usage, memory_used_mb,
+    # warm ({template_id: n}), templates ([template ids whose layers the node holds]).
+    status: dict[str, Any] = field(default_factory=dict)

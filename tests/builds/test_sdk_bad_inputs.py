@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from sandboxd.builds.upload_urls import VALID_S, signed_path
-from sandboxd.daemon.serve import server_secret
+from sandboxd.daemon.machinery import server_secret
 from sandboxd.lifecycle.tokens import Tokens
 from tests.waiting import wait_until
 

@@ -1,8 +1,9 @@
-"""Fixtures of the cluster's tests: the base template of tests/sandboxd, which the serves they
-start boot."""
+"""Fixtures of the cluster tests: the base template and PostgreSQL of tests/sandboxd and
+tests/conftest.py, and the fake internet of tests/network."""
 
 from __future__ import annotations
 
+from tests.network.conftest import net
 from tests.sandboxd.conftest import base_template
 
-__all__ = ["base_template"]
+__all__ = ["base_template", "net"]

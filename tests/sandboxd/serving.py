@@ -107,15 +107,18 @@ class Sandboxd:
                 f"sandboxd serve {' '.join(self.flags)}: without {NO_NETWORK} its sandboxes would "
                 "reach this machine's real network; network tests run it in the fake internet"
             )
+        env = {**os.environ, "SANDBOXD_API_KEY": API_KEY, **self.env}
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(self.argv(), stdout=log, stderr=log, env=env)
+        wait_until(self._ready, self.ready_timeout_s, "sandboxd to serve")
+
+    def argv(self) -> list[str]:
+        """The command line of the next start, on a free port (`url`)."""
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
         base = [] if self.base_rootfs is None else ["--base-rootfs", str(self.base_rootfs)]
-        argv = [*self.command, "serve", "--port", str(port), "--state-dir", str(self.state_dir),
+        return [*self.command, "serve", "--port", str(port), "--state-dir", str(self.state_dir),
                 *base, "--cgroup-parent", self.cgroup_parent, *self.flags]  # fmt: skip
-        env = {**os.environ, "SANDBOXD_API_KEY": API_KEY, **self.env}
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(argv, stdout=log, stderr=log, env=env)
-        wait_until(self._ready, self.ready_timeout_s, "sandboxd to serve")
 
     def _ready(self) -> bool:
         assert self.proc is not None

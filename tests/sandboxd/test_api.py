@@ -21,7 +21,7 @@ from urllib.parse import quote, urlencode
 import httpx
 import pytest
 
-from sandboxd.daemon.serve import SERVE_NICE
+from sandboxd.daemon.machinery import SERVE_NICE
 from sandboxd.host.uid_ranges import FIRST_BASE
 from sandboxd.runtime.nspawn import container
 from tests.sandboxd.serving import API_KEY, NO_NETWORK, Sandboxd, running_sandboxd, wait_gone

@@ -51,6 +51,13 @@ class PostgresServer:
     def url(self, database: str = "postgres") -> str:
         return f"postgresql://{_ROLE}:{self.password}@127.0.0.1:{self.port}/{database}"
 
+    def socket_url(self, url: str) -> str:
+        """The database of `url` over the server's unix socket: reachable from a process in
+        another network namespace, as loopback is not."""
+        database = url.rsplit("/", 1)[1]
+        return (f"postgresql://{_ROLE}:{self.password}@/{database}"
+                f"?host={self.dir}&port={self.port}")  # fmt: skip
+
     def start(self) -> None:
         """Make the cluster and start the server; returns once it accepts connections."""
         as_server = self._as_server_account()

@@ -25,6 +25,8 @@ from sandboxd.store.postgres.store import PostgresStore
 from sandboxd.store.rows import (
     DEFAULT_TEAM_ID,
     BuildRow,
+    CatalogRow,
+    CreateKeyRow,
     LogLine,
     MetricSample,
     SandboxRow,
@@ -224,6 +226,51 @@ async def test_teams_own_keys_templates_volumes_and_their_samples(store: Store) 
     assert store.event_times("created", 0, 20) == [7, 8]
     with pytest.raises((sqlite3.IntegrityError, psycopg.IntegrityError)):
         await store.write(functools.partial(store.add_team, TeamRow("x", "team b", "x", 6)))
+
+
+async def test_the_catalog_keeps_each_sandbox_once_with_its_node(store: Store) -> None:
+    first = CatalogRow("s1", "node-a", "team", 1, {"sandbox_id": "s1", "metadata": {"k": "v"}})
+    second = CatalogRow("s2", "node-b", "team", 2)
+    await store.write(functools.partial(store.add_catalog_entry, second),
+                      functools.partial(store.add_catalog_entry, first))  # fmt: skip
+    assert store.catalog() == [first, second]
+    assert store.catalog_entry("s1") == first
+    with pytest.raises((sqlite3.IntegrityError, psycopg.IntegrityError)):
+        await store.write(functools.partial(store.add_catalog_entry, first))
+    await store.write(functools.partial(store.delete_catalog_entry, "s1"))
+    assert store.catalog_entry("s1") is None
+    assert store.catalog() == [second]
+
+
+async def test_a_create_key_is_claimed_once_until_it_expires(store: Store) -> None:
+    mine, theirs = (
+        CreateKeyRow("api", "k", "c1", None, 10),
+        CreateKeyRow("api", "k", "c2", None, 20),
+    )
+    await store.write(functools.partial(store.claim_create_key, mine, 0))
+    await store.write(functools.partial(store.claim_create_key, theirs, 0))
+    assert store.create_key("api", "k") == mine
+    await store.write(functools.partial(store.settle_create_key, "api", "k", "c2", "sX"))
+    await store.write(functools.partial(store.settle_create_key, "api", "k", "c1", "s1"))
+    assert store.create_key("api", "k") == CreateKeyRow("api", "k", "c1", "s1", 10)
+    await store.write(functools.partial(store.claim_create_key, theirs, 11))  # mine expired
+    assert store.create_key("api", "k") == theirs
+    await store.write(functools.partial(store.release_create_key, "api", "k", "c1"))
+    assert store.create_key("api", "k") == theirs
+    await store.write(functools.partial(store.release_create_key, "api", "k", "c2"))
+    assert store.create_key("api", "k") is None
+
+
+async def test_a_lock_is_held_by_one_holder_until_it_runs_out(store: Store) -> None:
+    await store.write(functools.partial(store.take_lock, "reap", "a", 0, 100))
+    await store.write(functools.partial(store.take_lock, "reap", "b", 50, 150))
+    assert store.lock_holder("reap", 50) == "a"
+    await store.write(functools.partial(store.take_lock, "reap", "a", 60, 200))  # renewed
+    await store.write(functools.partial(store.take_lock, "reap", "b", 150, 250))
+    assert store.lock_holder("reap", 150) == "a"
+    await store.write(functools.partial(store.take_lock, "reap", "b", 201, 300))
+    assert store.lock_holder("reap", 201) == "b"
+    assert store.lock_holder("reap", 301) is None
 
 
 async def test_a_write_commits_all_its_changes_or_none(store: Store) -> None:

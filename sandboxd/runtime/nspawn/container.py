@@ -154,7 +154,7 @@ def start(
 
     def in_sandbox() -> None:
         """Between fork and exec (only system calls): into the sandbox's cgroups, back to the
-        default priority, whatever sandboxd runs at (`sandboxd.daemon.serve.SERVE_NICE`), and into its
+        default priority, whatever sandboxd runs at (`sandboxd.daemon.machinery.SERVE_NICE`), and into its
         budget namespace. First the open-file limit nspawn gives envd: only a capability in the
         host's namespace may raise a hard limit (without it nspawn sets the closest it may)."""
         cgroups.enter()

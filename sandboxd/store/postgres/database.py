@@ -8,12 +8,15 @@ loop's), each its own statement and so the latest committed state; writes on a t
 own once the event loop runs (`write`), each `write` one transaction. A read is a round trip to
 the server while the event loop waits: on loopback or a LAN a fraction of a millisecond
 (bench/store_backends.py measures it). A connection the server dropped (a restart, a failover)
-is opened again by the next read or write; the one under way fails with StoreUnavailable.
+is opened again by the next read or write; the one under way fails with StoreUnavailable. One
+dropped while idle is seen before it is used (it turned readable), so that the first read or
+write after a server came back does not fail on it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import select
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -67,8 +70,7 @@ class Database:
             StoreUnavailable: the server cannot be reached.
         """
         try:
-            if self._reads.broken:
-                self._reads = _connect(self._url)
+            self._reads = self._reopened(self._reads)
             return self._reads.execute(sql, tuple(params)).fetchall()
         except psycopg.OperationalError as exc:
             raise StoreUnavailable(f"the database is unavailable: {exc}") from exc
@@ -82,10 +84,23 @@ class Database:
         """
         await asyncio.get_running_loop().run_in_executor(self._writer, self._transaction, changes)
 
+    def _reopened(self, db: psycopg.Connection[Row]) -> psycopg.Connection[Row]:
+        """`db`, or a new connection if it can no longer be used.
+
+        Raises:
+            StoreUnavailable: the server cannot be reached.
+        """
+        if _usable(db):
+            return db
+        db.close()
+        try:
+            return _connect(self._url)
+        except StoreUnavailable as exc:
+            raise StoreUnavailable(f"the database is unavailable: {exc}") from exc
+
     def _transaction(self, changes: tuple[Callable[[], None], ...]) -> None:
         try:
-            if self.writes.broken:
-                self.writes = _connect(self._url)
+            self.writes = self._reopened(self.writes)
             # Pipelined: the transaction's statements go out without waiting for each answer,
             # so a write is about one round trip however many changes it holds, and this
             # thread waits for the GIL once rather than after each statement.
@@ -117,6 +132,16 @@ def shown(url: str) -> str:
     host = parts.hostname or ""
     netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
     return urlunsplit(parts._replace(netloc=netloc))
+
+
+def _usable(db: psycopg.Connection[Row]) -> bool:
+    """Whether an idle connection can take a statement: not broken, and not dropped by the
+    server meanwhile (a restart, an idle timeout), which left it readable, its last words or
+    its end waiting, so that the statement would fail on it."""
+    if db.broken or db.closed:
+        return False
+    readable, _, _ = select.select([db.fileno()], [], [], 0)
+    return not readable
 
 
 def _connect(url: str) -> psycopg.Connection[Row]:

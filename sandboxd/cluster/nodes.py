@@ -1,0 +1,294 @@
+"""`ClusterNodes`: the node service (sandboxd.node.service.NodeService) of a gateway, over the
+node agents registered in the shared database. A create is placed (sandboxd.cluster.placement),
+tried on another node when one refuses, within CREATE_DEADLINE_S, and recorded in the catalog
+once made; every other operation goes to the node the catalog names. A sandbox whose node's
+lease expired is listed as lost (sandboxd.cluster.catalog), and operations on it raise NodeLost
+(a kill only forgets it: the node, if it returns, has its sandbox reaped)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+from collections import Counter
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
+
+from sandboxd.cluster import catalog, placement
+from sandboxd.errors import (
+    InitRefused,
+    NodeLost,
+    NodeUnreachable,
+    NoNodeAvailable,
+    NotAllowed,
+    NotFound,
+    SandboxError,
+    SandboxNotFound,
+    TemplateError,
+    TemplateNotFound,
+)
+from sandboxd.ids import now_us
+from sandboxd.node.service import NodeService
+from sandboxd.store.rows import CatalogRow
+from sandboxd.templates.catalog import BASE_CPUS
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from sandboxd.node.models import LogEntry, SandboxConfig, SandboxInfo, SnapshotInfo
+    from sandboxd.store.interface import Store
+    from sandboxd.store.rows import MetricSample, NodeRow
+
+log = logging.getLogger("sandboxd.cluster.nodes")
+
+T = TypeVar("T")
+
+CREATE_DEADLINE_S: Final = 60.0
+# A node's refusals that another node would repeat: the create's own fault, not the node's.
+CALLERS_FAULT = (NotAllowed, NotFound, TemplateError, InitRefused)
+
+
+class NodeClient(Protocol):
+    """A node's service over the wire (sandboxd.node.remote.RemoteNode)."""
+
+    async def close(self) -> None: ...
+
+
+class Remote(NodeService, NodeClient, Protocol): ...
+
+
+class ClusterNodes:
+    """`dial(node)` makes the client of a registered node; `on_gone(id)` callbacks run when a sandbox stops being reachable where it was
+    (killed, paused, lost)."""
+
+    def __init__(self, store: Store, dial: Callable[[NodeRow], Remote],
+                 deadline_s: float = CREATE_DEADLINE_S) -> None:  # fmt: skip
+        self.store = store
+        self.dial = dial
+        self.deadline_s = deadline_s
+        self.reserved: Counter[str] = Counter()  # vCPUs of creates under way, by node
+        self._clients: dict[str, tuple[str, Remote]] = {}  # node_id → (api_url, client)
+        self._gone: list[Callable[[str], None]] = []
+
+    def on_gone(self, callback: Callable[[str], None]) -> None:
+        self._gone.append(callback)
+
+    async def close(self) -> None:
+        clients, self._clients = self._clients, {}
+        for _, client in clients.values():
+            await client.close()
+
+    def client(self, node: NodeRow) -> Remote:
+        """The client of `node` (a new one when its address changed)."""
+        known = self._clients.get(node.node_id)
+        if known is not None and known[0] == node.api_url:
+            return known[1]
+        client = self.dial(node)
+        self._clients[node.node_id] = (node.api_url, client)
+        return client
+
+    # Creates
+
+    async def create(self, config: SandboxConfig) -> SandboxInfo:
+        """Raises NoNodeAvailable: no node took it within the deadline; the errors of
+        NodeService.create that are the create's own fault; StoreUnavailable."""
+        template_id, cpus, shared = self._template(config.template)
+        deadline = asyncio.get_running_loop().time() + self.deadline_s
+        refusals: dict[str, str] = {}
+        unknown: set[str] = set()  # the nodes that do not hold a template only nodes know
+        while True:
+            node = placement.choose(self.store.nodes(), template_id, cpus, now_us(), refusals,
+                                    self.reserved)  # fmt: skip
+            left = deadline - asyncio.get_running_loop().time()
+            if node is None or left <= 0:
+                if refusals and unknown == set(refusals):
+                    raise TemplateNotFound(config.template)
+                raise NoNodeAvailable(_no_node(refusals))
+            try:
+                info = await self._create_on(node, config, cpus, left)
+            except TemplateNotFound as exc:
+                if shared:
+                    raise
+                unknown.add(node.node_id)  # a snapshot of another node's sandbox, say
+                refusals[node.node_id] = str(exc)
+                continue
+            except CALLERS_FAULT:
+                raise
+            except Exception as exc:  # noqa: BLE001  # refused (full, draining) or unreachable: another node
+                log.info("node %s refused a create: %s", node.node_id, exc)
+                refusals[node.node_id] = str(exc) or type(exc).__name__
+                continue
+            await self._record(node, info)
+            return info
+
+    def _template(self, name: str) -> tuple[str, int, bool]:
+        """The template's id and vCPUs as the shared database has them, and True; a template
+        only nodes know (each node's own base, its snapshots) by its name, at the base's vCPUs,
+        and False: a node that takes the create resolves it, one that does not hold it refuses
+        it as unknown and another is tried."""
+        template = self.store.template(name.split(":", 1)[0])
+        if template is None:
+            return name, BASE_CPUS, False
+        return template.template_id, template.cpu_count, True
+
+    async def _create_on(self, node: NodeRow, config: SandboxConfig, cpus: int,
+                         timeout_s: float) -> SandboxInfo:  # fmt: skip
+        self.reserved[node.node_id] += cpus
+        try:
+            return await asyncio.wait_for(self.client(node).create(config), timeout_s)
+        finally:
+            self.reserved[node.node_id] -= cpus
+
+    async def _record(self, node: NodeRow, info: SandboxInfo) -> None:
+        """One catalog row for the sandbox; without it (the database down) the sandbox is
+        killed again, so that nothing runs that no gateway knows."""
+        entry = CatalogRow(info.sandbox_id, node.node_id, info.team_id, now_us(),
+                           catalog.recorded(info))  # fmt: skip
+        try:
+            await self.store.write(functools.partial(self.store.add_catalog_entry, entry))
+        except BaseException:
+            with contextlib.suppress(Exception):  # else the reaper's: it is an orphan now
+                await self.client(node).kill(info.sandbox_id)
+            raise
+
+    # Routing by the catalog
+
+    def _owner(self, sandbox_id: str) -> tuple[CatalogRow, NodeRow | None]:
+        """The sandbox's row and its node while that node's lease runs (None when expired).
+
+        Raises:
+            SandboxNotFound: not in the catalog.
+        """
+        entry = self.store.catalog_entry(sandbox_id)
+        if entry is None:
+            raise SandboxNotFound(sandbox_id)
+        now = now_us()
+        node = next((n for n in self.store.nodes() if n.node_id == entry.node_id), None)
+        return entry, node if node is not None and placement.alive(node, now) else None
+
+    def _live_owner(self, sandbox_id: str) -> NodeRow:
+        """Raises SandboxNotFound; NodeLost: its node's lease expired."""
+        entry, node = self._owner(sandbox_id)
+        if node is None:
+            raise NodeLost(sandbox_id, entry.node_id)
+        return node
+
+    async def _ask(
+        self, sandbox_id: str, node: NodeRow, call: Callable[[Remote], Awaitable[T]]
+    ) -> T:
+        """`call` on the node's client. Raises NodeLost: the node does not answer."""
+        try:
+            return await call(self.client(node))
+        except NodeUnreachable as exc:
+            raise NodeLost(sandbox_id, node.node_id, f"which does not answer ({exc})") from exc
+
+    async def _on_node(self, sandbox_id: str, call: Callable[[Remote], Awaitable[T]]) -> T:
+        return await self._ask(sandbox_id, self._live_owner(sandbox_id), call)
+
+    def _gone_now(self, sandbox_id: str) -> None:
+        for callback in self._gone:
+            callback(sandbox_id)
+
+    async def _forget(self, sandbox_id: str) -> None:
+        self._gone_now(sandbox_id)
+        await self.store.write(functools.partial(self.store.delete_catalog_entry, sandbox_id))
+
+    async def kill(self, sandbox_id: str) -> None:
+        _, node = self._owner(sandbox_id)
+        if node is not None:
+            try:
+                await self._ask(sandbox_id, node, lambda n: n.kill(sandbox_id))
+            except SandboxNotFound:
+                await self._forget(sandbox_id)  # it ended on its node: the row was stale
+                raise
+        await self._forget(sandbox_id)
+
+    async def pause(self, sandbox_id: str, memory: bool = True) -> None:
+        await self._on_node(sandbox_id, lambda n: n.pause(sandbox_id, memory))
+        self._gone_now(sandbox_id)
+
+    async def resume(self, sandbox_id: str, timeout_s: int) -> SandboxInfo:
+        return await self._on_node(sandbox_id, lambda n: n.resume(sandbox_id, timeout_s))
+
+    async def connect(
+        self, sandbox_id: str, timeout_s: int, memory: bool = True
+    ) -> tuple[SandboxInfo, bool]:
+        return await self._on_node(sandbox_id, lambda n: n.connect(sandbox_id, timeout_s, memory))
+
+    async def snapshot(self, sandbox_id: str, name: str | None) -> SnapshotInfo:
+        return await self._on_node(sandbox_id, lambda n: n.snapshot(sandbox_id, name))
+
+    async def fork(
+        self, sandbox_id: str, timeout_s: int, count: int
+    ) -> list[SandboxInfo | SandboxError]:
+        node = self._live_owner(sandbox_id)
+        children = await self._ask(sandbox_id, node, lambda n: n.fork(sandbox_id, timeout_s, count))
+        for child in children:
+            if not isinstance(child, SandboxError):
+                await self._record(node, child)
+        return children
+
+    async def set_timeout(self, sandbox_id: str, timeout_s: int) -> None:
+        await self._on_node(sandbox_id, lambda n: n.set_timeout(sandbox_id, timeout_s))
+
+    async def update_network(self, sandbox_id: str, update: dict[str, Any]) -> None:
+        await self._on_node(sandbox_id, lambda n: n.update_network(sandbox_id, update))
+
+    async def metrics(
+        self, sandbox_id: str, start_s: int | None, end_s: int | None, team_id: str
+    ) -> list[MetricSample]:
+        return await self._on_node(
+            sandbox_id, lambda n: n.metrics(sandbox_id, start_s, end_s, team_id)
+        )
+
+    async def logs(self, sandbox_id: str, since_us: int | None, until_us: int | None,
+                   limit: int, newest_first: bool) -> list[LogEntry]:  # fmt: skip
+        return await self._on_node(
+            sandbox_id, lambda n: n.logs(sandbox_id, since_us, until_us, limit, newest_first)
+        )
+
+    async def get(self, sandbox_id: str) -> SandboxInfo | None:
+        try:
+            entry, node = self._owner(sandbox_id)
+        except SandboxNotFound:
+            return None
+        if node is None:
+            return catalog.lost(entry, catalog.lost_message(entry.node_id, self._row(entry)))
+        try:
+            return await self.client(node).get(sandbox_id)
+        except NodeUnreachable as exc:
+            return catalog.lost(entry, catalog.unanswered_message(entry.node_id, exc))
+
+    def _row(self, entry: CatalogRow) -> NodeRow | None:
+        return next((n for n in self.store.nodes() if n.node_id == entry.node_id), None)
+
+    async def list_sandboxes(self) -> list[SandboxInfo]:
+        """The catalog's sandboxes as their nodes show them; those of a node whose lease
+        expired, or that did not answer, as lost."""
+        entries = {e.sandbox_id: e for e in self.store.catalog()}
+        nodes = {n.node_id: n for n in self.store.nodes()}
+        now = now_us()
+        live = [n for n in nodes.values() if placement.alive(n, now)]
+        answers = await asyncio.gather(*(self.client(n).list_sandboxes() for n in live),
+                                       return_exceptions=True)  # fmt: skip
+        found: list[SandboxInfo] = []
+        messages = {
+            n: catalog.lost_message(n, nodes.get(n)) for n in {e.node_id for e in entries.values()}
+        }
+        for node, answer in zip(live, answers, strict=True):
+            if isinstance(answer, BaseException):
+                log.warning("node %s did not list its sandboxes: %s", node.node_id, answer)
+                messages[node.node_id] = catalog.unanswered_message(node.node_id, answer)
+                continue
+            messages.pop(node.node_id, None)
+            found += [s for s in answer if s.sandbox_id in entries]
+        found += [catalog.lost(e, messages[e.node_id]) for e in entries.values()
+                  if e.node_id in messages]  # fmt: skip
+        return found
+
+
+def _no_node(refusals: dict[str, str]) -> str:
+    if not refusals:
+        return "no node can take the sandbox: none is alive, undrained and with room"
+    tried = "; ".join(f"{node}: {why}" for node, why in refusals.items())
+    return f"no node took the sandbox (tried {tried})"

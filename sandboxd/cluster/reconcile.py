@@ -1,0 +1,101 @@
+"""The gateways' reconciliation, done by one of them at a time (the holder of the database's
+`reconcile` lease, sandboxd.store.interface Catalog.take_lock): every INTERVAL_S, on every live
+node, a sandbox the catalog does not know and older than a create's deadline is an orphan (its
+create's gateway died before recording it, or it was killed through the catalog while its node
+was away) and is killed; a catalog row whose sandbox its live node no longer has (it ended at
+its timeout there) is dropped."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import secrets
+from typing import TYPE_CHECKING, Final
+
+from sandboxd.cluster import placement
+from sandboxd.cluster.nodes import CREATE_DEADLINE_S
+from sandboxd.errors import SandboxError, SandboxNotFound
+from sandboxd.ids import now_us
+
+if TYPE_CHECKING:
+    from sandboxd.cluster.nodes import ClusterNodes
+    from sandboxd.node.models import SandboxInfo
+    from sandboxd.store.rows import NodeRow
+
+log = logging.getLogger("sandboxd.cluster.reconcile")
+
+LOCK: Final = "reconcile"
+INTERVAL_S: Final = 2.0
+
+
+class Reconciler:
+    def __init__(self, nodes: ClusterNodes, grace_s: float = CREATE_DEADLINE_S,
+                 interval_s: float = INTERVAL_S) -> None:  # fmt: skip
+        self.nodes = nodes
+        self.grace_us = int(grace_s * 1e6)
+        self.interval_s = interval_s
+        self.holder = secrets.token_hex(8)
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _loop(self) -> None:
+        while True:
+            try:
+                if await self._hold():
+                    await self.once()
+            except SandboxError as exc:  # the database or a node away: the next round tries
+                log.warning("reconciliation: %s", exc)
+            await asyncio.sleep(self.interval_s)
+
+    async def _hold(self) -> bool:
+        store = self.nodes.store
+        now = now_us()
+        until = now + int(3 * self.interval_s * 1e6)
+        await store.write(functools.partial(store.take_lock, LOCK, self.holder, now, until))
+        return store.lock_holder(LOCK, now) == self.holder
+
+    async def once(self) -> None:
+        """One round over the live nodes."""
+        store = self.nodes.store
+        now = now_us()
+        for node in store.nodes():
+            if placement.alive(node, now):
+                await self._node(node, now)
+
+    async def _node(self, node: NodeRow, now: int) -> None:
+        store = self.nodes.store
+        try:
+            running = await self.nodes.client(node).list_sandboxes()
+        except Exception as exc:  # noqa: BLE001  # unreachable: its lease will tell
+            log.info("reconciliation: node %s did not list: %s", node.node_id, exc)
+            return
+        known = {e.sandbox_id for e in store.catalog() if e.node_id == node.node_id}
+        held = {s.sandbox_id for s in running}
+        for sandbox in running:
+            if sandbox.sandbox_id not in known and now - sandbox.started_at > self.grace_us:
+                await self._reap(node, sandbox)
+        for sandbox_id in known - held:
+            if store.catalog_entry(sandbox_id) is not None and not await self._on(node, sandbox_id):
+                await store.write(functools.partial(store.delete_catalog_entry, sandbox_id))
+
+    async def _on(self, node: NodeRow, sandbox_id: str) -> bool:
+        """Whether the node still has the sandbox (asked again: it may have been made since)."""
+        return await self.nodes.client(node).get(sandbox_id) is not None
+
+    async def _reap(self, node: NodeRow, sandbox: SandboxInfo) -> None:
+        if self.nodes.store.catalog_entry(sandbox.sandbox_id) is not None:
+            return  # recorded since the list
+        log.warning("reaping sandbox %s on node %s: no gateway recorded it",
+                    sandbox.sandbox_id, node.node_id)  # fmt: skip
+        with contextlib.suppress(SandboxNotFound):
+            await self.nodes.client(node).kill(sandbox.sandbox_id)

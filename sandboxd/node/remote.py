@@ -1,0 +1,133 @@
+"""`RemoteNode`: the node service of a node agent on another machine, over its internal API
+(sandboxd.node.http_api), with the cluster token. Answers decode to the same models and a
+domain error to the same sandboxd.errors class the node raised (sandboxd.node.wire); a node
+that cannot be reached, or answers what is not the API, is a NodeUnreachable.
+
+Over httpcore, sandboxd's client to envd already (a dependency of every install): its pool
+without httpx's client layer, which is dev-only and would add httpx, certifi and idna to every
+install for requests of one shape (a JSON POST)."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import httpcore
+
+from sandboxd.errors import NodeUnreachable, SandboxError
+from sandboxd.node import wire
+
+if TYPE_CHECKING:
+    from sandboxd.node.models import LogEntry, SandboxConfig, SandboxInfo, SnapshotInfo
+    from sandboxd.store.rows import MetricSample
+
+# A create boots a sandbox (seconds, minutes with a template's start command under load); the
+# other operations answer in milliseconds. A connection that cannot be made fails fast.
+CONNECT_TIMEOUT_S = 5
+READ_TIMEOUT_S = 600
+
+
+class RemoteNode:
+    """Implements `sandboxd.node.service.NodeService` by calling the node `node_id` at
+    `api_url` ("http://10.1.2.3:49990"). Each call raises NodeUnreachable on a transport
+    failure, and otherwise what the operation raised on the node."""
+
+    def __init__(self, node_id: str, api_url: str, token: str) -> None:
+        self.node_id = node_id
+        self.api_url = api_url.rstrip("/")
+        self._headers = [(b"authorization", f"Bearer {token}".encode()),
+                         (b"content-type", b"application/json")]  # fmt: skip
+        self._pool = httpcore.AsyncConnectionPool(max_connections=64, keepalive_expiry=30)
+        self._signatures = wire.operations()
+
+    async def close(self) -> None:
+        await self._pool.aclose()
+
+    async def create(self, config: SandboxConfig) -> SandboxInfo:
+        return await self._call("create", config=config)  # type: ignore[no-any-return]
+
+    async def kill(self, sandbox_id: str) -> None:
+        await self._call("kill", sandbox_id=sandbox_id)
+
+    async def pause(self, sandbox_id: str, memory: bool = True) -> None:
+        await self._call("pause", sandbox_id=sandbox_id, memory=memory)
+
+    async def resume(self, sandbox_id: str, timeout_s: int) -> SandboxInfo:
+        return await self._call("resume", sandbox_id=sandbox_id, timeout_s=timeout_s)  # type: ignore[no-any-return]
+
+    async def connect(
+        self, sandbox_id: str, timeout_s: int, memory: bool = True
+    ) -> tuple[SandboxInfo, bool]:
+        return await self._call(  # type: ignore[no-any-return]
+            "connect", sandbox_id=sandbox_id, timeout_s=timeout_s, memory=memory
+        )
+
+    async def snapshot(self, sandbox_id: str, name: str | None) -> SnapshotInfo:
+        return await self._call("snapshot", sandbox_id=sandbox_id, name=name)  # type: ignore[no-any-return]
+
+    async def fork(
+        self, sandbox_id: str, timeout_s: int, count: int
+    ) -> list[SandboxInfo | SandboxError]:
+        return await self._call(  # type: ignore[no-any-return]
+            "fork", sandbox_id=sandbox_id, timeout_s=timeout_s, count=count
+        )
+
+    async def set_timeout(self, sandbox_id: str, timeout_s: int) -> None:
+        await self._call("set_timeout", sandbox_id=sandbox_id, timeout_s=timeout_s)
+
+    async def update_network(self, sandbox_id: str, update: dict[str, Any]) -> None:
+        await self._call("update_network", sandbox_id=sandbox_id, update=update)
+
+    async def list_sandboxes(self) -> list[SandboxInfo]:
+        return await self._call("list_sandboxes")  # type: ignore[no-any-return]
+
+    async def get(self, sandbox_id: str) -> SandboxInfo | None:
+        return await self._call("get", sandbox_id=sandbox_id)  # type: ignore[no-any-return]
+
+    async def metrics(
+        self, sandbox_id: str, start_s: int | None, end_s: int | None, team_id: str
+    ) -> list[MetricSample]:
+        return await self._call(  # type: ignore[no-any-return]
+            "metrics", sandbox_id=sandbox_id, start_s=start_s, end_s=end_s, team_id=team_id
+        )
+
+    async def logs(
+        self,
+        sandbox_id: str,
+        since_us: int | None,
+        until_us: int | None,
+        limit: int,
+        newest_first: bool,
+    ) -> list[LogEntry]:
+        return await self._call(  # type: ignore[no-any-return]
+            "logs", sandbox_id=sandbox_id, since_us=since_us, until_us=until_us, limit=limit,
+            newest_first=newest_first,
+        )  # fmt: skip
+
+    async def _call(self, operation: str, **arguments: object) -> Any:
+        """POST the operation; its result decoded by the operation's return annotation.
+
+        Raises:
+            NodeUnreachable: a transport failure, or an answer that is not the API's.
+            SandboxError: the class the node raised.
+        """
+        body = json.dumps(wire.encode(arguments)).encode()
+        timeouts = {"connect": CONNECT_TIMEOUT_S, "read": READ_TIMEOUT_S,
+                    "write": READ_TIMEOUT_S, "pool": READ_TIMEOUT_S}  # fmt: skip
+        url = f"{self.api_url}{wire.PREFIX}{operation}"
+        try:
+            response = await self._pool.request("POST", url, headers=self._headers,
+                                                content=body, extensions={"timeout": timeouts})  # fmt: skip
+            answer = json.loads(response.content)
+        except (httpcore.TimeoutException, httpcore.NetworkError, httpcore.ProtocolError) as exc:
+            raise NodeUnreachable(f"node {self.node_id} ({self.api_url}): {exc!r}") from exc
+        except ValueError as exc:
+            raise NodeUnreachable(f"node {self.node_id}: an answer that is not JSON") from exc
+        if response.status == 200:
+            try:
+                return wire.decode(self._signatures[operation].return_annotation, answer)
+            except wire.WireError as exc:
+                raise NodeUnreachable(f"node {self.node_id}: {operation}: {exc}") from exc
+        if isinstance(answer, dict) and "code" in answer:
+            raise wire.decode_error(answer)
+        raise NodeUnreachable(f"node {self.node_id}: {operation}: status {response.status}")

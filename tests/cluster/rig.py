@@ -1,0 +1,106 @@
+"""The cluster test rig on one machine: Debian's PostgreSQL of its own, node agents
+(tests/cluster/node_agent.py) and gateways (tests/cluster/gateway.py), all on loopback and
+stopped by pid, however the block ends.
+
+`python -m tests.cluster.rig COMMAND...` runs COMMAND against the first gateway, with E2B_API_URL,
+E2B_SANDBOX_URL and E2B_API_KEY set as scripts/test-sandboxd-sdk sets them for serve (the
+unmodified SDK suites through a gateway), and exits with its status."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import psycopg
+
+from tests.cluster.gateway import DOMAIN, Gateway
+from tests.cluster.node_agent import NodeAgent
+from tests.sandboxd.serving import API_KEY, NO_NETWORK
+from tests.sandboxd.template_cache import ensure_base_template
+from tests.store.postgres_server import PostgresServer
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+
+class Cluster:
+    def __init__(self, db: PostgresServer, url: str, nodes: list[NodeAgent],
+                 gateways: list[Gateway]) -> None:  # fmt: skip
+        self.db, self.url, self.nodes, self.gateways = db, url, nodes, gateways
+
+    def rows(self, sql: str, *params: object) -> list[tuple[Any, ...]]:
+        with psycopg.connect(self.url) as db:
+            return db.execute(sql.encode(), params).fetchall()
+
+    def placed(self) -> dict[str, str]:
+        """sandbox id → node id, as the catalog has them."""
+        return dict(self.rows("SELECT sandbox_id, node_id FROM sandbox_catalog"))
+
+    def heartbeat_count(self, node_id: str) -> int:
+        """The sandboxes the node's last heartbeat counted (-1: no heartbeat yet)."""
+        rows = self.rows("SELECT status FROM nodes WHERE node_id = %s", node_id)
+        return int(rows[0][0].get("sandboxes", 0)) if rows else -1
+
+    def on_node(self, node: NodeAgent) -> list[str]:
+        """The sandboxes the node's own API lists."""
+        answer = httpx.post(node.url + "/node/v1/list_sandboxes", json={},
+                            headers=node.headers, timeout=30)  # fmt: skip
+        answer.raise_for_status()
+        return [s["sandbox_id"] for s in answer.json()]
+
+
+@contextlib.contextmanager
+def running_cluster(work: Path, nodes: int = 2, gateways: int = 2) -> Iterator[Cluster]:
+    base = ensure_base_template()
+    db = PostgresServer()
+    token = secrets.token_hex(16)
+    agents: list[NodeAgent] = []
+    fronts: list[Gateway] = []
+    try:
+        db.start()
+        url = db.create_database()
+        for i in range(nodes):
+            name = f"node-{'abc'[i]}"
+            state = work / name
+            state.mkdir()
+            agents.append(NodeAgent(state, base, url, name, NO_NETWORK, "--domain", DOMAIN,
+                                    token=token))  # fmt: skip
+            agents[-1].start()
+        for i in range(gateways):
+            fronts.append(Gateway(work / f"gateway-{i}", url, token))
+            fronts[-1].start()
+        yield Cluster(db, url, agents, fronts)
+    finally:
+        with contextlib.ExitStack() as stack:  # every piece stopped, whichever fails
+            stack.callback(db.stop)
+            for agent in agents:
+                stack.callback(agent.clean_up)
+            for front in fronts:
+                stack.callback(front.stop)
+
+
+def main(argv: list[str]) -> int:
+    with (
+        tempfile.TemporaryDirectory(prefix="sandboxd-rig-") as work,
+        running_cluster(Path(work)) as cluster,
+    ):
+        url = cluster.gateways[0].url
+        env = {**os.environ, "E2B_API_URL": url, "E2B_SANDBOX_URL": url,
+               "E2B_VOLUME_API_URL": url, "E2B_API_KEY": API_KEY}  # fmt: skip
+        env.pop("E2B_DEBUG", None)
+        env.pop("E2B_DOMAIN", None)
+        status = subprocess.run(argv, env=env, check=False).returncode
+        booted = {n.node_id: n.log.read_text().count(" up in ") for n in cluster.nodes}
+        sys.stderr.write(f"rig: sandboxes booted per node: {booted}\n")
+        return status
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
