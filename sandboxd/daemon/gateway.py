@@ -107,7 +107,7 @@ def gateway(opts: GatewayOptions) -> None:
         register_env_key(store)  # SANDBOXD_API_KEY, as serve takes it
         NotifyingServer(config(opts, store), os.environ.pop("NOTIFY_SOCKET", None),
                 f"gateway listening on http://{opts.host}:{opts.port}, sandbox domain "
-                f"{opts.domain}").run()  # fmt: skip
+                f"{opts.domain}", "the sandboxes run on at their nodes").run()  # fmt: skip
     finally:
         store.close()
 

@@ -92,10 +92,12 @@ class ServeOptions:
 class NotifyingServer(uvicorn.Server):
     """uvicorn telling the service manager when sandboxd serves and when it stops."""
 
-    def __init__(self, config: uvicorn.Config, notify_socket: str | None, serving: str) -> None:
+    def __init__(self, config: uvicorn.Config, notify_socket: str | None, serving: str,
+                 stopping: str = "sandboxes keep running for the next start to adopt") -> None:  # fmt: skip
         super().__init__(config)
         self.notify_socket = notify_socket
         self.serving = serving  # what the one line logged once it listens says
+        self.stopping = stopping  # and the one logged when it stops
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
@@ -106,7 +108,7 @@ class NotifyingServer(uvicorn.Server):
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         sd_notify("STOPPING=1", self.notify_socket)
-        log.info("stopping: sandboxes keep running for the next start to adopt")
+        log.info("stopping: %s", self.stopping)
         await super().shutdown(sockets)
 
 

@@ -249,7 +249,8 @@ def test_teams_and_their_metrics(a: httpx.Client, b: httpx.Client, team_b: tuple
 
 def _starts(client: httpx.Client, path: str, since: dict[str, str]) -> float:
     """The team's sandbox starts counted in its buckets since `since`."""
-    return sum(p["sandboxStartRate"] for p in client.get(path, params=since).json())
+    points: list[dict[str, float]] = client.get(path, params=since).json()
+    return sum(p["sandboxStartRate"] for p in points)
 
 
 def _bucket_with(client: httpx.Client, path: str, since: dict[str, str]) -> int:
