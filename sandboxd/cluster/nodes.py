@@ -163,7 +163,7 @@ class ClusterNodes:
         if entry is None:
             raise SandboxNotFound(sandbox_id)
         now = now_us()
-        node = next((n for n in self.store.nodes() if n.node_id == entry.node_id), None)
+        node = self.store.node(entry.node_id)
         return entry, node if node is not None and placement.alive(node, now) else None
 
     def _live_owner(self, sandbox_id: str) -> NodeRow:
@@ -260,7 +260,7 @@ class ClusterNodes:
             return catalog.lost(entry, catalog.unanswered_message(entry.node_id, exc))
 
     def _row(self, entry: CatalogRow) -> NodeRow | None:
-        return next((n for n in self.store.nodes() if n.node_id == entry.node_id), None)
+        return self.store.node(entry.node_id)
 
     async def list_sandboxes(self) -> list[SandboxInfo]:
         """The catalog's sandboxes as their nodes show them; those of a node whose lease

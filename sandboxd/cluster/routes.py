@@ -89,11 +89,10 @@ class ClusterRoutes:
         entry = self.store.catalog_entry(sandbox_id)
         if entry is None:
             return None
-        live = now_us()
-        for node in self.store.nodes():
-            if node.node_id == entry.node_id and placement.alive(node, live):
-                return node_location(node.node_id, node.proxy_address)
-        return None
+        node = self.store.node(entry.node_id)
+        if node is None or not placement.alive(node, now_us()):
+            return None
+        return node_location(node.node_id, node.proxy_address)
 
     async def wake(self, sandbox_id: str, port: int, credentials: Credentials) -> Location | None:
         # Paused sandboxes are located like running ones (their node's proxy wakes them): a

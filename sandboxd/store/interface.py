@@ -268,6 +268,9 @@ class Nodes(Protocol):
     def nodes(self) -> list[NodeRow]:
         """Every registered node, ordered by node_id."""
 
+    def node(self, node_id: str) -> NodeRow | None:
+        """The registered node of that id (one row read: what routing a sandbox needs)."""
+
     def delete_node(self, node_id: str) -> None: ...
 
 

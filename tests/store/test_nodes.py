@@ -45,6 +45,8 @@ async def test_a_heartbeat_registers_a_node_and_nodes_come_by_id(store: Store) -
     await store.write(functools.partial(store.heartbeat_node, node("b", 2)),
                       functools.partial(store.heartbeat_node, node("a", 1)))  # fmt: skip
     assert store.nodes() == [node("a", 1), node("b", 2)]
+    assert store.node("b") == node("b", 2)
+    assert store.node("c") is None
 
 
 async def test_a_heartbeat_replaces_everything_but_the_drain_flag(store: Store) -> None:
@@ -69,6 +71,7 @@ async def test_a_deleted_node_is_gone(store: Store) -> None:
                       functools.partial(store.heartbeat_node, node("b", 1)))  # fmt: skip
     await store.write(functools.partial(store.delete_node, "a"))
     assert [n.node_id for n in store.nodes()] == ["b"]
+    assert store.node("a") is None
 
 
 async def _set_draining(store: Store, node_id: str, draining: bool) -> bool:

@@ -33,5 +33,9 @@ class NodeTables(Tables):
         rows = self._db.read(f"SELECT {_COLUMNS} FROM nodes ORDER BY node_id")  # noqa: S608  # ours
         return [NodeRow(**r) for r in rows]
 
+    def node(self, node_id: str) -> NodeRow | None:
+        rows = self._db.read(f"SELECT {_COLUMNS} FROM nodes WHERE node_id = %s", (node_id,))  # noqa: S608  # ours
+        return next((NodeRow(**r) for r in rows), None)
+
     def delete_node(self, node_id: str) -> None:
         self._db.writes.execute("DELETE FROM nodes WHERE node_id = %s", (node_id,))

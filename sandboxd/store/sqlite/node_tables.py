@@ -5,10 +5,14 @@ both backends keep one schema and one interface."""
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 from sandboxd.store.rows import NodeRow
 from sandboxd.store.sql import node_heartbeat
 from sandboxd.store.sqlite.database import Tables
+
+if TYPE_CHECKING:
+    import sqlite3
 
 _COLUMNS = "node_id, api_url, proxy_address, heartbeat_us, lease_s, draining, status"
 
@@ -31,12 +35,17 @@ class NodeTables(Tables):
 
     def nodes(self) -> list[NodeRow]:
         rows = self._db.reads.execute(f"SELECT {_COLUMNS} FROM nodes ORDER BY node_id")  # noqa: S608  # ours
-        return [
-            NodeRow(
-                **{**dict(r), "draining": bool(r["draining"]), "status": json.loads(r["status"])}
-            )
-            for r in rows
-        ]
+        return [_node(r) for r in rows]
+
+    def node(self, node_id: str) -> NodeRow | None:
+        rows = self._db.reads.execute(f"SELECT {_COLUMNS} FROM nodes WHERE node_id = ?", (node_id,))  # noqa: S608  # ours
+        return next((_node(r) for r in rows), None)
 
     def delete_node(self, node_id: str) -> None:
         self._db.writes.execute("DELETE FROM nodes WHERE node_id = ?", (node_id,))
+
+
+def _node(r: sqlite3.Row) -> NodeRow:
+    return NodeRow(
+        **{**dict(r), "draining": bool(r["draining"]), "status": json.loads(r["status"])}
+    )
