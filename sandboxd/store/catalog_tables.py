@@ -1,4 +1,4 @@
-"""The cluster's tables (migrations 0010; sandboxd.store.interface's Catalog), in SQL both
+"""The cluster's tables (migrations 0010 and 0014; sandboxd.store.interface's Catalog), in SQL both
 backends take alike: each backend's table group gives `_mark`, `_rows` and `_execute`."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from sandboxd.store.rows import CatalogRow, CreateKeyRow
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-_CATALOG = "sandbox_id, node_id, team_id, created_at, info"
+_CATALOG = "sandbox_id, node_id, team_id, created_at, info, record"
 _KEYS = "scope, key, claim, sandbox_id, created_at"
 
 
@@ -33,9 +33,16 @@ class CatalogTables:
 
     def add_catalog_entry(self, e: CatalogRow) -> None:
         self._execute(
-            self._sql(f"INSERT INTO sandbox_catalog ({_CATALOG}) VALUES (?, ?, ?, ?, ?)"),  # noqa: S608  # ours
-            (e.sandbox_id, e.node_id, e.team_id, e.created_at, json.dumps(e.info)),
+            self._sql(f"INSERT INTO sandbox_catalog ({_CATALOG}) VALUES (?, ?, ?, ?, ?, ?)"),  # noqa: S608  # ours
+            (e.sandbox_id, e.node_id, e.team_id, e.created_at, *_json(e)),
         )
+
+    def update_catalog_entry(self, e: CatalogRow) -> None:
+        self._execute(
+            self._sql("UPDATE sandbox_catalog SET node_id = ?, info = ?, record = ? "
+                      "WHERE sandbox_id = ?"),
+            (e.node_id, *_json(e), e.sandbox_id),
+        )  # fmt: skip
 
     def catalog_entry(self, sandbox_id: str) -> CatalogRow | None:
         rows = self._rows(
@@ -108,5 +115,10 @@ class CatalogTables:
         return str(rows[0]["holder"]) if rows else None
 
 
+def _json(e: CatalogRow) -> tuple[str, str | None]:
+    return json.dumps(e.info), None if e.record is None else json.dumps(e.record)
+
+
 def _entry(row: dict[str, Any]) -> CatalogRow:
-    return CatalogRow(**{**row, "info": json.loads(row["info"])})
+    record = None if row["record"] is None else json.loads(row["record"])
+    return CatalogRow(**{**row, "info": json.loads(row["info"]), "record": record})

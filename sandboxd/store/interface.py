@@ -228,6 +228,9 @@ class Catalog(Protocol):
             Exception: the backend's integrity error when its sandbox_id is recorded.
         """
 
+    def update_catalog_entry(self, e: CatalogRow) -> None:
+        """Replace the node, info and record of `e`'s sandbox (nothing when it is not there)."""
+
     def catalog_entry(self, sandbox_id: str) -> CatalogRow | None: ...
 
     def catalog(self) -> list[CatalogRow]:

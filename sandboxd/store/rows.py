@@ -145,13 +145,15 @@ class TeamRow:
 class CatalogRow:
     """A sandbox of the cluster (sandboxd.cluster): the node that runs it, the team that owns
     it, and `info`, the sandbox as its create answered (its tokens left out), what is shown of
-    it once its node is gone."""
+    it once its node is gone; `record`, while it is paused to disk, its node's SandboxRow (as
+    JSON), what another node resumes it from (sandboxd.cluster.moves)."""
 
     sandbox_id: str
     node_id: str
     team_id: str
     created_at: int
     info: dict[str, Any] = field(default_factory=dict)
+    record: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

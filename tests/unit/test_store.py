@@ -8,6 +8,7 @@ held; and both backends' migrations make the same tables and columns."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import sqlite3
 import subprocess
@@ -237,6 +238,9 @@ async def test_the_catalog_keeps_each_sandbox_once_with_its_node(store: Store) -
     assert store.catalog_entry("s1") == first
     with pytest.raises((sqlite3.IntegrityError, psycopg.IntegrityError)):
         await store.write(functools.partial(store.add_catalog_entry, first))
+    moved = dataclasses.replace(first, node_id="node-b", record={"sandbox_id": "s1"})
+    await store.write(functools.partial(store.update_catalog_entry, moved))
+    assert store.catalog() == [moved, second]
     await store.write(functools.partial(store.delete_catalog_entry, "s1"))
     assert store.catalog_entry("s1") is None
     assert store.catalog() == [second]

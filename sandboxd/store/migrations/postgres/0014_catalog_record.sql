@@ -1,0 +1,2 @@
+-- ../0014_catalog_record.sql: a disk-paused sandbox's record in the catalog.
+ALTER TABLE sandbox_catalog ADD COLUMN record text
