@@ -142,6 +142,12 @@ class NodeDraining(SandboxError):
     runs go on. Another node may take the create."""
 
 
+class NotMovable(WrongState):
+    """A paused sandbox that cannot be resumed on another node than its own: paused with its
+    memory, mounting volumes that stay on their node, or paused on a node that shares no
+    registry; the message says which."""
+
+
 class NodeUnreachable(SandboxError):
     """A node agent's internal API could not be reached, or did not answer as that API does
     (sandboxd.node.remote): what became of the operation there is unknown."""

@@ -49,7 +49,7 @@ async def adopt(
                 continue
         elif row.pause_mode == FULL:
             await lost_processes(store, row)
-        adopted.append(_on_disk(row, tokens))
+        adopted.append(on_disk(row, tokens))
     for box in boxes.values():  # warm-pool leftovers and boots that never got a record
         log.info("sandbox %s has no record: killing it", box.id)
         try:
@@ -67,7 +67,7 @@ async def _alive(
     runtime: Runtime, store: Store, tokens: Tokens, row: SandboxRow, box: Box
 ) -> Sandbox:
     """The sandbox of `row` whose `box` survived, frozen or running as its record says."""
-    sandbox = _on_disk(row, tokens)
+    sandbox = on_disk(row, tokens)
     sandbox.box = box
     if row.uid_base != box.uid_base:  # the record on the host is the truth
         row.uid_base = box.uid_base
@@ -81,7 +81,7 @@ async def _alive(
     return sandbox
 
 
-def _on_disk(row: SandboxRow, tokens: Tokens) -> Sandbox:
+def on_disk(row: SandboxRow, tokens: Tokens) -> Sandbox:
     """The sandbox of `row`, as yet without a box."""
     token = tokens.envd(row.sandbox_id) if row.secure else None
     return Sandbox(row, None, token, ingress_of(row, tokens.traffic(row.sandbox_id)))

@@ -4,8 +4,7 @@ adoption after a restart. Every change is written to the store; the Runtime does
 host.
 
 States are `running` and `paused`. A sandbox being killed is gone at once (404, unlisted); one
-being paused or resumed holds its lock, so other transitions wait for it.
-"""
+being paused or resumed holds its lock, so other transitions wait for it."""
 
 from __future__ import annotations
 
@@ -14,13 +13,7 @@ import functools
 import logging
 from typing import TYPE_CHECKING, Any
 
-from sandboxd.errors import (
-    SandboxError,
-    SandboxNotFound,
-    TeardownError,
-    TemplateError,
-    WrongState,
-)
+from sandboxd.errors import SandboxError, SandboxNotFound, TeardownError, TemplateError, WrongState
 from sandboxd.ids import now_us
 from sandboxd.images.shared_layers import SharedLayers
 from sandboxd.lifecycle.adoption import adopt
@@ -32,6 +25,7 @@ from sandboxd.lifecycle.guest_start import start_guest
 from sandboxd.lifecycle.ingress import LOCAL_NODE, Credentials, Ingress, Location
 from sandboxd.lifecycle.lifetimes import Lifetimes
 from sandboxd.lifecycle.made_layers import release
+from sandboxd.lifecycle.moves import Moves
 from sandboxd.lifecycle.pauses import Pauses
 from sandboxd.lifecycle.sampler import MetricsSampler
 from sandboxd.lifecycle.sandbox import Sandbox, ingress_of
@@ -88,6 +82,7 @@ class SandboxManager:
         self.pauses = Pauses(store, runtime, envd, self.disks, self._gone)
         self.snapshots = Snapshots(store, runtime, layers, shared)
         self.forks = Forks(runtime, envd, layers, self.tokens)
+        self.moves = Moves(store, self._sandboxes, self.tokens, shared)
         self.waker = Waker(self.get_live, self.pauses, self.lifetimes)
         self.evictor = Evictor(self.all, self._end_of)
         self.sampler = MetricsSampler(store, envd, self._running, self._sandboxes.__contains__)

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from starlette.requests import Request
     from starlette.types import ASGIApp, Lifespan, Receive, Scope, Send
 
-    from sandboxd.node.service import NodeService
+    from sandboxd.node.service import NodeAgentService
 
 # What kind of failure each error is, as a status (the client goes by the code, not this).
 _STATUSES: tuple[tuple[type[SandboxError], int], ...] = (
@@ -45,7 +45,7 @@ _STATUSES: tuple[tuple[type[SandboxError], int], ...] = (
 
 
 def node_app(
-    node: NodeService,
+    node: NodeAgentService,
     token: str,
     draining: Callable[[], bool],
     lifespan: Lifespan[Starlette] | None = None,
@@ -78,7 +78,7 @@ class ClusterTokenGate:
 
 
 def _endpoint(
-    node: NodeService, name: str, signature: inspect.Signature, draining: Callable[[], bool]
+    node: NodeAgentService, name: str, signature: inspect.Signature, draining: Callable[[], bool]
 ) -> Callable[[Request], Any]:
     operation = getattr(node, name)
 

@@ -15,11 +15,11 @@ if TYPE_CHECKING:
     from sandboxd.lifecycle.manager import SandboxManager
     from sandboxd.lifecycle.sandbox import Sandbox
     from sandboxd.node.models import SandboxConfig
-    from sandboxd.store.rows import MetricSample
+    from sandboxd.store.rows import MetricSample, SandboxRow
 
 
 class LocalNode:
-    """Implements `sandboxd.node.service.NodeService` with the sandboxes of `manager`."""
+    """Implements `sandboxd.node.service.NodeAgentService` with the sandboxes of `manager`."""
 
     def __init__(self, manager: SandboxManager) -> None:
         self._manager = manager
@@ -99,6 +99,12 @@ class LocalNode:
                 raise SandboxNotFound(sandbox_id) from exc
             raise
         return [LogEntry(e.timestamp_us, e.level, e.logger, e.message) for e in entries]
+
+    async def paused_record(self, sandbox_id: str) -> SandboxRow:
+        return await self._manager.moves.record(self._manager.existing(sandbox_id))
+
+    async def adopt_paused(self, record: SandboxRow) -> SandboxInfo:
+        return self._info(await self._manager.moves.adopt(record))
 
     def _info(self, sandbox: Sandbox) -> SandboxInfo:
         row = sandbox.row

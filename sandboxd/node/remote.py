@@ -19,7 +19,7 @@ from sandboxd.node import wire
 
 if TYPE_CHECKING:
     from sandboxd.node.models import LogEntry, SandboxConfig, SandboxInfo, SnapshotInfo
-    from sandboxd.store.rows import MetricSample
+    from sandboxd.store.rows import MetricSample, SandboxRow
 
 # A create boots a sandbox (seconds, minutes with a template's start command under load); the
 # other operations answer in milliseconds. A connection that cannot be made fails fast.
@@ -28,7 +28,7 @@ READ_TIMEOUT_S = 600
 
 
 class RemoteNode:
-    """Implements `sandboxd.node.service.NodeService` by calling the node `node_id` at
+    """Implements `sandboxd.node.service.NodeAgentService` by calling the node `node_id` at
     `api_url` ("http://10.1.2.3:49990"). Each call raises NodeUnreachable on a transport
     failure, and otherwise what the operation raised on the node."""
 
@@ -103,6 +103,12 @@ class RemoteNode:
             "logs", sandbox_id=sandbox_id, since_us=since_us, until_us=until_us, limit=limit,
             newest_first=newest_first,
         )  # fmt: skip
+
+    async def paused_record(self, sandbox_id: str) -> SandboxRow:
+        return await self._call("paused_record", sandbox_id=sandbox_id)  # type: ignore[no-any-return]
+
+    async def adopt_paused(self, record: SandboxRow) -> SandboxInfo:
+        return await self._call("adopt_paused", record=record)  # type: ignore[no-any-return]
 
     async def _call(self, operation: str, **arguments: object) -> Any:
         """POST the operation; its result decoded by the operation's return annotation.

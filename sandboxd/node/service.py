@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from sandboxd.errors import SandboxError
     from sandboxd.node.models import LogEntry, SandboxConfig, SandboxInfo, SnapshotInfo
-    from sandboxd.store.rows import MetricSample
+    from sandboxd.store.rows import MetricSample, SandboxRow
 
 
 class NodeService(Protocol):
@@ -129,3 +129,31 @@ class NodeService(Protocol):
             SandboxError: its log could not be read.
         """
         ...
+
+
+class PausedMoves(Protocol):
+    """What a node agent offers the cluster's gateways beyond the API's operations: a sandbox
+    paused to disk moved to another node once its own is gone (sandboxd.cluster.moves)."""
+
+    async def paused_record(self, sandbox_id: str) -> SandboxRow:
+        """The record another node resumes the sandbox, paused to disk, from.
+
+        Raises:
+            SandboxNotFound; NotMovable: not paused to disk, mounting volumes, or on a node that
+            shares no registry.
+        """
+        ...
+
+    async def adopt_paused(self, record: SandboxRow) -> SandboxInfo:
+        """Take the sandbox of `record` (paused to disk on another node) as this node's own,
+        paused to disk: its resume boots it here, pulling the layers this node lacks.
+
+        Raises:
+            NotMovable: not a disk-paused sandbox's record; SandboxError: an unreadable one;
+            WrongState: this node has a sandbox of that id.
+        """
+        ...
+
+
+class NodeAgentService(NodeService, PausedMoves, Protocol):
+    """Every operation of a node agent's internal API (sandboxd.node.http_api)."""

@@ -1,6 +1,6 @@
 """The node service's operations as JSON (sandboxd.node.http_api serves them, sandboxd.node.remote
 calls them): values encoded and decoded by their type annotations, generically over dataclasses
-(sandboxd.node.models, the store's MetricSample), so that a field added to a model crosses
+(sandboxd.node.models, the store's MetricSample and SandboxRow), so that a field added to a model crosses
 without a change here. A domain error crosses as {"code": its sandboxd.errors class name,
 "message", and its own attributes}, and is raised again as that class.
 
@@ -19,8 +19,8 @@ from typing import Any, TypeVar, Union, cast
 from sandboxd import errors
 from sandboxd.errors import SandboxError
 from sandboxd.node.models import LogEntry, SandboxConfig, SandboxInfo, SnapshotInfo
-from sandboxd.node.service import NodeService
-from sandboxd.store.rows import MetricSample
+from sandboxd.node.service import NodeAgentService
+from sandboxd.store.rows import MetricSample, SandboxRow
 
 T = TypeVar("T")
 
@@ -28,7 +28,7 @@ PREFIX = "/node/v1/"
 # The names the node service's annotations use (sandboxd.node.service imports them only for
 # type checking), for resolving them at run time.
 _NAMES = {c.__name__: c for c in (SandboxConfig, SandboxInfo, SnapshotInfo, LogEntry,
-                                  MetricSample, SandboxError)}  # fmt: skip
+                                  MetricSample, SandboxRow, SandboxError)}  # fmt: skip
 _SCALARS = {int: (int,), float: (int, float), str: (str,), bool: (bool,)}
 
 
@@ -37,10 +37,10 @@ class WireError(ValueError):
 
 
 def operations() -> dict[str, inspect.Signature]:
-    """Each NodeService operation (its route's last part) and its signature, annotations
+    """Each NodeAgentService operation (its route's last part) and its signature, annotations
     resolved, `self` left out."""
     found = {}
-    for name, method in inspect.getmembers(NodeService, inspect.isfunction):
+    for name, method in inspect.getmembers(NodeAgentService, inspect.isfunction):
         if name.startswith("_"):
             continue
         hints = typing.get_type_hints(method, localns=_NAMES)
