@@ -2,7 +2,8 @@
 it, and what is shown of it once its node is gone. E2B's API has no state for a sandbox that
 cannot be reached (its SDKs parse `state` as running or paused only), so a lost sandbox is
 listed in the state it was created in, not `running` as the API counts it (X-Total-Running
-leaves it out), with its metadata holding LOST_KEY: the message saying why."""
+leaves it out), with its metadata holding LOST_KEY: the message saying why, and, for one paused
+to disk whose record the catalog keeps (sandboxd.cluster.moves), that a resume moves it."""
 
 from __future__ import annotations
 
@@ -39,4 +40,7 @@ def unanswered_message(node_id: str, exc: BaseException) -> str:
 def lost(entry: CatalogRow, message: str) -> SandboxInfo:
     """The sandbox of `entry` as listed while its node is gone."""
     info = SandboxInfo(**entry.info)
+    if entry.record is not None:
+        why = message.partition(": the sandbox cannot be reached")[0]
+        message = f"{why}: paused to disk, a resume or connect boots it on another node"
     return dataclasses.replace(info, running=False, metadata={**info.metadata, LOST_KEY: message})

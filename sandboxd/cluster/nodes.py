@@ -3,7 +3,8 @@ node agents registered in the shared database. A create is placed (sandboxd.clus
 tried on another node when one refuses, within CREATE_DEADLINE_S, and recorded in the catalog
 once made; every other operation goes to the node the catalog names. A sandbox whose node's
 lease expired is listed as lost (sandboxd.cluster.catalog), and operations on it raise NodeLost
-(a kill only forgets it: the node, if it returns, has its sandbox reaped)."""
+(a kill only forgets it: the node, if it returns, has its sandbox reaped), but for the resume
+or connect of one paused to disk, which moves it to another node (sandboxd.cluster.moves)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 from sandboxd.cluster import catalog, placement
+from sandboxd.cluster.moves import CatalogMoves
 from sandboxd.errors import (
     InitRefused,
     NodeLost,
@@ -28,7 +30,7 @@ from sandboxd.errors import (
     TemplateNotFound,
 )
 from sandboxd.ids import now_us
-from sandboxd.node.service import NodeService
+from sandboxd.node.service import NodeAgentService
 from sandboxd.store.rows import CatalogRow
 from sandboxd.templates.catalog import BASE_CPUS
 
@@ -54,7 +56,7 @@ class NodeClient(Protocol):
     async def close(self) -> None: ...
 
 
-class Remote(NodeService, NodeClient, Protocol): ...
+class Remote(NodeAgentService, NodeClient, Protocol): ...
 
 
 class ClusterNodes:
@@ -69,6 +71,7 @@ class ClusterNodes:
         self.reserved: Counter[str] = Counter()  # vCPUs of creates under way, by node
         self._clients: dict[str, tuple[str, Remote]] = {}  # node_id → (api_url, client)
         self._gone: list[Callable[[str], None]] = []
+        self.moves = CatalogMoves(self)
 
     def on_gone(self, callback: Callable[[str], None]) -> None:
         self._gone.append(callback)
@@ -103,7 +106,7 @@ class ClusterNodes:
             if node is None or left <= 0:
                 if refusals and unknown == set(refusals):
                     raise TemplateNotFound(config.template)
-                raise NoNodeAvailable(_no_node(refusals))
+                raise NoNodeAvailable(placement.no_node(refusals))
             try:
                 info = await self._create_on(node, config, cpus, left)
             except TemplateNotFound as exc:
@@ -204,16 +207,56 @@ class ClusterNodes:
         await self._forget(sandbox_id)
 
     async def pause(self, sandbox_id: str, memory: bool = True) -> None:
-        await self._on_node(sandbox_id, lambda n: n.pause(sandbox_id, memory))
+        entry, node = self._owner(sandbox_id)
+        if node is None:
+            raise NodeLost(sandbox_id, entry.node_id)
+        await self._ask(sandbox_id, node, lambda n: n.pause(sandbox_id, memory))
         self._gone_now(sandbox_id)
+        try:
+            paused = await self.client(node).get(sandbox_id)
+        except SandboxError as exc:
+            log.warning("sandbox %s: its state after the pause is unknown: %s", sandbox_id, exc)
+            return
+        if paused is not None:
+            await self.noted(entry, node, paused)
 
     async def resume(self, sandbox_id: str, timeout_s: int) -> SandboxInfo:
-        return await self._on_node(sandbox_id, lambda n: n.resume(sandbox_id, timeout_s))
+        """A sandbox paused to disk on a node whose lease expired is moved (sandboxd.cluster.
+        moves); raises as NodeService.resume and CatalogMoves.move."""
+        entry, node = await self._resumable(sandbox_id)
+        info = await self._ask(sandbox_id, node, lambda n: n.resume(sandbox_id, timeout_s))
+        await self.noted(entry, node, info)
+        return info
 
     async def connect(
         self, sandbox_id: str, timeout_s: int, memory: bool = True
     ) -> tuple[SandboxInfo, bool]:
-        return await self._on_node(sandbox_id, lambda n: n.connect(sandbox_id, timeout_s, memory))
+        """As `resume` for a paused sandbox."""
+        entry, node = await self._resumable(sandbox_id)
+        answer = await self._ask(
+            sandbox_id, node, lambda n: n.connect(sandbox_id, timeout_s, memory)
+        )
+        await self.noted(entry, node, answer[0])
+        return answer
+
+    async def _resumable(self, sandbox_id: str) -> tuple[CatalogRow, NodeRow]:
+        """The sandbox's row and live node, after its move if its node's lease expired."""
+        entry, node = self._owner(sandbox_id)
+        if node is not None:
+            return entry, node
+        node = await self.moves.move(entry)
+        self._gone_now(sandbox_id)  # cached routes name its old node
+        return self.store.catalog_entry(sandbox_id) or entry, node
+
+    async def noted(self, entry: CatalogRow, node: NodeRow, info: SandboxInfo) -> None:
+        """The catalog's view of a sandbox changed on its node (CatalogMoves.note); when it
+        cannot be written now, the reconciliation writes it later."""
+        try:
+            await self.moves.note(entry, node, info)
+        except SandboxError as exc:
+            log.warning(
+                "sandbox %s: the catalog's view of it not updated: %s", entry.sandbox_id, exc
+            )
 
     async def snapshot(self, sandbox_id: str, name: str | None) -> SnapshotInfo:
         return await self._on_node(sandbox_id, lambda n: n.snapshot(sandbox_id, name))
@@ -285,10 +328,3 @@ class ClusterNodes:
         found += [catalog.lost(e, messages[e.node_id]) for e in entries.values()
                   if e.node_id in messages]  # fmt: skip
         return found
-
-
-def _no_node(refusals: dict[str, str]) -> str:
-    if not refusals:
-        return "no node can take the sandbox: none is alive, undrained and with room"
-    tried = "; ".join(f"{node}: {why}" for node, why in refusals.items())
-    return f"no node took the sandbox (tried {tried})"

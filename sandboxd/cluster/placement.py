@@ -74,3 +74,11 @@ def choose(nodes: list[NodeRow], template_id: str, cpus_asked: int, now_us: int,
         return None
     sampled = (rng or random).sample(pool, min(K, len(pool)))
     return min(sampled, key=lambda n: score(n, cpus_asked, reserved.get(n.node_id, 0)))
+
+
+def no_node(refusals: Mapping[str, str]) -> str:
+    """Why no node took a sandbox, from each one's refusal (none: no candidate at all)."""
+    if not refusals:
+        return "no node can take the sandbox: none is alive, undrained and with room"
+    tried = "; ".join(f"{node}: {why}" for node, why in refusals.items())
+    return f"no node took the sandbox (tried {tried})"

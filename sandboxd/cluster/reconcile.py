@@ -3,7 +3,9 @@
 node, a sandbox the catalog does not know and older than a create's deadline is an orphan (its
 create's gateway died before recording it, or it was killed through the catalog while its node
 was away) and is killed; a catalog row whose sandbox its live node no longer has (it ended at
-its timeout there) is dropped."""
+its timeout there) is dropped; a sandbox the catalog has on another live node is a copy left
+behind by a move (sandboxd.cluster.moves) and is dropped at once; and what a node did by itself
+to a sandbox (paused it at its end, woke it) is noted in the catalog."""
 
 from __future__ import annotations
 
@@ -79,12 +81,15 @@ class Reconciler:
         except Exception as exc:  # noqa: BLE001  # unreachable: its lease will tell
             log.info("reconciliation: node %s did not list: %s", node.node_id, exc)
             return
-        known = {e.sandbox_id for e in store.catalog() if e.node_id == node.node_id}
+        known = {e.sandbox_id: e for e in store.catalog() if e.node_id == node.node_id}
         held = {s.sandbox_id for s in running}
         for sandbox in running:
-            if sandbox.sandbox_id not in known and now - sandbox.started_at > self.grace_us:
-                await self._reap(node, sandbox)
-        for sandbox_id in known - held:
+            entry = known.get(sandbox.sandbox_id)
+            if entry is None:
+                await self._unrecorded(node, sandbox, now)
+            else:  # what the node did by itself: a pause at its end, a wake by its traffic
+                await self.nodes.noted(entry, node, sandbox)
+        for sandbox_id in known.keys() - held:
             if store.catalog_entry(sandbox_id) is not None and not await self._on(node, sandbox_id):
                 await store.write(functools.partial(store.delete_catalog_entry, sandbox_id))
 
@@ -92,10 +97,22 @@ class Reconciler:
         """Whether the node still has the sandbox (asked again: it may have been made since)."""
         return await self.nodes.client(node).get(sandbox_id) is not None
 
-    async def _reap(self, node: NodeRow, sandbox: SandboxInfo) -> None:
-        if self.nodes.store.catalog_entry(sandbox.sandbox_id) is not None:
+    async def _unrecorded(self, node: NodeRow, sandbox: SandboxInfo, now: int) -> None:
+        """Kill a sandbox the catalog does not have on `node`: at once when it has it on
+        another live node (a stale copy of a sandbox moved while this node was away,
+        sandboxd.cluster.moves: its node's own files, the registry's layers untouched), else
+        once it is older than a create's deadline (or a move's: the catalog follows it)."""
+        entry = self.nodes.store.catalog_entry(sandbox.sandbox_id)
+        if entry is not None and entry.node_id == node.node_id:
             return  # recorded since the list
-        log.warning("reaping sandbox %s on node %s: no gateway recorded it",
-                    sandbox.sandbox_id, node.node_id)  # fmt: skip
+        owner = None if entry is None else self.nodes.store.node(entry.node_id)
+        if owner is not None and placement.alive(owner, now):
+            log.warning("dropping sandbox %s on node %s: it moved to node %s",
+                        sandbox.sandbox_id, node.node_id, owner.node_id)  # fmt: skip
+        elif now - sandbox.started_at > self.grace_us:
+            log.warning("reaping sandbox %s on node %s: no gateway recorded it",
+                        sandbox.sandbox_id, node.node_id)  # fmt: skip
+        else:
+            return
         with contextlib.suppress(SandboxNotFound):
             await self.nodes.client(node).kill(sandbox.sandbox_id)
