@@ -57,7 +57,9 @@ class Cluster:
 
 
 @contextlib.contextmanager
-def running_cluster(work: Path, nodes: int = 2, gateways: int = 2) -> Iterator[Cluster]:
+def running_cluster(work: Path, nodes: int = 2, gateways: int = 2,
+                    node_flags: tuple[str, ...] = ()) -> Iterator[Cluster]:  # fmt: skip
+    """The rig, its node agents started with `node_flags` as well (a registry, say)."""
     base = ensure_base_template()
     db = PostgresServer()
     token = secrets.token_hex(16)
@@ -71,7 +73,7 @@ def running_cluster(work: Path, nodes: int = 2, gateways: int = 2) -> Iterator[C
             state = work / name
             state.mkdir()
             agents.append(NodeAgent(state, base, url, name, NO_NETWORK, "--domain", DOMAIN,
-                                    token=token))  # fmt: skip
+                                    *node_flags, token=token))  # fmt: skip
             agents[-1].start()
         for i in range(gateways):
             fronts.append(Gateway(work / f"gateway-{i}", url, token))

@@ -1,0 +1,136 @@
+"""A sandbox paused to disk through a gateway resumes on another node once its own is gone, all
+real processes: Debian's PostgreSQL and docker-registry of this module's own, two `sandboxd node`
+agents pushing their layers to the registry and two `sandboxd gateway`s. Its node SIGKILLed,
+its resume through the other gateway boots it on the other node, which pulls its layers from
+the registry, with its files and metadata; a sandbox paused with its memory on the killed node
+cannot move (409, saying why); the killed node restarted drops its stale copy, its own layer
+of it, and leaves the moved sandbox and the registry's layers alone."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from sandboxd.cluster.catalog import LOST_KEY
+from sandboxd.images.layer_registry import LayerRegistry
+from tests.cluster.registry_server import registry_server, registry_url
+from tests.cluster.rig import Cluster, running_cluster
+from tests.waiting import wait_until
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+    from tests.cluster.gateway import Gateway
+    from tests.cluster.node_agent import NodeAgent
+
+# Boots, a lease's expiry and a node agent's restart: minutes on a loaded machine.
+pytestmark = pytest.mark.timeout(900)
+REPOSITORY = "cluster/layers"
+MARKER = (
+    "echo moved-with-me > /home/user/marker && mkdir -p /home/user/d && echo deep > /home/user/d/f"
+)
+
+
+@pytest.fixture(scope="module")
+def layers_url() -> Iterator[str]:
+    with registry_server() as running:
+        yield registry_url(running, REPOSITORY)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory, layers_url: str) -> Iterator[Cluster]:
+    work = tmp_path_factory.mktemp("moves")
+    with running_cluster(work, node_flags=("--registry", layers_url)) as running:
+        yield running
+
+
+def create(gateway: Gateway, purpose: str) -> dict[str, Any]:
+    new = {"templateID": "base", "timeout": 600, "secure": True, "metadata": {"purpose": purpose}}
+    with gateway.client() as client:
+        answer = client.post("/sandboxes", json=new)
+    assert answer.status_code == 201, answer.text
+    body: dict[str, Any] = answer.json()
+    return body
+
+
+def drain(cluster: Cluster, node: NodeAgent, draining: bool) -> None:
+    verb = "drain" if draining else "undrain"
+    done = subprocess.run([sys.executable, "-m", "sandboxd", "node", verb, node.node_id,
+                           "--database-url", cluster.url], capture_output=True, text=True,
+                          check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+
+
+def pause_layers(node: NodeAgent, sandbox_id: str) -> list[str]:
+    return sorted(p.name for p in (node.state_dir / "layers").glob(f"pause-{sandbox_id}-*"))
+
+
+def record_of(cluster: Cluster, sandbox_id: str) -> Any:
+    [(record,)] = cluster.rows("SELECT record FROM sandbox_catalog WHERE sandbox_id = %s",
+                               sandbox_id)  # fmt: skip
+    return record
+
+
+def test_a_disk_paused_sandbox_resumes_on_another_node(cluster: Cluster, layers_url: str) -> None:
+    a, b = cluster.gateways
+    home, other = cluster.nodes
+    drain(cluster, other, draining=True)  # both sandboxes on `home`
+    try:
+        moving, frozen = create(a, "move"), create(a, "stay")
+    finally:
+        drain(cluster, other, draining=False)
+    sid, held = moving["sandboxID"], frozen["sandboxID"]
+    assert cluster.placed() == {sid: home.node_id, held: home.node_id}
+    home.sh(sid, MARKER, moving["envdAccessToken"])
+    with a.client() as client:
+        assert client.post(f"/sandboxes/{sid}/pause", json={"memory": False}).status_code == 204
+        assert client.post(f"/sandboxes/{held}/pause", json={}).status_code == 204
+    assert record_of(cluster, sid) is not None  # what another node resumes it from
+    assert record_of(cluster, held) is None  # its memory is its node's
+    [layer] = pause_layers(home, sid)
+    assert home.proc is not None
+    home.proc.kill()  # SIGKILL: the node is gone, its lease runs out
+    home.proc.wait()
+    home.proc = None
+    shown = wait_until(lambda: _lost(b, sid), 120, "the node's lease to expire")
+    assert "boots it on another node" in shown["metadata"][LOST_KEY]
+    assert shown["state"] == "paused"
+
+    with b.client() as client:
+        resumed = client.post(f"/sandboxes/{sid}/connect", json={"timeout": 300})
+        assert resumed.status_code == 201, resumed.text
+        refused = client.post(f"/sandboxes/{held}/connect", json={"timeout": 300})
+        assert refused.status_code == 409, refused.text
+        assert "paused with its memory" in refused.json()["message"]
+        after = client.get(f"/sandboxes/{sid}").json()
+    assert cluster.placed()[sid] == other.node_id
+    assert pause_layers(other, sid) == [layer]  # pulled from the registry into its own store
+    token = resumed.json()["envdAccessToken"]
+    assert other.sh(sid, "cat /home/user/marker /home/user/d/f", token) == "moved-with-me\ndeep\n"
+    assert (after["state"], after["metadata"]) == ("running", {"purpose": "move"})
+    assert record_of(cluster, sid) is None  # running: nothing to move from
+
+    home.start()  # back: the catalog is the truth
+    wait_until(lambda: sid not in cluster.on_node(home), 300, "the stale copy to be dropped")
+    assert pause_layers(home, sid) == []
+    assert held in cluster.on_node(home)
+    remote = LayerRegistry(layers_url)
+    try:
+        assert remote.has(layer)
+    finally:
+        remote.close()
+    assert other.sh(sid, "cat /home/user/marker", token) == "moved-with-me\n"
+    with b.client() as client:
+        assert client.post(f"/sandboxes/{held}/connect", json={"timeout": 60}).status_code == 201
+        for done in (sid, held):
+            assert client.delete(f"/sandboxes/{done}").status_code == 204
+
+
+def _lost(gateway: Gateway, sandbox_id: str) -> dict[str, Any] | None:
+    with gateway.client() as client:
+        shown: dict[str, Any] = client.get(f"/sandboxes/{sandbox_id}").json()
+    return shown if "lease expired" in (shown.get("metadata") or {}).get(LOST_KEY, "") else None
