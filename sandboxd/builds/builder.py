@@ -110,7 +110,7 @@ class Builder:
 
     async def collect(self) -> None:
         """Remove the layers no template or sandbox uses (sandboxd.layers.collect)."""
-        users = layer_users(self.store, self.sandboxes.runtime.sandboxes_dir)
+        users = layer_users(self.store, self.sandboxes.runtime.sandboxes_dir, self.layers.root)
         await asyncio.to_thread(collect, self.layers, users)
 
     async def close(self) -> None:
@@ -187,7 +187,7 @@ class Builder:
         build_log.add("build finished: template ready")
         await build_log.flush()
         now = now_us()
-        build.status, build.image = "ready", image.to_json()
+        build.status, build.image = "ready", image.record(self.layers.root)
         build.updated_at = build.finished_at = now
         tags = [functools.partial(self.store.put_tag, build.template_id, t, build.build_id, now)
                 for t in build.tags]  # fmt: skip

@@ -145,7 +145,7 @@ def ensure_base(
             sd_notify("STATUS=building the base template", notify_socket)
             with umask(SANDBOX_UMASK):  # a tree for sandboxes; still single-threaded here
                 build_base(rootfs, state_dir / "cache")
-    register_base(store, rootfs, disk_mb)
+    register_base(store, rootfs, disk_mb, state_dir)
 
 
 def build_limits(options: ServeOptions, state_dir: Path) -> BuildLimits:

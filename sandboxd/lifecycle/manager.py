@@ -71,7 +71,7 @@ class SandboxManager:
         self.runtime = runtime
         self.lifetimes = Lifetimes(max_timeout_s)
         self.tokens = Tokens(secret)
-        self.templates = Templates(store, self.uses_template)
+        self.templates = Templates(store, self.uses_template, layers.root)
         self._sandboxes: dict[str, Sandbox] = {}
         self._gone_callbacks: list[Callable[[str], None]] = []
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -289,7 +289,7 @@ class SandboxManager:
         try:
             if sandbox.box is not None:
                 await self._off_host(sandbox.box)
-            kept = (*self.forks.in_flight, *tagged_layers(self.store))
+            kept = (*self.forks.in_flight, *tagged_layers(self.store, self.disks.layers.root))
             await release(self.disks.layers, sandbox, self._sandboxes.values(), kept)
         except SandboxError as exc:
             sandbox.dying = True
