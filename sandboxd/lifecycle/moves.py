@@ -70,7 +70,7 @@ class Moves:
         if record.state != "paused" or record.pause_mode != FILESYSTEM:
             raise NotMovable(f"sandbox {record.sandbox_id}: only a record of a sandbox paused "
                              "to disk can move")  # fmt: skip
-        boot_image(record.disk_image)
+        boot_image(record.disk_image, self.shared.layers.root)
         if record.sandbox_id in self.sandboxes:
             raise WrongState(f"this node has a sandbox {record.sandbox_id} already")
         # Adopted now: the cluster's reconciliation spares a sandbox this young while the

@@ -22,7 +22,6 @@ from tests.waiting import wait_until
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
-    from pathlib import Path
 
     from tests.cluster.gateway import Gateway
     from tests.cluster.node_agent import NodeAgent
