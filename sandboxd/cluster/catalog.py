@@ -42,5 +42,6 @@ def lost(entry: CatalogRow, message: str) -> SandboxInfo:
     info = SandboxInfo(**entry.info)
     if entry.record is not None:
         why = message.partition(": the sandbox cannot be reached")[0]
-        message = f"{why}: paused to disk, a resume or connect boots it on another node"
+        message = (f"{why}: paused to disk, once the node's lease expired a resume or connect "
+                   f"boots it on another node")  # fmt: skip
     return dataclasses.replace(info, running=False, metadata={**info.metadata, LOST_KEY: message})
