@@ -18,7 +18,7 @@ from sandboxd.builds.build_run import Context, StepFailed, finalize, run_steps
 from sandboxd.builds.build_sandbox import BuildSandboxes
 from sandboxd.builds.collect import layer_users
 from sandboxd.builds.uploads import Uploads
-from sandboxd.errors import NotAllowed, SandboxError
+from sandboxd.errors import NotAllowed, SandboxError, StoreUnavailable
 from sandboxd.host.cgroups import Limits
 from sandboxd.ids import now_us
 from sandboxd.images.shared_layers import SharedLayers
@@ -104,9 +104,12 @@ class Builder:
         if self.uploads_dir.is_dir():
             for template_dir in self.uploads_dir.iterdir():
                 await asyncio.to_thread(self.uploads(template_dir.name).remove_leftovers)
-        for build in self.store.builds(status="building"):
-            await self._fail(build, RESTARTED, None, None)
-        await self.collect()
+        try:
+            for build in self.store.builds(status="building"):
+                await self._fail(build, RESTARTED, None, None)
+            await self.collect()
+        except StoreUnavailable as exc:  # a node agent's shared database away: nothing known
+            log.warning("builds not recovered nor layers collected at start: %s", exc)
 
     async def collect(self) -> None:
         """Remove the layers no template or sandbox uses (sandboxd.layers.collect)."""

@@ -165,12 +165,7 @@ class SandboxManager:
         await restore_proxied(self, self._sandboxes.values())
         self._spawn(self.evictor.run())
         self._spawn(self.sampler.run())
-        for template in self.store.templates():
-            try:
-                _, image = self.templates.resolve(template.template_id)
-            except SandboxError:  # nothing to boot yet (never built): nothing to keep warm
-                continue
-            self.boxes.fill(image, catalog.limits(template), template.disk_size_mb)
+        self.boxes.fill_every(self.templates)
 
     async def stop(self) -> None:
         """Stop the background work; sandboxes keep running for the next start to adopt."""

@@ -19,7 +19,6 @@ import pytest
 from sandboxd.cluster.catalog import LOST_KEY
 from sandboxd.images.layer_registry import LayerRegistry
 from tests.cluster.node_agent import running_node
-from tests.cluster.registry_server import registry_server, registry_url
 from tests.cluster.rig import Cluster, running_cluster
 from tests.waiting import wait_until
 
@@ -33,22 +32,14 @@ if TYPE_CHECKING:
 
 # Boots, a lease's expiry and a node agent's restart: minutes on a loaded machine.
 pytestmark = pytest.mark.timeout(900)
-REPOSITORY = "cluster/layers"
 MARKER = (
     "echo moved-with-me > /home/user/marker && mkdir -p /home/user/d && echo deep > /home/user/d/f"
 )
 
 
 @pytest.fixture(scope="module")
-def layers_url() -> Iterator[str]:
-    with registry_server() as running:
-        yield registry_url(running, REPOSITORY)
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory, layers_url: str) -> Iterator[Cluster]:
-    work = tmp_path_factory.mktemp("moves")
-    with running_cluster(work, node_flags=("--registry", layers_url)) as running:
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    with running_cluster(tmp_path_factory.mktemp("moves")) as running:
         yield running
 
 
@@ -80,7 +71,7 @@ def record_of(cluster: Cluster, sandbox_id: str) -> Any:
     return record
 
 
-def test_a_disk_paused_sandbox_resumes_on_another_node(cluster: Cluster, layers_url: str) -> None:
+def test_a_disk_paused_sandbox_resumes_on_another_node(cluster: Cluster) -> None:
     a, b = cluster.gateways
     home, other = cluster.nodes
     drain(cluster, other, draining=True)  # both sandboxes on `home`
@@ -128,7 +119,7 @@ def test_a_disk_paused_sandbox_resumes_on_another_node(cluster: Cluster, layers_
     wait_until(lambda: sid not in cluster.on_node(home), 300, "the stale copy to be dropped")
     assert pause_layers(home, sid) == []
     assert held in cluster.on_node(home)
-    remote = LayerRegistry(layers_url)
+    remote = LayerRegistry(cluster.registry)
     try:
         assert remote.has(layer)
     finally:
