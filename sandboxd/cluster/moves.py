@@ -55,20 +55,23 @@ class CatalogMoves:
         shown = tuple(entry.info.get(k) for k in ("state", "pause_mode", "started_at"))
         if (entry.node_id, shown) == (node.node_id, (*_state(info), info.started_at)):
             return
-        record = await self._record(node, info) if _state(info) == ("paused", FILESYSTEM) else None
-        noted = dataclasses.replace(
-            entry, node_id=node.node_id, info=catalog.recorded(info), record=record
-        )
+        record, unmovable = None, None
+        if _state(info) == ("paused", FILESYSTEM):
+            record, unmovable = await self._record(node, info)
+        noted = dataclasses.replace(entry, node_id=node.node_id, info=catalog.recorded(info),
+                                    record=record, unmovable=unmovable)  # fmt: skip
         await self.store.write(functools.partial(self.store.update_catalog_entry, noted))
 
-    async def _record(self, node: NodeRow, info: SandboxInfo) -> dict[str, Any] | None:
-        """The node's record of its sandbox paused to disk; None when it cannot move."""
+    async def _record(
+        self, node: NodeRow, info: SandboxInfo
+    ) -> tuple[dict[str, Any] | None, str | None]:
+        """The node's record of its sandbox paused to disk, or why it cannot move."""
         try:
             row = await self.nodes.client(node).paused_record(info.sandbox_id)
         except NotMovable as exc:
             log.warning("%s", exc)
-            return None
-        return dataclasses.asdict(row)
+            return None, str(exc)
+        return dataclasses.asdict(row), None
 
     async def move(self, entry: CatalogRow) -> NodeRow:
         """The live node the sandbox of `entry`, paused to disk on a node whose lease expired,
@@ -142,9 +145,8 @@ def movable(entry: CatalogRow) -> SandboxRow:
         raise NotMovable(f"sandbox {entry.sandbox_id} is paused with its memory {where}: only "
                          "that node can resume it (a pause to disk can move)")  # fmt: skip
     if state == ("paused", FILESYSTEM):
-        raise NotMovable(f"sandbox {entry.sandbox_id} is paused to disk {where}, with no "
-                         "record another node can resume it from (its node shares no "
-                         "registry, or it mounts volumes): only that node can resume it")  # fmt: skip
+        why = entry.unmovable or "no record of it another node can resume it from"
+        raise NotMovable(f"sandbox {entry.sandbox_id} is paused to disk {where}: {why}")
     raise NodeLost(entry.sandbox_id, entry.node_id)
 
 

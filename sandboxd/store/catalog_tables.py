@@ -11,7 +11,7 @@ from sandboxd.store.rows import CatalogRow, CreateKeyRow
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-_CATALOG = "sandbox_id, node_id, team_id, created_at, info, record"
+_CATALOG = "sandbox_id, node_id, team_id, created_at, info, record, unmovable"
 _KEYS = "scope, key, claim, sandbox_id, created_at"
 
 
@@ -33,15 +33,15 @@ class CatalogTables:
 
     def add_catalog_entry(self, e: CatalogRow) -> None:
         self._execute(
-            self._sql(f"INSERT INTO sandbox_catalog ({_CATALOG}) VALUES (?, ?, ?, ?, ?, ?)"),  # noqa: S608  # ours
-            (e.sandbox_id, e.node_id, e.team_id, e.created_at, *_json(e)),
+            self._sql(f"INSERT INTO sandbox_catalog ({_CATALOG}) VALUES (?, ?, ?, ?, ?, ?, ?)"),  # noqa: S608  # ours
+            (e.sandbox_id, e.node_id, e.team_id, e.created_at, *_json(e), e.unmovable),
         )
 
     def update_catalog_entry(self, e: CatalogRow) -> None:
         self._execute(
-            self._sql("UPDATE sandbox_catalog SET node_id = ?, info = ?, record = ? "
-                      "WHERE sandbox_id = ?"),
-            (e.node_id, *_json(e), e.sandbox_id),
+            self._sql("UPDATE sandbox_catalog SET node_id = ?, info = ?, record = ?, "
+                      "unmovable = ? WHERE sandbox_id = ?"),
+            (e.node_id, *_json(e), e.unmovable, e.sandbox_id),
         )  # fmt: skip
 
     def catalog_entry(self, sandbox_id: str) -> CatalogRow | None:

@@ -229,7 +229,8 @@ class Catalog(Protocol):
         """
 
     def update_catalog_entry(self, e: CatalogRow) -> None:
-        """Replace the node, info and record of `e`'s sandbox (nothing when it is not there)."""
+        """Replace the node, info, record and unmovable of `e`'s sandbox (nothing when it is not
+        there)."""
 
     def catalog_entry(self, sandbox_id: str) -> CatalogRow | None: ...
 

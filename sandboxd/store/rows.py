@@ -146,7 +146,8 @@ class CatalogRow:
     """A sandbox of the cluster (sandboxd.cluster): the node that runs it, the team that owns
     it, and `info`, the sandbox as its create answered (its tokens left out), what is shown of
     it once its node is gone; `record`, while it is paused to disk, its node's SandboxRow (as
-    JSON), what another node resumes it from (sandboxd.cluster.moves)."""
+    JSON), what another node resumes it from (sandboxd.cluster.moves), or `unmovable`: why it
+    has none."""
 
     sandbox_id: str
     node_id: str
@@ -154,6 +155,7 @@ class CatalogRow:
     created_at: int
     info: dict[str, Any] = field(default_factory=dict)
     record: dict[str, Any] | None = None
+    unmovable: str | None = None
 
 
 @dataclass(frozen=True)

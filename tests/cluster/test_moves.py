@@ -6,7 +6,8 @@ the registry, with its files and metadata, and so does one its node paused to di
 (the reconciliation noted its record); a sandbox paused with its memory on the killed node
 cannot move (409, saying why); the killed node restarted drops its stale copy, its own layer
 of it, and leaves the moved sandbox and the registry's layers alone. A node without a registry
-hands out no record (409, saying why)."""
+hands out no record, and its sandbox paused to disk through a gateway cannot move once the node
+is gone (409, saying why)."""
 
 from __future__ import annotations
 
@@ -14,10 +15,12 @@ import subprocess
 import sys
 from typing import TYPE_CHECKING, Any
 
+import psycopg
 import pytest
 
 from sandboxd.cluster.catalog import LOST_KEY
 from sandboxd.images.layer_registry import LayerRegistry
+from tests.cluster.gateway import Gateway
 from tests.cluster.node_agent import running_node
 from tests.cluster.rig import Cluster, running_cluster
 from tests.waiting import wait_until
@@ -26,7 +29,6 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
-    from tests.cluster.gateway import Gateway
     from tests.cluster.node_agent import NodeAgent
     from tests.store.postgres_server import PostgresServer
 
@@ -141,26 +143,57 @@ def _lost(gateway: Gateway, sandbox_id: str) -> dict[str, Any] | None:
 def test_a_node_without_a_registry_keeps_its_paused_sandboxes(
     tmp_path: Path, base_template: Path, postgres_server: PostgresServer
 ) -> None:
-    """Its record is not handed out (NotMovable, 409, saying why), and a record that is not a
-    disk-paused sandbox's is not taken in."""
+    """Its record is not handed out (NotMovable, 409, saying why), a record that is not a
+    disk-paused sandbox's is not taken in, and its sandbox paused to disk through a gateway
+    cannot be resumed elsewhere once it is gone: a 409 saying why."""
     url = postgres_server.create_database()
-    with running_node(tmp_path / "state", base_template, url, "alone", "--pool", "0") as node:
-        made = node.call_api("create", {"config": {"template": "base", "timeout_s": 300,
-                                                   "secure": False, "auto_pause": False}})  # fmt: skip
-        assert made.status_code == 200, made.text
-        sid = made.json()["sandbox_id"]
-        running = node.call_api("paused_record", {"sandbox_id": sid})
-        assert (running.status_code, running.json()["code"]) == (409, "NotMovable")
-        assert "not paused to disk" in running.json()["message"]
-        paused = node.call_api("pause", {"sandbox_id": sid, "memory": False})
-        assert paused.status_code == 200, paused.text
-        refused = node.call_api("paused_record", {"sandbox_id": sid})
-        assert (refused.status_code, refused.json()["code"]) == (409, "NotMovable")
-        assert "shares no registry" in refused.json()["message"]
-        record = {"sandbox_id": "elsewhere", "template_id": "base", "alias": None,
-                  "state": "running", "started_at": 1, "end_at": 2, "timeout_s": 300,
-                  "secure": False, "auto_pause": False, "cpu_count": 2, "memory_mb": 512,
-                  "disk_size_mb": 1024, "envd_version": "0.1.0"}  # fmt: skip
-        taken = node.call_api("adopt_paused", {"record": record})
-        assert (taken.status_code, taken.json()["code"]) == (409, "NotMovable")
-        assert node.call_api("kill", {"sandbox_id": sid}).status_code == 200
+    flags = ("--pool", "0", "--heartbeat-s", "0.5", "--lease-s", "2")
+    with running_node(tmp_path / "state", base_template, url, "alone", *flags) as node:
+        _refused_by_the_node(node)
+        gateway = Gateway(tmp_path / "gateway", url, node.token)
+        try:
+            gateway.start()
+            sid = create(gateway, "alone")["sandboxID"]
+            with gateway.client() as client:
+                paused = client.post(f"/sandboxes/{sid}/pause", json={"memory": False})
+                assert paused.status_code == 204, paused.text
+            [(unmovable,)] = cluster_rows(url, "SELECT unmovable FROM sandbox_catalog")
+            assert "shares no registry" in unmovable
+            assert node.proc is not None
+            node.proc.kill()
+            node.proc.wait()
+            node.proc = None
+            wait_until(lambda: _lost(gateway, sid), 120, "the node's lease to expire")
+            with gateway.client() as client:
+                refused = client.post(f"/sandboxes/{sid}/connect", json={"timeout": 60})
+            assert refused.status_code == 409, refused.text
+            assert "shares no registry (--registry)" in refused.json()["message"]
+        finally:
+            gateway.stop()
+
+
+def _refused_by_the_node(node: NodeAgent) -> None:
+    made = node.call_api("create", {"config": {"template": "base", "timeout_s": 300,
+                                               "secure": False, "auto_pause": False}})  # fmt: skip
+    assert made.status_code == 200, made.text
+    sid = made.json()["sandbox_id"]
+    running = node.call_api("paused_record", {"sandbox_id": sid})
+    assert (running.status_code, running.json()["code"]) == (409, "NotMovable")
+    assert "not paused to disk" in running.json()["message"]
+    paused = node.call_api("pause", {"sandbox_id": sid, "memory": False})
+    assert paused.status_code == 200, paused.text
+    refused = node.call_api("paused_record", {"sandbox_id": sid})
+    assert (refused.status_code, refused.json()["code"]) == (409, "NotMovable")
+    assert "shares no registry" in refused.json()["message"]
+    record = {"sandbox_id": "elsewhere", "template_id": "base", "alias": None,
+              "state": "running", "started_at": 1, "end_at": 2, "timeout_s": 300,
+              "secure": False, "auto_pause": False, "cpu_count": 2, "memory_mb": 512,
+              "disk_size_mb": 1024, "envd_version": "0.1.0"}  # fmt: skip
+    taken = node.call_api("adopt_paused", {"record": record})
+    assert (taken.status_code, taken.json()["code"]) == (409, "NotMovable")
+    assert node.call_api("kill", {"sandbox_id": sid}).status_code == 200
+
+
+def cluster_rows(url: str, sql: str) -> list[tuple[Any, ...]]:
+    with psycopg.connect(url) as db:
+        return db.execute(sql.encode()).fetchall()

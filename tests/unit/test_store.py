@@ -241,6 +241,9 @@ async def test_the_catalog_keeps_each_sandbox_once_with_its_node(store: Store) -
     moved = dataclasses.replace(first, node_id="node-b", record={"sandbox_id": "s1"})
     await store.write(functools.partial(store.update_catalog_entry, moved))
     assert store.catalog() == [moved, second]
+    stuck = dataclasses.replace(moved, record=None, unmovable="it mounts volumes")
+    await store.write(functools.partial(store.update_catalog_entry, stuck))
+    assert store.catalog_entry("s1") == stuck
     await store.write(functools.partial(store.delete_catalog_entry, "s1"))
     assert store.catalog_entry("s1") is None
     assert store.catalog() == [second]
