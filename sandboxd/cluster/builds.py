@@ -99,8 +99,9 @@ class ClusterBuilds:
         round: the node cannot write their end any more)."""
         now = now_us()
         nodes = {n.node_id: n for n in self.store.nodes()}
-        for build in self.store.builds():
-            if build.status not in UNFINISHED or build.node_id is None:
+        unfinished = [b for status in UNFINISHED for b in self.store.builds(status=status)]
+        for build in unfinished:
+            if build.node_id is None:
                 continue
             node = nodes.get(build.node_id)
             if node is None or not placement.alive(node, now):
