@@ -129,8 +129,9 @@ def config(opts: GatewayOptions, store: Store) -> uvicorn.Config:
     proxy = SandboxProxy(routes, opts.domain, opts.token)
     nodes.on_gone(routes.forget)
     nodes.on_gone(proxy.cut)
+    # No state directory: a gateway reads templates' records but boots none of their images.
     templates = Templates(store, lambda t: any(e.info.get("template_id") == t
-                                               for e in store.catalog()))  # fmt: skip
+                                               for e in store.catalog()), Path())  # fmt: skip
     builds = ClusterBuilds(nodes)
     context = ApiContext(nodes, store, templates, builds, opts.domain, uploads_key(opts.token),
                          None, SharedCreates(store, CREATE_DEADLINE_S))  # fmt: skip
