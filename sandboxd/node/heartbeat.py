@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sandboxd.errors import SandboxError, StoreUnavailable
+from sandboxd.errors import StoreUnavailable
 from sandboxd.host.uid_ranges import FIRST_BASE, LAST_BASE, RANGE_SIZE
 from sandboxd.ids import now_us
 from sandboxd.store.rows import NodeRow
@@ -110,19 +110,15 @@ class Heartbeat:
 
 
 def _held_templates(manager: SandboxManager) -> tuple[list[str], dict[str, int]]:
-    """The templates whose every layer is on this machine (a create of one boots without a
-    pull), and how many warm sandboxes of each wait. None while the shared database (the
-    templates' records) is away."""
+    """The templates whose every layer (of their newest build) is on this machine (a create
+    of one boots without a pull), and how many warm sandboxes of each wait. None while the
+    shared database (the templates' records) is away."""
     try:
-        rows = manager.templates.all()
+        images = manager.templates.newest_images()
     except StoreUnavailable:
         return [], {}
     held, warm = [], {}
-    for template in rows:
-        try:
-            _, image = manager.templates.resolve(template.template_id)
-        except SandboxError:  # nothing to boot yet, or its records away meanwhile
-            continue
+    for template, image in images:
         if all(p.is_dir() for p in image.layer_paths):
             held.append(template.template_id)
         waiting = manager.boxes.pool.waiting(image, template.disk_size_mb)

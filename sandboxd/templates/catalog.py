@@ -205,6 +205,25 @@ class Templates:
         )
         return template, build
 
+    def newest_images(self) -> list[tuple[TemplateRow, TemplateImage]]:
+        """Every template that has something to boot, with the image of its newest ready
+        build (its root filesystem without one): two reads of the store however many there
+        are, for a node's heartbeat (over a shared database a `resolve` each is several round
+        trips on the event loop). Not a create's answer: `resolve` follows the tags.
+
+        Raises:
+            StoreUnavailable: the store's database is away.
+        """
+        newest = {b.template_id: b for b in self.store.builds(status="ready") if b.image}
+        found = []
+        for template in self.store.templates():
+            build = newest.get(template.template_id)  # builds come oldest first
+            if build is not None and build.image is not None:
+                found.append((template, TemplateImage.from_record(build.image, self.root)))
+            elif template.rootfs:
+                found.append((template, TemplateImage.of_rootfs(template.rootfs, self.root)))
+        return found
+
     def build(self, template_id: str, build_id: str, team_id: str | None = None) -> BuildRow:
         """A build of the (team's) template. Raises TemplateNotFound, NotFound."""
         template = self.get(template_id, team_id)
