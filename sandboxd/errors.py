@@ -133,6 +133,14 @@ class NodeLost(SandboxError):
                          f"cannot be reached until the node returns")  # fmt: skip
 
 
+class BuildNodeLost(SandboxError):
+    """The node agent a cluster's build was handed to stopped renewing its lease, or does not
+    answer: the build cannot go on there (request it again)."""
+
+    def __init__(self, build_id: str, node_id: str, why: str = "whose lease expired") -> None:
+        super().__init__(f"build {build_id} runs on node {node_id}, {why}")
+
+
 class HostError(SandboxError):
     """The host lacks something the runtime needs (root, cgroup2, systemd-nspawn, overlayfs)."""
 

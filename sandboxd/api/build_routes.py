@@ -18,12 +18,13 @@ from sandboxd.api.request_models import INT32_MAX
 from sandboxd.api.teams import team_of
 from sandboxd.builds import upload_urls
 from sandboxd.builds.recipe import Recipe
+from sandboxd.builds.uploads import declared_length
 from sandboxd.ids import rfc3339
 
 if TYPE_CHECKING:
     from starlette.requests import Request
 
-    from sandboxd.builds.builder import Builder
+    from sandboxd.builds.work import BuildWork
     from sandboxd.store.rows import BuildRow
 
 RECIPE_LIMIT = 4 << 20  # a build's steps: thousands of commands fit
@@ -32,9 +33,11 @@ LOG_PAGE = 100  # entries per status call at most, as E2B's
 
 async def request_build(request: Request) -> Response:
     body = await read_json(request, NewBuild)
-    template, build = await context(request).templates.request_build(
+    api = context(request)
+    template, build = await api.templates.request_build(
         body.name, body.tags, body.cpuCount, body.memoryMB, body.diskSizeMB, team_of(request)
     )
+    await api.builder.assign(build)
     names = [template.alias] if template.alias else []
     return JSONResponse({"templateID": template.template_id, "buildID": build.build_id,
                          "public": template.public, "names": names, "aliases": names,
@@ -45,7 +48,7 @@ async def files(request: Request) -> Response:
     api = context(request)
     template = api.templates.get(request.path_params["template_id"], team_of(request))
     files_hash = request.path_params["files_hash"]
-    present = api.builds().uploads(template.template_id).present(files_hash)
+    present = await api.builder.present(template.template_id, files_hash)
     # The URL also when present: a step with `forceUpload` uploads whenever it gets one.
     path = upload_urls.signed_path(api.uploads_key, template.template_id, files_hash)
     url = str(request.base_url).rstrip("/") + path
@@ -62,9 +65,8 @@ async def upload(request: Request) -> Response:
     if refusal:
         raise RequestError(403, refusal)
     api.templates.get(template_id)
-    declared = request.headers.get("content-length")
-    length = int(declared) if declared and declared.isdigit() else None
-    await api.builds().uploads(template_id).receive(files_hash, request.stream(), length)
+    length = declared_length(request.headers.get("content-length"))
+    await api.builder.receive(template_id, files_hash, request.stream(), length)
     return Response(status_code=200)
 
 
@@ -73,7 +75,7 @@ async def start_build(request: Request) -> Response:
     path = request.path_params
     build = api.templates.build(path["template_id"], path["build_id"], team_of(request))
     recipe = await read_json(request, Recipe, limit=RECIPE_LIMIT)
-    await api.builds().start(build, recipe)
+    await api.builder.start(build, recipe)
     return Response(status_code=202)
 
 
@@ -84,7 +86,7 @@ async def status(request: Request) -> Response:
     offset = params.query_int(request, "logsOffset", 0, INT32_MAX) or 0
     asked = params.query_int(request, "limit", 0, INT32_MAX)
     limit = LOG_PAGE if asked is None else min(asked, LOG_PAGE)
-    return JSONResponse(_status(build, api.builds(), offset, limit))
+    return JSONResponse(_status(build, api.builder, offset, limit))
 
 
 async def assign_tags(request: Request) -> Response:
@@ -120,7 +122,7 @@ def routes() -> list[Route]:
     ]
 
 
-def _status(build: BuildRow, builder: Builder, offset: int, limit: int) -> dict[str, Any]:
+def _status(build: BuildRow, builder: BuildWork, offset: int, limit: int) -> dict[str, Any]:
     entries = [
         {"timestamp": rfc3339(x.at), "level": x.level, "message": x.message}
         | ({"step": x.step} if x.step else {})

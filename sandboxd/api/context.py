@@ -13,7 +13,7 @@ from sandboxd.api.idempotency import Creates, IdempotentCreates
 if TYPE_CHECKING:
     from starlette.requests import Request
 
-    from sandboxd.builds.builder import Builder
+    from sandboxd.builds.work import BuildWork
     from sandboxd.node.service import NodeService
     from sandboxd.store.interface import Store
     from sandboxd.templates.catalog import Templates
@@ -22,27 +22,21 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class ApiContext:
-    """`node` runs the sandboxes; `store` holds the API keys, templates and metrics; `domain`
-        is where the SDKs reach the sandboxes' ports (`get_host()`); `uploads_key` signs the build
-        context's upload URLs; `volumes` the volumes and their tokens. A gateway (sandboxd.cluster)
-    has neither builder nor volumes: their endpoints answer 501 there; its `creates` hold their
-    Idempotency-Keys in the shared database."""
+    """`node` runs the sandboxes; `store` holds the API keys, templates and metrics; `builder`
+    does the builds' work (serve's builder, a gateway's hand-off to node agents); `domain` is
+    where the SDKs reach the sandboxes' ports (`get_host()`); `uploads_key` signs the build
+    context's upload URLs; `volumes` the volumes and their tokens. A gateway (sandboxd.cluster)
+    has no volumes: their endpoints answer 501 there; its `creates` hold their Idempotency-Keys
+    in the shared database."""
 
     node: NodeService
     store: Store
     templates: Templates
-    builder: Builder | None
+    builder: BuildWork
     domain: str
     uploads_key: bytes
     volumes: VolumeCatalog | None
     creates: Creates = field(default_factory=IdempotentCreates)
-
-    def builds(self) -> Builder:
-        """Raises RequestError 501 where templates are not built (a gateway)."""
-        if self.builder is None:
-            raise RequestError(501, "template builds are not served by a sandboxd gateway: "
-                                    "build on a sandboxd serve or node")  # fmt: skip
-        return self.builder
 
     def volume_catalog(self) -> VolumeCatalog:
         """Raises RequestError 501 where volumes are not kept (a gateway)."""

@@ -11,6 +11,7 @@ from starlette.responses import Response
 from sandboxd.errors import (
     BadUpload,
     BootError,
+    BuildNodeLost,
     DiskFull,
     InitRefused,
     LengthRequired,
@@ -47,6 +48,7 @@ _STATUSES: tuple[tuple[type[SandboxError], int], ...] = (
     (VolumeFull, 507),
     (DiskFull, 507),
     (NodeLost, 502),  # E2B's status for a sandbox its proxy cannot reach
+    (BuildNodeLost, 502),
     (BootError, 503),  # nothing of the sandbox is left: trying again may work
     (StoreUnavailable, 503),
     (RegistryError, 503),  # the registry is down or refused: nothing was half-done

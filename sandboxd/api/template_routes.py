@@ -89,10 +89,7 @@ async def delete(request: Request) -> Response:
     name, _ = split_ref(request.path_params["template_id"])
     template = api.templates.get(name, team_of(request))
     await api.templates.delete(template.template_id)
-    if api.builder is not None:  # a gateway builds nothing
-        await api.builder.cancel(template.template_id)
-        await api.builder.uploads(template.template_id).remove()
-        await api.builder.collect()
+    await api.builder.forget(template.template_id)
     return Response(status_code=204)
 
 

@@ -17,6 +17,7 @@ from sandboxd.builds.build_log import BuildLog
 from sandboxd.builds.build_run import Context, StepFailed, finalize, run_steps
 from sandboxd.builds.build_sandbox import BuildSandboxes
 from sandboxd.builds.collect import layer_users
+from sandboxd.builds.records import mark_failed, record
 from sandboxd.builds.uploads import Uploads
 from sandboxd.errors import NotAllowed, SandboxError, StoreUnavailable
 from sandboxd.host.cgroups import Limits
@@ -29,7 +30,7 @@ from sandboxd.store.rows import DEFAULT_TEAM_ID
 from sandboxd.templates.catalog import PIDS_LIMIT
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import AsyncIterator, Callable
     from pathlib import Path
 
     from sandboxd.builds.recipe import Recipe
@@ -80,8 +81,10 @@ class Builder:
         limits: BuildLimits = BuildLimits(),  # frozen: one shared default is fine
         provision: Provision = "auto",
         shared: SharedLayers | None = None,  # serve's --registry
+        node_id: str | None = None,  # a node agent's: the builds it runs say so
     ) -> None:
         self.store = store
+        self.node_id = node_id
         self.templates = templates
         self.storage = limits.quota(state_dir)
         self.layers = LayerStore(state_dir / "layers", self.storage)
@@ -92,21 +95,41 @@ class Builder:
                                   provision)  # fmt: skip
         self.sandboxes = BuildSandboxes(runtime, envd)
         self._slots = asyncio.Semaphore(CONCURRENT_BUILDS)
-        self._running: dict[str, tuple[asyncio.Task[None], BuildLog]] = {}
+        # build id → its task, its log and its template's id (the records may be gone first)
+        self._running: dict[str, tuple[asyncio.Task[None], BuildLog, str]] = {}
 
     def uploads(self, template_id: str) -> Uploads:
         return Uploads(self.uploads_dir / template_id, self.storage)
 
+    # sandboxd.builds.work.BuildWork: the API's, every build run here
+
+    async def assign(self, build: BuildRow) -> None:
+        """Nothing to settle: this machine runs every build."""
+
+    async def present(self, template_id: str, files_hash: str) -> bool:
+        return self.uploads(template_id).present(files_hash)
+
+    async def receive(
+        self, template_id: str, files_hash: str, body: AsyncIterator[bytes], length: int | None
+    ) -> None:
+        await self.uploads(template_id).receive(files_hash, body, length)
+
+    async def forget(self, template_id: str) -> None:
+        await self.cancel(template_id)
+        await self.uploads(template_id).remove()
+        await self.collect()
+
     async def recover(self) -> None:
-        """At start: builds a previous sandboxd left `building` failed; half-made layers and
-        uploads gone."""
+        """At start: builds a previous sandboxd (of this node) left `building` failed;
+        half-made layers and uploads gone."""
         await asyncio.to_thread(self.layers.remove_leftovers)
         if self.uploads_dir.is_dir():
             for template_dir in self.uploads_dir.iterdir():
                 await asyncio.to_thread(self.uploads(template_dir.name).remove_leftovers)
         try:
             for build in self.store.builds(status="building"):
-                await self._fail(build, RESTARTED, None, None)
+                if build.node_id == self.node_id:  # a shared database's: other nodes' run on
+                    await self._fail(build, RESTARTED, None, None)
             await self.collect()
         except StoreUnavailable as exc:  # a node agent's shared database away: nothing known
             log.warning("builds not recovered nor layers collected at start: %s", exc)
@@ -117,7 +140,7 @@ class Builder:
         await asyncio.to_thread(collect, self.layers, users)
 
     async def close(self) -> None:
-        tasks = [task for task, _ in self._running.values()]
+        tasks = [task for task, _, _ in self._running.values()]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -130,13 +153,13 @@ class Builder:
         await self._record(build)
         build_log = BuildLog(self.store, build.build_id)
         task = asyncio.create_task(self._run(build, recipe, build_log))
-        self._running[build.build_id] = (task, build_log)
+        self._running[build.build_id] = (task, build_log, build.template_id)
 
     async def cancel(self, template_id: str) -> None:
-        """Stop the template's running builds (it is being deleted)."""
-        for build_id, (task, _) in list(self._running.items()):
-            build = self.store.build(build_id)
-            if build is not None and build.template_id == template_id:
+        """Stop the template's running builds (it is being deleted, its records maybe already
+        gone)."""
+        for task, _, of in list(self._running.values()):
+            if of == template_id:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
 
@@ -222,23 +245,8 @@ class Builder:
         if build_log is not None:
             build_log.add(message, "error", step)
             await build_log.flush()
-        now = now_us()
-        build.status, build.updated_at, build.finished_at = "error", now, now
-        build.reason = {"message": message} | ({"step": step} if step else {})
+        mark_failed(build, message, step)
         await self._record(build)
 
     async def _record(self, build: BuildRow, *changes: Callable[[], None]) -> None:
-        """The build as it is now, `changes` with it, and the template's status when this is
-        its latest build (the template shows that one's), in one transaction; nothing when the
-        template was deleted meanwhile."""
-        template = self.store.template(build.template_id)
-        if template is None:
-            return
-        writes: list[Callable[[], None]] = [
-            functools.partial(self.store.put_build, build),
-            *changes,
-        ]
-        if template.build_id == build.build_id:
-            template.build_status, template.updated_at = build.status, now_us()
-            writes.append(functools.partial(self.store.put_template, template))
-        await self.store.write(*writes)
+        await record(self.store, build, *changes)

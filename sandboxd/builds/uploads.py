@@ -53,6 +53,11 @@ _WRITE_BYTES = 1 << 20  # spool writes batched: one thread hop per MiB, not per 
 _HOST_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.ENOMEM, errno.EROFS})
 
 
+def declared_length(header: str | None) -> int | None:
+    """An upload's Content-Length header as a number (None: absent or not one)."""
+    return int(header) if header and header.isdigit() else None
+
+
 class _Limited:
     """A reader that refuses to pass on more than `limit` bytes, with `refusal`."""
 

@@ -30,12 +30,13 @@ from sandboxd.errors import (
     TemplateNotFound,
 )
 from sandboxd.ids import now_us
+from sandboxd.node.builds import NodeBuilds
 from sandboxd.node.service import NodeAgentService
 from sandboxd.store.rows import CatalogRow
 from sandboxd.templates.catalog import BASE_CPUS
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import AsyncIterator, Awaitable, Callable
 
     from sandboxd.node.models import LogEntry, SandboxConfig, SandboxInfo, SnapshotInfo
     from sandboxd.store.interface import Store
@@ -55,8 +56,12 @@ class NodeClient(Protocol):
 
     async def close(self) -> None: ...
 
+    async def upload(
+        self, template_id: str, files_hash: str, body: AsyncIterator[bytes], length: int
+    ) -> None: ...
 
-class Remote(NodeAgentService, NodeClient, Protocol): ...
+
+class Remote(NodeAgentService, NodeBuilds, NodeClient, Protocol): ...
 
 
 class ClusterNodes:

@@ -4,8 +4,9 @@ node, a sandbox the catalog does not know and older than a create's deadline is 
 create's gateway died before recording it, or it was killed through the catalog while its node
 was away) and is killed; a catalog row whose sandbox its live node no longer has (it ended at
 its timeout there) is dropped; a sandbox the catalog has on another live node is a copy left
-behind by a move (sandboxd.cluster.moves) and is dropped at once; and what a node did by itself
-to a sandbox (paused it at its end, woke it) is noted in the catalog."""
+behind by a move (sandboxd.cluster.moves) and is dropped at once; what a node did by itself to a
+sandbox (paused it at its end, woke it) is noted in the catalog; and an unfinished build whose
+node's lease expired ends in error (sandboxd.cluster.builds)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from sandboxd.errors import SandboxError, SandboxNotFound
 from sandboxd.ids import now_us
 
 if TYPE_CHECKING:
+    from sandboxd.cluster.builds import ClusterBuilds
     from sandboxd.cluster.nodes import ClusterNodes
     from sandboxd.node.models import SandboxInfo
     from sandboxd.store.rows import NodeRow
@@ -33,9 +35,10 @@ INTERVAL_S: Final = 2.0
 
 
 class Reconciler:
-    def __init__(self, nodes: ClusterNodes, grace_s: float = CREATE_DEADLINE_S,
-                 interval_s: float = INTERVAL_S) -> None:  # fmt: skip
+    def __init__(self, nodes: ClusterNodes, builds: ClusterBuilds,
+                 grace_s: float = CREATE_DEADLINE_S, interval_s: float = INTERVAL_S) -> None:  # fmt: skip
         self.nodes = nodes
+        self.builds = builds
         self.grace_us = int(grace_s * 1e6)
         self.interval_s = interval_s
         self.holder = secrets.token_hex(8)
@@ -67,12 +70,13 @@ class Reconciler:
         return store.lock_holder(LOCK, now) == self.holder
 
     async def once(self) -> None:
-        """One round over the live nodes."""
+        """One round over the live nodes, and the builds of lost ones."""
         store = self.nodes.store
         now = now_us()
         for node in store.nodes():
             if placement.alive(node, now):
                 await self._node(node, now)
+        await self.builds.fail_lost()
 
     async def _node(self, node: NodeRow, now: int) -> None:
         store = self.nodes.store

@@ -7,8 +7,9 @@ database; any number of gateways serve the same cluster."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import hmac
 import os
-import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,6 +19,7 @@ import uvicorn
 from sandboxd.api.app import create_app
 from sandboxd.api.context import ApiContext
 from sandboxd.api.shared_creates import SharedCreates
+from sandboxd.cluster.builds import ClusterBuilds
 from sandboxd.cluster.nodes import CREATE_DEADLINE_S, ClusterNodes
 from sandboxd.cluster.reconcile import Reconciler
 from sandboxd.cluster.routes import ClusterRoutes
@@ -112,6 +114,12 @@ def gateway(opts: GatewayOptions) -> None:
         store.close()
 
 
+def uploads_key(token: str) -> bytes:
+    """The key of the build uploads' signed URLs, the same on every gateway of the cluster: an
+    upload may reach another replica than the one that signed its URL (behind one Service)."""
+    return hmac.new(token.encode(), b"sandboxd build uploads", hashlib.sha256).digest()
+
+
 def config(opts: GatewayOptions, store: Store) -> uvicorn.Config:
     def dial(node: NodeRow) -> RemoteNode:
         return RemoteNode(node.node_id, node.api_url, opts.token)
@@ -124,10 +132,10 @@ def config(opts: GatewayOptions, store: Store) -> uvicorn.Config:
     # No state directory: a gateway reads templates' records but boots none of their images.
     templates = Templates(store, lambda t: any(e.info.get("template_id") == t
                                                for e in store.catalog()), Path())  # fmt: skip
-    # Build uploads are not served here (ApiContext): the key signs nothing that is honoured.
-    context = ApiContext(nodes, store, templates, None, opts.domain, secrets.token_bytes(32),
+    builds = ClusterBuilds(nodes)
+    context = ApiContext(nodes, store, templates, builds, opts.domain, uploads_key(opts.token),
                          None, SharedCreates(store, CREATE_DEADLINE_S))  # fmt: skip
-    reconciler = Reconciler(nodes)
+    reconciler = Reconciler(nodes, builds)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:

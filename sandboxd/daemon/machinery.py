@@ -63,10 +63,14 @@ class Machinery:
 
 
 def machinery(
-    options: ServeOptions, store: Store, state_dir: Path, notify_socket: str | None
+    options: ServeOptions,
+    store: Store,
+    state_dir: Path,
+    notify_socket: str | None,
+    node_id: str | None = None,
 ) -> Machinery:
     """The base template registered (built first when missing), the networking installed and
-    everything that runs sandboxes made over `store`.
+    everything that runs sandboxes made over `store` (as node agent `node_id`: its builds).
 
     Raises:
         TemplateError: no usable base template. HostError: nft failed.
@@ -98,7 +102,8 @@ def machinery(
                              options.max_timeout_s, options.pool, layers, shared)  # fmt: skip
     builder = Builder(store, manager.templates, runtime, envd, state_dir,
                       envd_artifact=options.envd_artifact, mirror=options.registry_mirror,
-                      limits=limits, provision=options.provision, shared=shared)  # fmt: skip
+                      limits=limits, provision=options.provision, shared=shared,
+                      node_id=node_id)  # fmt: skip
     volumes = VolumeCatalog(store, VolumeStorage(state_dir / "volumes"),
                             VolumeTokens(manager.tokens.volumes_key()),
                             options.volume_mb, options.volume_max_mb)  # fmt: skip

@@ -29,6 +29,7 @@ from sandboxd.daemon.state_dir import open_private
 from sandboxd.errors import HostError, SandboxError, StoreUnavailable
 from sandboxd.host import locks
 from sandboxd.network.slots import own_netns_inode
+from sandboxd.node.builds import LocalBuilds
 from sandboxd.node.heartbeat import Advertised, Heartbeat, max_sandboxes
 from sandboxd.node.http_api import node_app
 from sandboxd.node.local import LocalNode
@@ -89,14 +90,15 @@ def run_node(options: NodeOptions) -> None:
     try:
         with contextlib.suppress(StoreUnavailable):  # else opened by the first heartbeat that can
             store.shared()
-        parts = machinery(sandboxes, store.as_store(), state_dir, notify_socket)
+        parts = machinery(sandboxes, store.as_store(), state_dir, notify_socket, options.node_id)
         heartbeat = Heartbeat(
             store.shared, parts.manager, options.advertised(), options.heartbeat_s
         )
         proxy = ClusterProxy(parts.manager, sandboxes.domain, options.token)
         parts.manager.on_gone(proxy.cut)
-        app = node_app(LocalNode(parts.manager), options.token, lambda: heartbeat.draining,
-                       _node_lifespan(parts, proxy, heartbeat))  # fmt: skip
+        builds = LocalBuilds(parts.builder, parts.manager.templates)
+        app = node_app(LocalNode(parts.manager), builds, options.token,
+                       lambda: heartbeat.draining, _node_lifespan(parts, proxy, heartbeat))  # fmt: skip
         api = NotifyingServer(_config(app, sandboxes.bind, sandboxes.port), notify_socket,
                       _serving_line(options))  # fmt: skip
         relay = uvicorn.Server(_config(_NOTHING, options.proxy_bind, options.proxy_port,

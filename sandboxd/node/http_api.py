@@ -12,9 +12,10 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from sandboxd.builds.uploads import declared_length
 from sandboxd.errors import (
     NodeDraining,
     NotAllowed,
@@ -24,14 +25,16 @@ from sandboxd.errors import (
     WrongState,
 )
 from sandboxd.node import wire
+from sandboxd.node.builds import UPLOAD_PREFIX, NodeBuilds
 
 if TYPE_CHECKING:
     import inspect
-    from collections.abc import Callable
+    from collections.abc import Awaitable, Callable
 
     from starlette.requests import Request
     from starlette.types import ASGIApp, Lifespan, Receive, Scope, Send
 
+    from sandboxd.node.builds import LocalBuilds
     from sandboxd.node.service import NodeAgentService
 
 # What kind of failure each error is, as a status (the client goes by the code, not this).
@@ -46,15 +49,19 @@ _STATUSES: tuple[tuple[type[SandboxError], int], ...] = (
 
 def node_app(
     node: NodeAgentService,
+    builds: LocalBuilds,
     token: str,
     draining: Callable[[], bool],
     lifespan: Lifespan[Starlette] | None = None,
 ) -> ASGIApp:
-    """The internal API over `node`; creates refused with NodeDraining while `draining()`."""
-    routes = [
-        Route(wire.PREFIX + name, _endpoint(node, name, signature, draining), methods=["POST"])
-        for name, signature in wire.operations().items()
-    ]
+    """The internal API over `node` and `builds`; creates refused with NodeDraining while
+    `draining()`."""
+    routes = [_route(getattr(node, name), name, signature, draining)
+              for name, signature in wire.operations().items()]  # fmt: skip
+    routes += [_route(getattr(builds, name), name, signature, draining)
+               for name, signature in wire.operations(NodeBuilds).items()]  # fmt: skip
+    routes.append(Route(UPLOAD_PREFIX + "{template_id}/{files_hash}", _upload(builds),
+                        methods=["PUT"]))  # fmt: skip
     return ClusterTokenGate(Starlette(routes=routes, lifespan=lifespan), token)
 
 
@@ -77,11 +84,22 @@ class ClusterTokenGate:
         await self.app(scope, receive, send)
 
 
-def _endpoint(
-    node: NodeAgentService, name: str, signature: inspect.Signature, draining: Callable[[], bool]
-) -> Callable[[Request], Any]:
-    operation = getattr(node, name)
+def _route(
+    operation: Callable[..., Awaitable[object]],
+    name: str,
+    signature: inspect.Signature,
+    draining: Callable[[], bool],
+) -> Route:
+    return Route(wire.PREFIX + name, _endpoint(operation, name, signature, draining),
+                 methods=["POST"])  # fmt: skip
 
+
+def _endpoint(
+    operation: Callable[..., Awaitable[object]],
+    name: str,
+    signature: inspect.Signature,
+    draining: Callable[[], bool],
+) -> Callable[[Request], Any]:
     async def endpoint(request: Request) -> JSONResponse:
         try:
             arguments = _arguments(signature, await request.body())
@@ -92,11 +110,34 @@ def _endpoint(
                 raise NodeDraining("this node is draining: it takes no new sandboxes")
             result = await operation(**arguments)
         except SandboxError as exc:
-            status = next((s for kind, s in _STATUSES if isinstance(exc, kind)), 500)
-            return JSONResponse(wire.encode_error(exc), status)
+            return _error(exc)
         return JSONResponse(wire.encode(result))
 
     return endpoint
+
+
+def _upload(builds: LocalBuilds) -> Callable[[Request], Any]:
+    """A build's upload, its body streamed to the builder as serve's upload route streams it
+    (sandboxd.api.build_routes, bounded alike)."""
+
+    async def endpoint(request: Request) -> Response:
+        path = request.path_params
+        length = declared_length(request.headers.get("content-length"))
+        try:
+            await builds.receive(path["template_id"], path["files_hash"], request.stream(),
+                                 length)  # fmt: skip
+        except SandboxError as exc:
+            return _error(exc)
+        except OSError as exc:  # the host's (a full disk): nothing of the upload is kept
+            return _error(SandboxError(f"the upload could not be stored: {exc}"))
+        return Response(status_code=204)
+
+    return endpoint
+
+
+def _error(exc: SandboxError) -> JSONResponse:
+    status = next((s for kind, s in _STATUSES if isinstance(exc, kind)), 500)
+    return JSONResponse(wire.encode_error(exc), status)
 
 
 def _arguments(signature: inspect.Signature, body: bytes) -> dict[str, Any]:

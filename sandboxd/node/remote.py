@@ -16,8 +16,11 @@ import httpcore
 
 from sandboxd.errors import NodeUnreachable, SandboxError
 from sandboxd.node import wire
+from sandboxd.node.builds import UPLOAD_PREFIX, NodeBuilds
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
     from sandboxd.node.models import LogEntry, SandboxConfig, SandboxInfo, SnapshotInfo
     from sandboxd.store.rows import MetricSample, SandboxRow
 
@@ -28,7 +31,8 @@ READ_TIMEOUT_S = 600
 
 
 class RemoteNode:
-    """Implements `sandboxd.node.service.NodeAgentService` by calling the node `node_id` at
+    """Implements `sandboxd.node.service.NodeAgentService` and `sandboxd.node.builds.NodeBuilds`
+    (and a build's upload) by calling the node `node_id` at
     `api_url` ("http://10.1.2.3:49990"). Each call raises NodeUnreachable on a transport
     failure, and otherwise what the operation raised on the node."""
 
@@ -38,7 +42,7 @@ class RemoteNode:
         self._headers = [(b"authorization", f"Bearer {token}".encode()),
                          (b"content-type", b"application/json")]  # fmt: skip
         self._pool = httpcore.AsyncConnectionPool(max_connections=64, keepalive_expiry=30)
-        self._signatures = wire.operations()
+        self._signatures = wire.operations() | wire.operations(NodeBuilds)
 
     async def close(self) -> None:
         await self._pool.aclose()
@@ -110,6 +114,31 @@ class RemoteNode:
     async def adopt_paused(self, record: SandboxRow) -> SandboxInfo:
         return await self._call("adopt_paused", record=record)  # type: ignore[no-any-return]
 
+    # sandboxd.node.builds.NodeBuilds
+
+    async def start_build(self, template_id: str, build_id: str, recipe: dict[str, Any]) -> None:
+        await self._call("start_build", template_id=template_id, build_id=build_id, recipe=recipe)
+
+    async def upload_present(self, template_id: str, files_hash: str) -> bool:
+        return await self._call(  # type: ignore[no-any-return]
+            "upload_present", template_id=template_id, files_hash=files_hash
+        )
+
+    async def forget_template(self, template_id: str) -> None:
+        await self._call("forget_template", template_id=template_id)
+
+    async def upload(
+        self, template_id: str, files_hash: str, body: AsyncIterator[bytes], length: int
+    ) -> None:
+        """Stream a build's upload of `length` bytes (its Content-Length) to the node.
+
+        Raises:
+            NodeUnreachable: a transport failure; what the node's builder raised for it.
+        """
+        url = f"{self.api_url}{UPLOAD_PREFIX}{template_id}/{files_hash}"
+        headers = [self._headers[0], (b"content-length", str(length).encode())]
+        await self._answer("upload", "PUT", url, headers, body)
+
     async def _call(self, operation: str, **arguments: object) -> Any:
         """POST the operation; its result decoded by the operation's return annotation.
 
@@ -118,22 +147,34 @@ class RemoteNode:
             SandboxError: the class the node raised.
         """
         body = json.dumps(wire.encode(arguments)).encode()
+        url = f"{self.api_url}{wire.PREFIX}{operation}"
+        answer = await self._answer(operation, "POST", url, self._headers, body)
+        try:
+            return wire.decode(self._signatures[operation].return_annotation, answer)
+        except wire.WireError as exc:
+            raise NodeUnreachable(f"node {self.node_id}: {operation}: {exc}") from exc
+
+    async def _answer(self, operation: str, method: str, url: str,
+                      headers: list[tuple[bytes, bytes]],
+                      content: bytes | AsyncIterator[bytes]) -> Any:  # fmt: skip
+        """The JSON of the node's 2xx answer (None: no body).
+
+        Raises:
+            NodeUnreachable: a transport failure, or an answer that is not the API's.
+            SandboxError: the class the node raised.
+        """
         timeouts = {"connect": CONNECT_TIMEOUT_S, "read": READ_TIMEOUT_S,
                     "write": READ_TIMEOUT_S, "pool": READ_TIMEOUT_S}  # fmt: skip
-        url = f"{self.api_url}{wire.PREFIX}{operation}"
         try:
-            response = await self._pool.request("POST", url, headers=self._headers,
-                                                content=body, extensions={"timeout": timeouts})  # fmt: skip
-            answer = json.loads(response.content)
+            response = await self._pool.request(method, url, headers=headers, content=content,
+                                                extensions={"timeout": timeouts})  # fmt: skip
+            answer = json.loads(response.content) if response.content else None
         except (httpcore.TimeoutException, httpcore.NetworkError, httpcore.ProtocolError) as exc:
             raise NodeUnreachable(f"node {self.node_id} ({self.api_url}): {exc!r}") from exc
         except ValueError as exc:
             raise NodeUnreachable(f"node {self.node_id}: an answer that is not JSON") from exc
-        if response.status == 200:
-            try:
-                return wire.decode(self._signatures[operation].return_annotation, answer)
-            except wire.WireError as exc:
-                raise NodeUnreachable(f"node {self.node_id}: {operation}: {exc}") from exc
+        if 200 <= response.status < 300:
+            return answer
         if isinstance(answer, dict) and "code" in answer:
             raise wire.decode_error(answer)
         raise NodeUnreachable(f"node {self.node_id}: {operation}: status {response.status}")

@@ -36,11 +36,11 @@ class WireError(ValueError):
     """A JSON value that is not what its annotation says."""
 
 
-def operations() -> dict[str, inspect.Signature]:
-    """Each NodeAgentService operation (its route's last part) and its signature, annotations
-    resolved, `self` left out."""
+def operations(protocol: type = NodeAgentService) -> dict[str, inspect.Signature]:
+    """Each operation of `protocol` (NodeAgentService's, NodeBuilds') (its route's last part) and
+    its signature, annotations resolved, `self` left out."""
     found = {}
-    for name, method in inspect.getmembers(NodeAgentService, inspect.isfunction):
+    for name, method in inspect.getmembers(protocol, inspect.isfunction):
         if name.startswith("_"):
             continue
         hints = typing.get_type_hints(method, localns=_NAMES)

@@ -96,6 +96,7 @@ class BuildRow:
     recipe: dict[str, Any] | None = None
     image: dict[str, Any] | None = None
     reason: dict[str, Any] | None = None
+    node_id: str | None = None  # the node agent running it (a cluster's); None: serve's own
 
 
 @dataclass(frozen=True)

@@ -60,19 +60,21 @@ class Cluster:
 
 
 @contextlib.contextmanager
-def running_cluster(work: Path, nodes: int = 2, gateways: int = 2) -> Iterator[Cluster]:
+def running_cluster(work: Path, nodes: int = 2, gateways: int = 2,
+                    node_flags: tuple[str, ...] = ()) -> Iterator[Cluster]:  # fmt: skip
+    """`node_flags` are added to every node agent's command line."""
     base = ensure_base_template()
     db = PostgresServer()
     token = secrets.token_hex(16)
     with registry_server() as layers:
         registry = registry_url(layers, "cluster/layers")
-        with _started(db, base, token, registry, work, nodes, gateways) as cluster:
+        with _started(db, base, token, registry, work, nodes, gateways, node_flags) as cluster:
             yield cluster
 
 
 @contextlib.contextmanager
 def _started(db: PostgresServer, base: Path, token: str, registry: str, work: Path, nodes: int,
-             gateways: int) -> Iterator[Cluster]:  # fmt: skip
+             gateways: int, node_flags: tuple[str, ...]) -> Iterator[Cluster]:  # fmt: skip
     agents: list[NodeAgent] = []
     fronts: list[Gateway] = []
     try:
@@ -83,7 +85,7 @@ def _started(db: PostgresServer, base: Path, token: str, registry: str, work: Pa
             state = work / name
             state.mkdir()
             agents.append(NodeAgent(state, base, url, name, NO_NETWORK, "--domain", DOMAIN,
-                                    "--registry", registry, token=token))  # fmt: skip
+                                    "--registry", registry, *node_flags, token=token))  # fmt: skip
             agents[-1].start()
         for i in range(gateways):
             fronts.append(Gateway(work / f"gateway-{i}", url, token))
@@ -98,10 +100,10 @@ def _started(db: PostgresServer, base: Path, token: str, registry: str, work: Pa
                 stack.callback(front.stop)
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], node_flags: tuple[str, ...] = ()) -> int:
     with (
         tempfile.TemporaryDirectory(prefix="sandboxd-rig-") as work,
-        running_cluster(Path(work)) as cluster,
+        running_cluster(Path(work), node_flags=node_flags) as cluster,
     ):
         url = cluster.gateways[0].url
         env = {**os.environ, "E2B_API_URL": url, "E2B_SANDBOX_URL": url,

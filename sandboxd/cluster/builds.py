@@ -1,0 +1,143 @@
+"""`ClusterBuilds`: a gateway's template builds (sandboxd.builds.work.BuildWork). Each build is
+handed to one node agent, chosen by placement when it is requested and recorded on the build
+(`node_id`): its uploads are relayed there (streamed, bounded as serve bounds them, by the
+node's own builder), and its start runs it there; the node writes its status and log to the
+shared database, which is where the gateway reads them (any gateway: the endpoints are serve's).
+A build whose node is gone is ended in error by the reconciliation (sandboxd.cluster.reconcile),
+never left `building`."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import TYPE_CHECKING, Final, TypeVar
+
+from sandboxd.builds.records import mark_failed, record
+from sandboxd.builds.uploads import MAX_UPLOAD_BYTES
+from sandboxd.cluster import placement
+from sandboxd.errors import (
+    BuildNodeLost,
+    LengthRequired,
+    NodeUnreachable,
+    NoNodeAvailable,
+    NotAllowed,
+    SandboxError,
+    UploadTooLarge,
+)
+from sandboxd.ids import now_us
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Awaitable, Callable
+
+    from sandboxd.builds.recipe import Recipe
+    from sandboxd.cluster.nodes import ClusterNodes, Remote
+    from sandboxd.store.rows import BuildRow, LogLine, NodeRow
+
+log = logging.getLogger("sandboxd.cluster.builds")
+
+T = TypeVar("T")
+
+UNFINISHED: Final = ("waiting", "building")
+
+
+class ClusterBuilds:
+    """Implements BuildWork over the nodes of `nodes` (their clients, the shared store)."""
+
+    def __init__(self, nodes: ClusterNodes) -> None:
+        self.nodes = nodes
+        self.store = nodes.store
+
+    async def assign(self, build: BuildRow) -> None:
+        node = placement.choose(self.store.nodes(), build.template_id, build.cpu_count,
+                                now_us(), reserved=self.nodes.reserved)  # fmt: skip
+        if node is None:
+            raise NoNodeAvailable(f"no node can take build {build.build_id}: none is alive, "
+                                  "not draining and with room")  # fmt: skip
+        build.node_id = node.node_id
+        await self.store.write(functools.partial(self.store.put_build, build))
+
+    async def present(self, template_id: str, files_hash: str) -> bool:
+        build = self._latest(template_id)
+        return await self._on(build, lambda n: n.upload_present(template_id, files_hash))
+
+    async def receive(
+        self, template_id: str, files_hash: str, body: AsyncIterator[bytes], length: int | None
+    ) -> None:
+        # Refused before a byte is relayed; the node checks the body against the length.
+        if length is None:
+            raise LengthRequired("an upload needs a Content-Length")
+        if length > MAX_UPLOAD_BYTES:
+            raise UploadTooLarge(
+                f"the upload's {length} bytes are over the limit of {MAX_UPLOAD_BYTES}"
+            )
+        build = self._latest(template_id)
+        await self._on(build, lambda n: n.upload(template_id, files_hash, body, length))
+
+    async def start(self, build: BuildRow, recipe: Recipe) -> None:
+        recipe_json = recipe.model_dump()
+        await self._on(build, lambda n: n.start_build(build.template_id, build.build_id,
+                                                      recipe_json))  # fmt: skip
+
+    def log_page(self, build: BuildRow, offset: int, limit: int) -> list[LogLine]:
+        return self.store.log_lines(build.build_id, offset, limit)
+
+    async def forget(self, template_id: str) -> None:
+        """Every live node told (any may hold the template's uploads or layers); one that does
+        not answer keeps them until its own collection."""
+        now = now_us()
+        for node in self.store.nodes():
+            if not placement.alive(node, now):
+                continue
+            try:
+                await self.nodes.client(node).forget_template(template_id)
+            except SandboxError as exc:
+                log.warning("node %s did not forget template %s: %s", node.node_id,
+                            template_id, exc)  # fmt: skip
+
+    async def fail_lost(self) -> None:
+        """End in error the unfinished builds whose node's lease expired (the reconciliation's
+        round: the node cannot write their end any more)."""
+        now = now_us()
+        nodes = {n.node_id: n for n in self.store.nodes()}
+        unfinished = [b for status in UNFINISHED for b in self.store.builds(status=status)]
+        for build in unfinished:
+            if build.node_id is None:
+                continue
+            node = nodes.get(build.node_id)
+            if node is None or not placement.alive(node, now):
+                message = str(BuildNodeLost(build.build_id, build.node_id))
+                log.warning("%s: the build ends in error", message)
+                mark_failed(build, message, None)
+                await record(self.store, build)
+
+    def _latest(self, template_id: str) -> BuildRow:
+        """The template's latest build, which its uploads are for.
+
+        Raises:
+            NotAllowed: it has none handed to a node.
+        """
+        template = self.store.template(template_id)
+        build = None if template is None else self.store.build(template.build_id)
+        if build is None or build.node_id is None or build.status not in UNFINISHED:
+            raise NotAllowed(f"template {template_id} has no build waiting for its files: "
+                             "request one first (POST /v3/templates)")  # fmt: skip
+        return build
+
+    async def _on(self, build: BuildRow, call: Callable[[Remote], Awaitable[T]]) -> T:
+        """`call` on the build's node.
+
+        Raises:
+            NotAllowed: it was never handed to one (no node could take it when requested).
+            BuildNodeLost: its lease expired, or it does not answer.
+        """
+        if build.node_id is None:
+            raise NotAllowed(f"build {build.build_id} was never handed to a node: request "
+                             "another")  # fmt: skip
+        node: NodeRow | None = self.store.node(build.node_id)
+        if node is None or not placement.alive(node, now_us()):
+            raise BuildNodeLost(build.build_id, build.node_id)
+        try:
+            return await call(self.nodes.client(node))
+        except NodeUnreachable as exc:
+            raise BuildNodeLost(build.build_id, node.node_id,
+                                f"which does not answer ({exc})") from exc  # fmt: skip
