@@ -5,28 +5,54 @@ that read it from their request."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from sandboxd.api.errors import RequestError
 from sandboxd.api.idempotency import Creates, IdempotentCreates
 
 if TYPE_CHECKING:
     from starlette.requests import Request
+    from starlette.responses import Response
 
+    from sandboxd.api.volume_content import Endpoint
     from sandboxd.builds.builder import Builder
     from sandboxd.node.service import NodeService
     from sandboxd.store.interface import Store
+    from sandboxd.store.rows import VolumeRow
     from sandboxd.templates.catalog import Templates
-    from sandboxd.volumes.catalog import VolumeCatalog
+    from sandboxd.volumes.tokens import VolumeTokens
+
+
+class Volumes(Protocol):
+    """The volumes' records and tokens, as the volume endpoints use them: serve's
+    sandboxd.volumes.catalog.VolumeCatalog, a gateway's sandboxd.cluster.volumes.ClusterVolumes
+    (each raises as VolumeCatalog's methods say)."""
+
+    tokens: VolumeTokens
+
+    async def create(self, name: str, size_mb: int | None, team_id: str) -> VolumeRow: ...
+
+    def get(self, volume_id: str, team_id: str | None = None) -> VolumeRow: ...
+
+    def all(self, team_id: str | None = None) -> list[VolumeRow]: ...
+
+    async def delete(self, volume_id: str, team_id: str | None = None) -> None: ...
+
+
+class VolumeFiles(Protocol):
+    """Run a content-API endpoint on the files of the volume `volume_id` (its token checked):
+    on serve's disk, or relayed by a gateway to the node that holds them."""
+
+    async def __call__(self, request: Request, volume_id: str, endpoint: Endpoint) -> Response: ...
 
 
 @dataclass(frozen=True)
 class ApiContext:
     """`node` runs the sandboxes; `store` holds the API keys, templates and metrics; `domain`
         is where the SDKs reach the sandboxes' ports (`get_host()`); `uploads_key` signs the build
-        context's upload URLs; `volumes` the volumes and their tokens. A gateway (sandboxd.cluster)
-    has neither builder nor volumes: their endpoints answer 501 there; its `creates` hold their
-    Idempotency-Keys in the shared database."""
+        context's upload URLs; `volumes` the volumes and their tokens, `files` where the
+    content API finds their files. A gateway (sandboxd.cluster) has no builder: its endpoints
+    answer 501 there; its `creates` hold their Idempotency-Keys in the shared database."""
 
     node: NodeService
     store: Store
@@ -34,7 +60,8 @@ class ApiContext:
     builder: Builder | None
     domain: str
     uploads_key: bytes
-    volumes: VolumeCatalog | None
+    volumes: Volumes | None
+    files: VolumeFiles | None = None
     creates: Creates = field(default_factory=IdempotentCreates)
 
     def builds(self) -> Builder:
@@ -44,11 +71,17 @@ class ApiContext:
                                     "build on a sandboxd serve or node")  # fmt: skip
         return self.builder
 
-    def volume_catalog(self) -> VolumeCatalog:
-        """Raises RequestError 501 where volumes are not kept (a gateway)."""
+    def volume_catalog(self) -> Volumes:
+        """Raises RequestError 501 where volumes are not kept."""
         if self.volumes is None:
-            raise RequestError(501, "volumes are not served by a sandboxd gateway")
+            raise RequestError(501, "volumes are not served here")
         return self.volumes
+
+    async def volume_files(self, request: Request, volume_id: str, endpoint: Endpoint) -> Response:
+        """Raises RequestError 501 where volumes are not kept; what `endpoint` raises."""
+        if self.files is None:
+            raise RequestError(501, "volumes are not served here")
+        return await self.files(request, volume_id, endpoint)
 
 
 def context(request: Request) -> ApiContext:

@@ -23,6 +23,7 @@ from sandboxd.errors import (
     TemplateError,
     UploadTooLarge,
     VolumeFull,
+    VolumeNodeUnavailable,
     WrongState,
 )
 
@@ -49,6 +50,7 @@ _STATUSES: tuple[tuple[type[SandboxError], int], ...] = (
     (NodeLost, 502),  # E2B's status for a sandbox its proxy cannot reach
     (BootError, 503),  # nothing of the sandbox is left: trying again may work
     (StoreUnavailable, 503),
+    (VolumeNodeUnavailable, 503),
     (RegistryError, 503),  # the registry is down or refused: nothing was half-done
     (TemplateError, 500),
 )

@@ -18,8 +18,8 @@ from sandboxd.api.teams import team_of
 if TYPE_CHECKING:
     from starlette.requests import Request
 
+    from sandboxd.api.context import Volumes
     from sandboxd.store.rows import VolumeRow
-    from sandboxd.volumes.catalog import VolumeCatalog
 
 
 def volume_id(request: Request) -> str:
@@ -36,7 +36,7 @@ def volume_id(request: Request) -> str:
     return raw
 
 
-def _with_token(catalog: VolumeCatalog, row: VolumeRow) -> dict[str, Any]:
+def _with_token(catalog: Volumes, row: VolumeRow) -> dict[str, Any]:
     return {
         "volumeID": row.volume_id,
         "name": row.name,

@@ -14,7 +14,7 @@ import logging
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
-from sandboxd.cluster import catalog, placement
+from sandboxd.cluster import catalog, placement, volumes
 from sandboxd.errors import (
     InitRefused,
     NodeLost,
@@ -28,12 +28,14 @@ from sandboxd.errors import (
     TemplateNotFound,
 )
 from sandboxd.ids import now_us
-from sandboxd.node.service import NodeService
+from sandboxd.node.service import NodeService, NodeVolumes
 from sandboxd.store.rows import CatalogRow
 from sandboxd.templates.catalog import BASE_CPUS
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import AsyncIterable, Awaitable, Callable
+
+    import httpcore
 
     from sandboxd.node.models import LogEntry, SandboxConfig, SandboxInfo, SnapshotInfo
     from sandboxd.store.interface import Store
@@ -53,8 +55,16 @@ class NodeClient(Protocol):
 
     async def close(self) -> None: ...
 
+    async def volume_content(
+        self,
+        method: str,
+        target: str,
+        headers: list[tuple[bytes, bytes]],
+        body: AsyncIterable[bytes] | None,
+    ) -> httpcore.Response: ...
 
-class Remote(NodeService, NodeClient, Protocol): ...
+
+class Remote(NodeService, NodeVolumes, NodeClient, Protocol): ...
 
 
 class ClusterNodes:
@@ -93,17 +103,18 @@ class ClusterNodes:
         """Raises NoNodeAvailable: no node took it within the deadline; the errors of
         NodeService.create that are the create's own fault; StoreUnavailable."""
         template_id, cpus, shared = self._template(config.template)
+        home = volumes.mounts_home(self.store, config)  # its volumes' node, or any
         deadline = asyncio.get_running_loop().time() + self.deadline_s
         refusals: dict[str, str] = {}
         unknown: set[str] = set()  # the nodes that do not hold a template only nodes know
         while True:
-            node = placement.choose(self.store.nodes(), template_id, cpus, now_us(), refusals,
-                                    self.reserved)  # fmt: skip
+            nodes = [n for n in self.store.nodes() if home is None or n.node_id == home.node_id]
+            node = placement.choose(nodes, template_id, cpus, now_us(), refusals, self.reserved)
             left = deadline - asyncio.get_running_loop().time()
             if node is None or left <= 0:
                 if refusals and unknown == set(refusals):
                     raise TemplateNotFound(config.template)
-                raise NoNodeAvailable(_no_node(refusals))
+                raise NoNodeAvailable(_no_node(refusals, home))
             try:
                 info = await self._create_on(node, config, cpus, left)
             except TemplateNotFound as exc:
@@ -287,7 +298,9 @@ class ClusterNodes:
         return found
 
 
-def _no_node(refusals: dict[str, str]) -> str:
+def _no_node(refusals: dict[str, str], home: NodeRow | None) -> str:
+    if not refusals and home is not None:
+        return f"node {home.node_id}, which holds the sandbox's volumes, has no room for it"
     if not refusals:
         return "no node can take the sandbox: none is alive, undrained and with room"
     tried = "; ".join(f"{node}: {why}" for node, why in refusals.items())

@@ -24,15 +24,15 @@ from sandboxd.errors import (
     WrongState,
 )
 from sandboxd.node import wire
+from sandboxd.node.service import NodeService, NodeVolumes
 
 if TYPE_CHECKING:
     import inspect
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from starlette.requests import Request
+    from starlette.routing import BaseRoute
     from starlette.types import ASGIApp, Lifespan, Receive, Scope, Send
-
-    from sandboxd.node.service import NodeService
 
 # What kind of failure each error is, as a status (the client goes by the code, not this).
 _STATUSES: tuple[tuple[type[SandboxError], int], ...] = (
@@ -46,16 +46,20 @@ _STATUSES: tuple[tuple[type[SandboxError], int], ...] = (
 
 def node_app(
     node: NodeService,
+    volumes: NodeVolumes,
     token: str,
     draining: Callable[[], bool],
     lifespan: Lifespan[Starlette] | None = None,
+    more: Sequence[BaseRoute] = (),
 ) -> ASGIApp:
-    """The internal API over `node`; creates refused with NodeDraining while `draining()`."""
+    """The internal API over `node` and `volumes`, and the routes `more` (the volumes' content
+    API), behind the cluster token; creates refused with NodeDraining while `draining()`."""
     routes = [
-        Route(wire.PREFIX + name, _endpoint(node, name, signature, draining), methods=["POST"])
-        for name, signature in wire.operations().items()
+        Route(wire.PREFIX + name, _endpoint(service, name, signature, draining), methods=["POST"])
+        for service, protocol in ((node, NodeService), (volumes, NodeVolumes))
+        for name, signature in wire.operations(protocol).items()
     ]
-    return ClusterTokenGate(Starlette(routes=routes, lifespan=lifespan), token)
+    return ClusterTokenGate(Starlette(routes=[*routes, *more], lifespan=lifespan), token)
 
 
 class ClusterTokenGate:
@@ -78,7 +82,10 @@ class ClusterTokenGate:
 
 
 def _endpoint(
-    node: NodeService, name: str, signature: inspect.Signature, draining: Callable[[], bool]
+    node: NodeService | NodeVolumes,
+    name: str,
+    signature: inspect.Signature,
+    draining: Callable[[], bool],
 ) -> Callable[[Request], Any]:
     operation = getattr(node, name)
 

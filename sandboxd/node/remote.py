@@ -18,13 +18,17 @@ from sandboxd.errors import NodeUnreachable, SandboxError
 from sandboxd.node import wire
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterable
+
     from sandboxd.node.models import LogEntry, SandboxConfig, SandboxInfo, SnapshotInfo
-    from sandboxd.store.rows import MetricSample
+    from sandboxd.store.rows import MetricSample, VolumeRow
 
 # A create boots a sandbox (seconds, minutes with a template's start command under load); the
 # other operations answer in milliseconds. A connection that cannot be made fails fast.
 CONNECT_TIMEOUT_S = 5
 READ_TIMEOUT_S = 600
+_TIMEOUTS = {"connect": CONNECT_TIMEOUT_S, "read": READ_TIMEOUT_S, "write": READ_TIMEOUT_S,
+             "pool": READ_TIMEOUT_S}  # fmt: skip
 
 
 class RemoteNode:
@@ -104,6 +108,38 @@ class RemoteNode:
             newest_first=newest_first,
         )  # fmt: skip
 
+    async def create_volume(self, name: str, size_mb: int | None, team_id: str) -> VolumeRow:
+        return await self._call(  # type: ignore[no-any-return]
+            "create_volume", name=name, size_mb=size_mb, team_id=team_id
+        )
+
+    async def delete_volume(self, volume_id: str) -> None:
+        await self._call("delete_volume", volume_id=volume_id)
+
+    async def volume_content(
+        self,
+        method: str,
+        target: str,
+        headers: list[tuple[bytes, bytes]],
+        body: AsyncIterable[bytes] | None,
+    ) -> httpcore.Response:
+        """Send a content-API request (`target`: its path under the content API and query) to
+        the node, `body` streamed as it comes; the answer's body is left to stream: read it
+        with `aiter_stream()`, then `aclose()` it.
+
+        Raises:
+            NodeUnreachable: the node cannot be reached, or broke off before answering.
+        """
+        request = httpcore.Request(
+            method, f"{self.api_url}{wire.CONTENT_PREFIX}{target}",
+            headers=[self._headers[0], *headers], content=body,
+            extensions={"timeout": _TIMEOUTS},
+        )  # fmt: skip
+        try:
+            return await self._pool.handle_async_request(request)
+        except (httpcore.TimeoutException, httpcore.NetworkError, httpcore.ProtocolError) as exc:
+            raise NodeUnreachable(f"node {self.node_id} ({self.api_url}): {exc!r}") from exc
+
     async def _call(self, operation: str, **arguments: object) -> Any:
         """POST the operation; its result decoded by the operation's return annotation.
 
@@ -112,12 +148,10 @@ class RemoteNode:
             SandboxError: the class the node raised.
         """
         body = json.dumps(wire.encode(arguments)).encode()
-        timeouts = {"connect": CONNECT_TIMEOUT_S, "read": READ_TIMEOUT_S,
-                    "write": READ_TIMEOUT_S, "pool": READ_TIMEOUT_S}  # fmt: skip
         url = f"{self.api_url}{wire.PREFIX}{operation}"
         try:
             response = await self._pool.request("POST", url, headers=self._headers,
-                                                content=body, extensions={"timeout": timeouts})  # fmt: skip
+                                                content=body, extensions={"timeout": _TIMEOUTS})  # fmt: skip
             answer = json.loads(response.content)
         except (httpcore.TimeoutException, httpcore.NetworkError, httpcore.ProtocolError) as exc:
             raise NodeUnreachable(f"node {self.node_id} ({self.api_url}): {exc!r}") from exc

@@ -19,16 +19,19 @@ from typing import Any, TypeVar, Union, cast
 from sandboxd import errors
 from sandboxd.errors import SandboxError
 from sandboxd.node.models import LogEntry, SandboxConfig, SandboxInfo, SnapshotInfo
-from sandboxd.node.service import NodeService
-from sandboxd.store.rows import MetricSample
+from sandboxd.node.service import NodeService, NodeVolumes
+from sandboxd.store.rows import MetricSample, VolumeRow
 
 T = TypeVar("T")
 
 PREFIX = "/node/v1/"
+# The volumes' content API on a node, as sandboxd.api.volume_content serves it on serve's port
+# under /volumecontent/: a gateway relays its requests there.
+CONTENT_PREFIX = PREFIX + "volumecontent/"
 # The names the node service's annotations use (sandboxd.node.service imports them only for
 # type checking), for resolving them at run time.
 _NAMES = {c.__name__: c for c in (SandboxConfig, SandboxInfo, SnapshotInfo, LogEntry,
-                                  MetricSample, SandboxError)}  # fmt: skip
+                                  MetricSample, VolumeRow, SandboxError)}  # fmt: skip
 _SCALARS = {int: (int,), float: (int, float), str: (str,), bool: (bool,)}
 
 
@@ -36,11 +39,13 @@ class WireError(ValueError):
     """A JSON value that is not what its annotation says."""
 
 
-def operations() -> dict[str, inspect.Signature]:
-    """Each NodeService operation (its route's last part) and its signature, annotations
-    resolved, `self` left out."""
+def operations(*protocols: type) -> dict[str, inspect.Signature]:
+    """Each operation of `protocols` (by default NodeService's and NodeVolumes') by name (its
+    route's last part) and its signature, annotations resolved, `self` left out."""
     found = {}
-    for name, method in inspect.getmembers(NodeService, inspect.isfunction):
+    members = [m for p in protocols or (NodeService, NodeVolumes)
+               for m in inspect.getmembers(p, inspect.isfunction)]  # fmt: skip
+    for name, method in members:
         if name.startswith("_"):
             continue
         hints = typing.get_type_hints(method, localns=_NAMES)
