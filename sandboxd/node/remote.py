@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import httpcore
 
@@ -43,6 +44,7 @@ class RemoteNode:
                          (b"content-type", b"application/json")]  # fmt: skip
         self._pool = httpcore.AsyncConnectionPool(max_connections=64, keepalive_expiry=30)
         self._signatures = wire.operations()
+        self._netloc = urlsplit(self.api_url).netloc.encode()  # the Host of a streamed request
 
     async def close(self) -> None:
         await self._pool.aclose()
@@ -132,7 +134,7 @@ class RemoteNode:
         """
         request = httpcore.Request(
             method, f"{self.api_url}{wire.CONTENT_PREFIX}{target}",
-            headers=[self._headers[0], *headers], content=body,
+            headers=[(b"host", self._netloc), self._headers[0], *headers], content=body,
             extensions={"timeout": _TIMEOUTS},
         )  # fmt: skip
         try:
