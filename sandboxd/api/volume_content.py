@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import os
 import stat
-import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from functools import wraps
@@ -20,7 +19,7 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from sandboxd.api import params
+from sandboxd.api import params, volume_routes
 from sandboxd.api.bodies import read_json
 from sandboxd.api.context import context
 from sandboxd.api.errors import RequestError, status_of
@@ -89,16 +88,6 @@ def entry_json(e: Entry) -> dict[str, Any]:
     return out
 
 
-def volume_id_of(request: Request) -> str:
-    """Raises RequestError: 400 for an id that is not a UUID."""
-    volume_id: str = request.path_params["volume_id"]
-    try:
-        uuid.UUID(volume_id)
-    except ValueError:
-        raise RequestError(400, "Invalid volume ID") from None
-    return volume_id
-
-
 def checked(request: Request, volumes: Volumes) -> str:
     """The path's volume id, if the request's bearer token opens it and it exists.
 
@@ -106,7 +95,7 @@ def checked(request: Request, volumes: Volumes) -> str:
         RequestError: 400 for an id that is not a UUID; 401 without a token that opens it.
         VolumeNotFound: no such volume.
     """
-    volume_id = volume_id_of(request)
+    volume_id = volume_routes.volume_id(request)
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not token:
         raise RequestError(401, "Missing volume token (Authorization: Bearer <token>)")
@@ -148,7 +137,7 @@ def trusted(catalog: VolumeCatalog) -> Reach:
     files = on_disk(catalog)
 
     async def reach(request: Request, endpoint: Endpoint) -> Response:
-        volume_id = volume_id_of(request)
+        volume_id = volume_routes.volume_id(request)
         catalog.get(volume_id)
         return await files(request, volume_id, endpoint)
 
