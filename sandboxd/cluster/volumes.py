@@ -25,6 +25,7 @@ from sandboxd.errors import (
     NodeUnreachable,
     NoNodeAvailable,
     NotAllowed,
+    StoreUnavailable,
     VolumeNodeUnavailable,
     VolumeNotFound,
 )
@@ -64,8 +65,8 @@ class ClusterVolumes:
         """Make the team's volume on a node and record it there.
 
         Raises:
-            NotAllowed: the name breaks the rule or the team has it, or the node refused the
-                size.
+            NotAllowed: the name breaks the rule or the team has it (a create through another
+                gateway may take it meanwhile), or the node refused the size.
             NoNodeAvailable: no node took it. StoreUnavailable.
         """
         if not NAME.match(name):
@@ -76,11 +77,20 @@ class ClusterVolumes:
         row = dataclasses.replace(made, node_id=node.node_id)
         try:
             await self.store.write(functools.partial(self.store.add_volume, row))
-        except BaseException:
+        except BaseException as exc:
             with contextlib.suppress(Exception):  # its name taken meanwhile, or the store down
                 await self.client(node).delete_volume(row.volume_id)
+            if isinstance(exc, Exception) and self._named(name, team_id):
+                raise NotAllowed(f"Volume with name '{name}' already exists") from exc
             raise
         return row
+
+    def _named(self, name: str, team_id: str) -> bool:
+        """Whether the team has a volume `name` (False when the store cannot say)."""
+        try:
+            return self.store.volume_named(name, team_id) is not None
+        except StoreUnavailable:
+            return False
 
     async def _made(self, name: str, size_mb: int | None,
                     team_id: str) -> tuple[NodeRow, VolumeRow]:  # fmt: skip

@@ -3,7 +3,8 @@ node agents, two gateways): a volume made through one gateway lives on one node,
 recorded with it in the shared database; its files are written and read through either gateway
 with the token either handed out, streamed through to the home; a sandbox mounting it, created
 through a gateway, lands on the home and sees the files; its delete is refused while mounted,
-then removes it from its home's disk. Volumes of two nodes in one create are a 400 naming them,
+then removes it from its home's disk. One name created through both gateways at once makes
+one volume and one refusal. Volumes of two nodes in one create are a 400 naming them,
 a draining home a 503; a home node SIGKILLed leaves its volumes listed, and their files, delete
 and mounts answered 503 naming it."""
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 import httpx
@@ -155,6 +157,25 @@ def test_a_token_names_its_volume_and_names_are_the_teams_once(cluster: Cluster)
     with a.client() as client:
         for volume in (first, second):
             assert client.delete(f"/volumes/{volume['volumeID']}").status_code == 204
+
+
+def test_one_name_created_through_both_gateways_at_once_is_one_volume(cluster: Cluster) -> None:
+    name = f"vol-{uuid.uuid4().hex[:8]}"
+
+    def make(gateway: Gateway) -> httpx.Response:
+        with gateway.client() as client:
+            return client.post("/volumes", json={"name": name})
+
+    with ThreadPoolExecutor(2) as pool:
+        answers = list(pool.map(make, cluster.gateways))
+    assert sorted(a.status_code for a in answers) == [201, 400], [a.text for a in answers]
+    made = next(a for a in answers if a.status_code == 201).json()
+    refused = next(a for a in answers if a.status_code == 400)
+    assert refused.json()["message"] == f"Volume with name '{name}' already exists"
+    images = [p.name for n in cluster.nodes for p in (n.state_dir / "volumes").glob("*.img")]
+    assert images == [f"{made['volumeID']}.img"]  # the other's, if made, removed again
+    with cluster.gateways[0].client() as client:
+        assert client.delete(f"/volumes/{made['volumeID']}").status_code == 204
 
 
 def test_volumes_of_two_nodes_in_one_create_and_a_draining_home(cluster: Cluster) -> None:
