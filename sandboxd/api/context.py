@@ -40,10 +40,12 @@ class Volumes(Protocol):
 
 
 class VolumeFiles(Protocol):
-    """Run a content-API endpoint on the files of the volume `volume_id` (its token checked):
+    """Run a content-API endpoint on the files of `volume` (its token checked):
     on serve's disk, or relayed by a gateway to the node that holds them."""
 
-    async def __call__(self, request: Request, volume_id: str, endpoint: Endpoint) -> Response: ...
+    async def __call__(
+        self, request: Request, volume: VolumeRow, endpoint: Endpoint
+    ) -> Response: ...
 
 
 @dataclass(frozen=True)
@@ -77,11 +79,13 @@ class ApiContext:
             raise RequestError(501, "volumes are not served here")
         return self.volumes
 
-    async def volume_files(self, request: Request, volume_id: str, endpoint: Endpoint) -> Response:
+    async def volume_files(
+        self, request: Request, volume: VolumeRow, endpoint: Endpoint
+    ) -> Response:
         """Raises RequestError 501 where volumes are not kept; what `endpoint` raises."""
         if self.files is None:
             raise RequestError(501, "volumes are not served here")
-        return await self.files(request, volume_id, endpoint)
+        return await self.files(request, volume, endpoint)
 
 
 def context(request: Request) -> ApiContext:

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from starlette.requests import Request
 
     from sandboxd.api.context import VolumeFiles, Volumes
+    from sandboxd.store.rows import VolumeRow
     from sandboxd.volumes.catalog import VolumeCatalog
 
 PREFIX = "/volumecontent/"
@@ -88,8 +89,8 @@ def entry_json(e: Entry) -> dict[str, Any]:
     return out
 
 
-def checked(request: Request, volumes: Volumes) -> str:
-    """The path's volume id, if the request's bearer token opens it and it exists.
+def checked(request: Request, volumes: Volumes) -> VolumeRow:
+    """The path's volume, if the request's bearer token opens it.
 
     Raises:
         RequestError: 400 for an id that is not a UUID; 401 without a token that opens it.
@@ -101,8 +102,7 @@ def checked(request: Request, volumes: Volumes) -> str:
         raise RequestError(401, "Missing volume token (Authorization: Bearer <token>)")
     if not volumes.tokens.opens(token.strip(), volume_id):
         raise RequestError(401, "Invalid or expired volume token")
-    volumes.get(volume_id)
-    return volume_id
+    return volumes.get(volume_id)
 
 
 async def by_token(request: Request, endpoint: Endpoint) -> Response:
@@ -114,15 +114,15 @@ async def by_token(request: Request, endpoint: Endpoint) -> Response:
         VolumeNotFound: as `checked`.
     """
     ctx = context(request)
-    volume_id = checked(request, ctx.volume_catalog())
-    return await ctx.volume_files(request, volume_id, endpoint)
+    volume = checked(request, ctx.volume_catalog())
+    return await ctx.volume_files(request, volume, endpoint)
 
 
 def on_disk(catalog: VolumeCatalog) -> VolumeFiles:
     """The files of `catalog`'s volumes, on this machine's disk."""
 
-    async def files(request: Request, volume_id: str, endpoint: Endpoint) -> Response:
-        return await endpoint(request, VolumeTree(catalog.storage.mount_path(volume_id)))
+    async def files(request: Request, volume: VolumeRow, endpoint: Endpoint) -> Response:
+        return await endpoint(request, VolumeTree(catalog.storage.mount_path(volume.volume_id)))
 
     return files
 
@@ -137,9 +137,8 @@ def trusted(catalog: VolumeCatalog) -> Reach:
     files = on_disk(catalog)
 
     async def reach(request: Request, endpoint: Endpoint) -> Response:
-        volume_id = volume_routes.volume_id(request)
-        catalog.get(volume_id)
-        return await files(request, volume_id, endpoint)
+        volume = catalog.get(volume_routes.volume_id(request))
+        return await files(request, volume, endpoint)
 
     return reach
 

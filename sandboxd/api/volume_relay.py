@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Protocol
 from starlette.requests import ClientDisconnect
 from starlette.responses import Response, StreamingResponse
 
-from sandboxd.api.volume_content import PREFIX, content_error
+from sandboxd.api.volume_content import CHUNK, PREFIX, content_error
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterable, AsyncIterator
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
     from sandboxd.api.context import VolumeFiles
     from sandboxd.api.volume_content import Endpoint
+    from sandboxd.store.rows import VolumeRow
 
 # What a relayed request and its answer keep of their headers: the body's type and length.
 RELAYED = (b"content-type", b"content-length")
@@ -31,7 +32,7 @@ class VolumeContent(Protocol):
 
     async def content(
         self,
-        volume_id: str,
+        volume: VolumeRow,
         method: str,
         target: str,
         headers: list[tuple[bytes, bytes]],
@@ -40,7 +41,7 @@ class VolumeContent(Protocol):
         """The node's answer, its body left to stream.
 
         Raises:
-            VolumeNotFound; VolumeNodeUnavailable: the volume's node cannot be reached.
+            VolumeNodeUnavailable: the volume's node cannot be reached.
         """
         ...
 
@@ -48,7 +49,7 @@ class VolumeContent(Protocol):
 def relayed(volumes: VolumeContent) -> VolumeFiles:
     """The content API's files, reached over the wire (the endpoint is the node's to run)."""
 
-    async def files(request: Request, volume_id: str, endpoint: Endpoint) -> Response:
+    async def files(request: Request, volume: VolumeRow, endpoint: Endpoint) -> Response:
         del endpoint  # the node runs it
         target = request.url.path.removeprefix(PREFIX)
         if request.url.query:
@@ -56,11 +57,11 @@ def relayed(volumes: VolumeContent) -> VolumeFiles:
         headers = [(k, v) for k, v in request.headers.raw if k in RELAYED]
         body: AsyncIterable[bytes] | None = None
         if "content-length" in request.headers or "transfer-encoding" in request.headers:
-            body = request.stream()
+            body = _gathered(request.stream())
             if "content-length" not in request.headers:
                 headers.append((b"transfer-encoding", b"chunked"))
         try:
-            answer = await volumes.content(volume_id, request.method, target, headers, body)
+            answer = await volumes.content(volume, request.method, target, headers, body)
         except ClientDisconnect:
             return content_error(400, "the upload ended before its body did")
         kept = {k.decode(): v.decode() for k, v in answer.headers if k.lower() in RELAYED}
@@ -71,7 +72,20 @@ def relayed(volumes: VolumeContent) -> VolumeFiles:
 
 async def _streamed(answer: httpcore.Response) -> AsyncIterator[bytes]:
     try:
-        async for chunk in answer.aiter_stream():
+        async for chunk in _gathered(answer.aiter_stream()):
             yield chunk
     finally:
         await answer.aclose()
+
+
+async def _gathered(chunks: AsyncIterable[bytes]) -> AsyncIterator[bytes]:
+    """`chunks` passed on in pieces of CHUNK (the last may be smaller): a relayed body arrives
+    in the socket's reads (64 KiB), and each piece costs a pass through both HTTP stacks."""
+    pending = bytearray()
+    async for chunk in chunks:
+        pending += chunk
+        if len(pending) >= CHUNK:
+            yield bytes(pending)
+            pending.clear()
+    if pending:
+        yield bytes(pending)

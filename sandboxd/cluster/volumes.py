@@ -136,7 +136,7 @@ class ClusterVolumes:
 
     async def content(
         self,
-        volume_id: str,
+        volume: VolumeRow,
         method: str,
         target: str,
         headers: list[tuple[bytes, bytes]],
@@ -147,14 +147,13 @@ class ClusterVolumes:
         trusted); the answer left to stream (sandboxd.node.remote.RemoteNode.volume_content).
 
         Raises:
-            VolumeNotFound; VolumeNodeUnavailable: its home is gone or does not answer.
+            VolumeNodeUnavailable: its home is gone or does not answer.
         """
-        row = self.get(volume_id)
-        node = home(self.store, row)
+        node = home(self.store, volume)
         try:
             return await self.client(node).volume_content(method, target, headers, body)
         except NodeUnreachable as exc:
-            raise _unanswered(row, node.node_id, exc) from exc
+            raise _unanswered(volume, node.node_id, exc) from exc
 
 
 def home(store: Store, row: VolumeRow) -> NodeRow:
