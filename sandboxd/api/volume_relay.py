@@ -16,11 +16,11 @@ from sandboxd.api.volume_content import CHUNK, PREFIX, content_error
 if TYPE_CHECKING:
     from collections.abc import AsyncIterable, AsyncIterator
 
-    import httpcore
     from starlette.requests import Request
 
     from sandboxd.api.context import VolumeFiles
     from sandboxd.api.volume_content import Endpoint
+    from sandboxd.node.content_stream import Answer
     from sandboxd.store.rows import VolumeRow
 
 # What a relayed request and its answer keep of their headers: the body's type and length.
@@ -37,7 +37,7 @@ class VolumeContent(Protocol):
         target: str,
         headers: list[tuple[bytes, bytes]],
         body: AsyncIterable[bytes] | None,
-    ) -> httpcore.Response:
+    ) -> Answer:
         """The node's answer, its body left to stream.
 
         Raises:
@@ -58,8 +58,6 @@ def relayed(volumes: VolumeContent) -> VolumeFiles:
         body: AsyncIterable[bytes] | None = None
         if "content-length" in request.headers or "transfer-encoding" in request.headers:
             body = _gathered(request.stream())
-            if "content-length" not in request.headers:
-                headers.append((b"transfer-encoding", b"chunked"))
         try:
             answer = await volumes.content(volume, request.method, target, headers, body)
         except ClientDisconnect:
@@ -70,7 +68,7 @@ def relayed(volumes: VolumeContent) -> VolumeFiles:
     return files
 
 
-async def _streamed(answer: httpcore.Response) -> AsyncIterator[bytes]:
+async def _streamed(answer: Answer) -> AsyncIterator[bytes]:
     try:
         async for chunk in _gathered(answer.aiter_stream()):
             yield chunk

@@ -35,8 +35,7 @@ from sandboxd.templates.catalog import BASE_CPUS
 if TYPE_CHECKING:
     from collections.abc import AsyncIterable, Awaitable, Callable
 
-    import httpcore
-
+    from sandboxd.node.content_stream import Answer
     from sandboxd.node.models import LogEntry, SandboxConfig, SandboxInfo, SnapshotInfo
     from sandboxd.store.interface import Store
     from sandboxd.store.rows import MetricSample, NodeRow
@@ -61,7 +60,7 @@ class NodeClient(Protocol):
         target: str,
         headers: list[tuple[bytes, bytes]],
         body: AsyncIterable[bytes] | None,
-    ) -> httpcore.Response: ...
+    ) -> Answer: ...
 
 
 class Remote(NodeService, NodeVolumes, NodeClient, Protocol): ...

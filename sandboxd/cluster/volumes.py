@@ -36,9 +36,8 @@ from sandboxd.volumes.catalog import NAME
 if TYPE_CHECKING:
     from collections.abc import AsyncIterable, Callable
 
-    import httpcore
-
     from sandboxd.cluster.nodes import Remote
+    from sandboxd.node.content_stream import Answer
     from sandboxd.node.models import SandboxConfig
     from sandboxd.store.interface import Store
     from sandboxd.store.rows import NodeRow, VolumeRow
@@ -141,7 +140,7 @@ class ClusterVolumes:
         target: str,
         headers: list[tuple[bytes, bytes]],
         body: AsyncIterable[bytes] | None,
-    ) -> httpcore.Response:
+    ) -> Answer:
         """A content-API request (`target`: its path below the volume API's prefix, and query)
         sent to the volume's home, which runs it on its files (sandboxd.api.volume_content.
         trusted); the answer left to stream (sandboxd.node.remote.RemoteNode.volume_content).

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 import httpcore
 
 from sandboxd.errors import NodeUnreachable, SandboxError
-from sandboxd.node import wire
+from sandboxd.node import content_stream, wire
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterable
@@ -124,23 +124,28 @@ class RemoteNode:
         target: str,
         headers: list[tuple[bytes, bytes]],
         body: AsyncIterable[bytes] | None,
-    ) -> httpcore.Response:
+    ) -> content_stream.Answer:
         """Send a content-API request (`target`: its path under the content API and query) to
-        the node, `body` streamed as it comes; the answer's body is left to stream: read it
-        with `aiter_stream()`, then `aclose()` it.
+        the node, `body` streamed as it comes (chunked unless `headers` give its length); the
+        answer's body is left to stream: read it with `aiter_stream()`, then `aclose()` it.
 
         Raises:
             NodeUnreachable: the node cannot be reached, or broke off before answering.
         """
-        request = httpcore.Request(
-            method, f"{self.api_url}{wire.CONTENT_PREFIX}{target}",
-            headers=[(b"host", self._netloc), self._headers[0], *headers], content=body,
-            extensions={"timeout": _TIMEOUTS},
+        chunked = not any(k == b"content-length" for k, _ in headers)
+        framing = [(b"transfer-encoding", b"chunked")] if body is not None and chunked else []
+        lines = [(b"host", self._netloc), self._headers[0], *headers, *framing,
+                 (b"connection", b"close")]  # fmt: skip
+        head = b"%b %b%b HTTP/1.1\r\n%b\r\n" % (
+            method.encode(), wire.CONTENT_PREFIX.encode(), target.encode(),
+            b"".join(b"%b: %b\r\n" % line for line in lines),
         )  # fmt: skip
+        split = urlsplit(self.api_url)
         try:
-            return await self._pool.handle_async_request(request)
-        except (httpcore.TimeoutException, httpcore.NetworkError, httpcore.ProtocolError) as exc:
-            raise NodeUnreachable(f"node {self.node_id} ({self.api_url}): {exc!r}") from exc
+            return await content_stream.exchange((split.hostname or "", split.port or 80), head,
+                                                 body, chunked, (CONNECT_TIMEOUT_S, READ_TIMEOUT_S))  # fmt: skip
+        except NodeUnreachable as exc:
+            raise NodeUnreachable(f"node {self.node_id} ({self.api_url}): {exc}") from exc
 
     async def _call(self, operation: str, **arguments: object) -> Any:
         """POST the operation; its result decoded by the operation's return annotation.

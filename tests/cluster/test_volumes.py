@@ -100,9 +100,10 @@ def test_written_through_one_gateway_mounted_through_the_other_on_its_home(
         assert made.status_code == 201, made.text
         assert made.json()["size"] == len(data)
         assert files.put("/file", params={"path": "/hello.txt"}, content=b"hi\n").status_code == 201
-        taken = files.put("/file", params={"path": "/hello.txt"}, content=b"again")
-        assert taken.status_code == 409
-        assert taken.json()["code"] == "conflict"
+        for path, again in (("/hello.txt", b"again"), ("/big.bin", chunks())):
+            taken = files.put("/file", params={"path": path}, content=again)
+            assert taken.status_code == 409  # a large body too: refused before it is read
+            assert taken.json()["code"] == "conflict"
     with content(a, volume) as files:
         digest = hashlib.sha256()
         with files.stream("GET", "/file", params={"path": "/big.bin"}) as read:
