@@ -94,12 +94,13 @@ def _list_paused(store: Store, layers: LayerStore) -> None:
 
 async def _remove(store: Store, state_dir: Path, ref: str) -> None:
     template_ids = {s.template_id for s in store.sandboxes()}
-    templates = Templates(store, lambda template_id: template_id in template_ids)
+    templates = Templates(store, lambda template_id: template_id in template_ids, state_dir)
     template = templates.get(split_ref(ref)[0])  # a snapshot's `name:tag`: its template
     if store.builds(template.template_id, status="building"):
         raise NotAllowed(f"template '{ref}' is being built: delete it through the API")
     await templates.delete(template.template_id)
     await asyncio.to_thread(remove_tree, state_dir / "uploads" / template.template_id)
-    removed = collect(LayerStore(state_dir / "layers"), layer_users(store, state_dir / "sandboxes"))
+    users = layer_users(store, state_dir / "sandboxes", state_dir)
+    removed = collect(LayerStore(state_dir / "layers"), users)
     sys.stdout.write(f"deleted template {template.template_id}; {len(removed)} unused layers "
                      "removed\n")  # fmt: skip

@@ -18,7 +18,7 @@ from sandboxd.builds.build_run import Context, StepFailed, finalize, run_steps
 from sandboxd.builds.build_sandbox import BuildSandboxes
 from sandboxd.builds.collect import layer_users
 from sandboxd.builds.uploads import Uploads
-from sandboxd.errors import NotAllowed, SandboxError
+from sandboxd.errors import NotAllowed, SandboxError, StoreUnavailable
 from sandboxd.host.cgroups import Limits
 from sandboxd.ids import now_us
 from sandboxd.images.shared_layers import SharedLayers
@@ -104,13 +104,16 @@ class Builder:
         if self.uploads_dir.is_dir():
             for template_dir in self.uploads_dir.iterdir():
                 await asyncio.to_thread(self.uploads(template_dir.name).remove_leftovers)
-        for build in self.store.builds(status="building"):
-            await self._fail(build, RESTARTED, None, None)
-        await self.collect()
+        try:
+            for build in self.store.builds(status="building"):
+                await self._fail(build, RESTARTED, None, None)
+            await self.collect()
+        except StoreUnavailable as exc:  # a node agent's shared database away: nothing known
+            log.warning("builds not recovered nor layers collected at start: %s", exc)
 
     async def collect(self) -> None:
         """Remove the layers no template or sandbox uses (sandboxd.layers.collect)."""
-        users = layer_users(self.store, self.sandboxes.runtime.sandboxes_dir)
+        users = layer_users(self.store, self.sandboxes.runtime.sandboxes_dir, self.layers.root)
         await asyncio.to_thread(collect, self.layers, users)
 
     async def close(self) -> None:
@@ -187,7 +190,7 @@ class Builder:
         build_log.add("build finished: template ready")
         await build_log.flush()
         now = now_us()
-        build.status, build.image = "ready", image.to_json()
+        build.status, build.image = "ready", image.record(self.layers.root)
         build.updated_at = build.finished_at = now
         tags = [functools.partial(self.store.put_tag, build.template_id, t, build.build_id, now)
                 for t in build.tags]  # fmt: skip

@@ -6,22 +6,25 @@ store)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sandboxd.layers.collect import LayerUsers
+from sandboxd.layers.portable import resolved
 from sandboxd.runtime.spec import read_record
 from sandboxd.templates.catalog import tagged_layers
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from sandboxd.store.interface import Store
 
 
-def layer_users(store: Store, sandboxes_dir: Path) -> LayerUsers:
-    """What stacks layers now. Blocking (reads every sandbox's record)."""
+def layer_users(store: Store, sandboxes_dir: Path, root: Path) -> LayerUsers:
+    """What stacks layers now, in the state directory `root`. Blocking (reads every sandbox's
+    record)."""
     if store.builds(status="building"):
         return LayerUsers(building=True, templates=(), sandboxes=())
-    templates = tagged_layers(store)
+    templates = tagged_layers(store, root)
     sandboxes: list[Path] = []
     if sandboxes_dir.is_dir():
         for box_dir in sandboxes_dir.iterdir():
@@ -30,5 +33,5 @@ def layer_users(store: Store, sandboxes_dir: Path) -> LayerUsers:
                 sandboxes.extend(spec.layers)
     for row in store.sandboxes():  # paused to disk: no directory, its record says
         if row.disk_image is not None:
-            sandboxes.extend(Path(p) for p in row.disk_image["layers"])
+            sandboxes.extend(resolved(p, root) for p in row.disk_image["layers"])
     return LayerUsers(building=False, templates=templates, sandboxes=sandboxes)

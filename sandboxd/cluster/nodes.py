@@ -101,7 +101,7 @@ class ClusterNodes:
     async def create(self, config: SandboxConfig) -> SandboxInfo:
         """Raises NoNodeAvailable: no node took it within the deadline; the errors of
         NodeService.create that are the create's own fault; StoreUnavailable."""
-        template_id, cpus, shared = self._template(config.template)
+        template_id, cpus, shared = self._template(config.template, config.team_id)
         home = volumes.mounts_home(self.store, config)  # its volumes' node, or any
         deadline = asyncio.get_running_loop().time() + self.deadline_s
         refusals: dict[str, str] = {}
@@ -131,12 +131,12 @@ class ClusterNodes:
             await self._record(node, info)
             return info
 
-    def _template(self, name: str) -> tuple[str, int, bool]:
+    def _template(self, name: str, team_id: str) -> tuple[str, int, bool]:
         """The template's id and vCPUs as the shared database has them, and True; a template
         only nodes know (each node's own base, its snapshots) by its name, at the base's vCPUs,
         and False: a node that takes the create resolves it, one that does not hold it refuses
         it as unknown and another is tried."""
-        template = self.store.template(name.split(":", 1)[0])
+        template = self.store.template(name.split(":", 1)[0], team_id)
         if template is None:
             return name, BASE_CPUS, False
         return template.template_id, template.cpu_count, True

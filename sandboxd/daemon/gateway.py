@@ -124,8 +124,9 @@ def config(opts: GatewayOptions, store: Store) -> uvicorn.Config:
     proxy = SandboxProxy(routes, opts.domain, opts.token)
     nodes.on_gone(routes.forget)
     nodes.on_gone(proxy.cut)
+    # No state directory: a gateway reads templates' records but boots none of their images.
     templates = Templates(store, lambda t: any(e.info.get("template_id") == t
-                                               for e in store.catalog()))  # fmt: skip
+                                               for e in store.catalog()), Path())  # fmt: skip
     volumes = ClusterVolumes(store, nodes.client, VolumeTokens(token_key(opts.token)))
     # Build uploads are not served here (ApiContext): the key signs nothing that is honoured.
     context = ApiContext(nodes, store, templates, None, opts.domain, secrets.token_bytes(32),

@@ -16,6 +16,7 @@ from envd.systemd import sd_notify
 from sandboxd.builds.base_image import BUILD_FILE, build_base
 from sandboxd.builds.builder import Builder, BuildLimits
 from sandboxd.daemon.state_dir import SECRET_FILE, umask
+from sandboxd.errors import StoreUnavailable
 from sandboxd.guest.client import EnvdClient
 from sandboxd.guest.readiness import ENVD_UNIT, envd_ready
 from sandboxd.images.shared_layers import SharedLayers
@@ -130,22 +131,30 @@ def ensure_base(
     store: Store, state_dir: Path, given: Path | None, disk_mb: int, notify_socket: str | None
 ) -> None:
     """Register the base template with a disk of `disk_mb` (0: no limit); build its root
-    filesystem first when it is missing.
+    filesystem first when it is missing. A node agent's shared database away: recorded once it
+    answers (sandboxd.store.node_store).
 
     Raises:
         TemplateError: `given` is not a root filesystem, or the build failed.
     """
+    rootfs = base_of(state_dir, given)
     if given is not None:
-        rootfs = given.absolute()
         require_rootfs(BootImage((rootfs,)))
     else:
-        rootfs = base_rootfs(state_dir)
         if not (rootfs / BUILD_FILE).is_file():
             log.info("the base template is missing: building it (a few minutes the first time)")
             sd_notify("STATUS=building the base template", notify_socket)
             with umask(SANDBOX_UMASK):  # a tree for sandboxes; still single-threaded here
                 build_base(rootfs, state_dir / "cache")
-    register_base(store, rootfs, disk_mb)
+    try:
+        register_base(store, rootfs, disk_mb, state_dir)
+    except StoreUnavailable as exc:
+        log.warning("the base template is recorded once the shared database answers: %s", exc)
+
+
+def base_of(state_dir: Path, given: Path | None) -> Path:
+    """The base template's root filesystem: `--base-rootfs`, or the state directory's."""
+    return base_rootfs(state_dir) if given is None else given.absolute()
 
 
 def build_limits(options: ServeOptions, state_dir: Path) -> BuildLimits:

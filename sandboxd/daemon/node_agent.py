@@ -24,10 +24,10 @@ import uvicorn
 from starlette.applications import Starlette
 
 from sandboxd.api import volume_content
-from sandboxd.daemon.machinery import machinery
+from sandboxd.daemon.machinery import base_of, machinery
 from sandboxd.daemon.serve import NotifyingServer, connection_policy, daemon_lifespan, open_store
 from sandboxd.daemon.state_dir import open_private
-from sandboxd.errors import HostError, SandboxError
+from sandboxd.errors import HostError, SandboxError, StoreUnavailable
 from sandboxd.host import locks
 from sandboxd.network.slots import own_netns_inode
 from sandboxd.node import wire
@@ -36,6 +36,8 @@ from sandboxd.node.http_api import node_app
 from sandboxd.node.local import LocalNode, LocalVolumes
 from sandboxd.proxy.cluster_gate import ClusterProxy
 from sandboxd.proxy.listener import Listener
+from sandboxd.store.node_store import NodeStore
+from sandboxd.templates.catalog import register_base
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -82,11 +84,17 @@ def run_node(options: NodeOptions) -> None:
     notify_socket = os.environ.pop("NOTIFY_SOCKET", None)
     open_private(state_dir)
     held = _claim_host(options)
-    store = open_store(state_dir, None)
+    store = NodeStore(open_store(state_dir, None),
+                      functools.partial(open_store, state_dir, options.database_url),
+                      functools.partial(register_base, rootfs=base_of(state_dir, sandboxes.base_rootfs),
+                                        disk_mb=sandboxes.disk_mb, root=state_dir))  # fmt: skip
     try:
-        parts = machinery(sandboxes, store, state_dir, notify_socket)
-        shared = functools.partial(open_store, state_dir, options.database_url)
-        heartbeat = Heartbeat(shared, parts.manager, options.advertised(), options.heartbeat_s)
+        with contextlib.suppress(StoreUnavailable):  # else opened by the first heartbeat that can
+            store.shared()
+        parts = machinery(sandboxes, store.as_store(), state_dir, notify_socket)
+        heartbeat = Heartbeat(
+            store.shared, parts.manager, options.advertised(), options.heartbeat_s
+        )
         proxy = ClusterProxy(parts.manager, sandboxes.domain, options.token)
         parts.manager.on_gone(proxy.cut)
         content = volume_content.routes(wire.CONTENT_PREFIX, volume_content.trusted(parts.volumes))
@@ -155,7 +163,6 @@ def _node_lifespan(
                 beating.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await beating
-                heartbeat.close()
 
     return lifespan
 

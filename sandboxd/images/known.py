@@ -2,7 +2,8 @@
 what a reference named at its last pull, as `docker build` does without `--pull` (a cached
 rebuild then asks no registry anything: the registry round trips were most of its time), and
 a forced one pulls again, seeing a moved tag. A record whose layers were collected since is
-not used. One JSON file per reference (and account), beside the layers."""
+not used. One JSON file per reference (and account), beside the layers, their paths portable
+(sandboxd.layers.portable) from the state directory the layers are in."""
 
 from __future__ import annotations
 
@@ -11,10 +12,14 @@ import json
 import os
 import secrets
 from dataclasses import asdict
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sandboxd.images.manifest import ImageConfig
 from sandboxd.images.pull import Image
+from sandboxd.layers.portable import recorded, resolved
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 DIR = ".images"
 
@@ -22,6 +27,7 @@ DIR = ".images"
 class KnownImages:
     def __init__(self, layers_dir: Path) -> None:
         self.dir = layers_dir / DIR
+        self.root = layers_dir.parent  # the state directory
 
     def _file(self, ref: str, account: str | None) -> Path:
         return self.dir / (hashlib.sha256(f"{ref}\n{account or ''}".encode()).hexdigest() + ".json")
@@ -33,15 +39,15 @@ class KnownImages:
             c = data["config"]
             config = ImageConfig(tuple(c["env"]), c["working_dir"], c["user"],
                                  _strings(c["entrypoint"]), _strings(c["cmd"]))  # fmt: skip
-            image = Image(data["reference"], data["digest"], tuple(Path(p) for p in data["layers"]),
-                          config, 0)  # fmt: skip
+            layers = tuple(resolved(p, self.root) for p in data["layers"])
+            image = Image(data["reference"], data["digest"], layers, config, 0)
         except (OSError, ValueError, KeyError, TypeError):
             return None
         return image if all(p.is_dir() for p in image.layers) else None
 
     def put(self, ref: str, account: str | None, image: Image) -> None:
         data = asdict(image)
-        data["layers"] = [str(p) for p in image.layers]
+        data["layers"] = [recorded(p, self.root) for p in image.layers]
         self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         final = self._file(ref, account)
         tmp = final.with_name(f".{final.name}.{secrets.token_hex(4)}")

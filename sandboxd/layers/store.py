@@ -35,10 +35,12 @@ class LayerStore:
     """The layers under `dir` (made 0700: the layers keep their images' owners and modes,
     set-id binaries included, and only root needs to reach them); `quota`: what they may take
     of the state disk with the build uploads (None: no quota), which the makers of layers
-    check."""
+    check. The store is the state directory's `layers`: `root`, the state directory, is
+    what records' paths are relative to (sandboxd.layers.portable)."""
 
     def __init__(self, dir: Path, quota: StorageQuota | None = None) -> None:
         self.dir = dir
+        self.root = dir.parent
         self.quota = quota
         self._locks = dir / ".locks"
 

@@ -22,6 +22,7 @@ from sandboxd.errors import SandboxError
 from sandboxd.host.cgroups import Limits
 from sandboxd.host.removal import remove_tree
 from sandboxd.ids import now_us
+from sandboxd.layers.portable import recorded, resolved
 from sandboxd.lifecycle.capture import export_layer
 from sandboxd.lifecycle.guest_start import start_guest
 from sandboxd.runtime.spec import INITS, BootImage, VolumeMount
@@ -53,12 +54,12 @@ def next_layer(layers: LayerStore, sandbox_id: str) -> str:
 
 
 def disk_image(
-    image: BootImage, limits: Limits, mounts: Sequence[VolumeMount], layer: Path
+    image: BootImage, limits: Limits, mounts: Sequence[VolumeMount], layer: Path, root: Path
 ) -> dict[str, Any]:
-    """What the record keeps of a sandbox paused to disk: its image with `layer` on top, its
-    limits, its volume mounts."""
+    """What the record keeps of a sandbox paused to disk: its image with `layer` on top (their
+    paths portable from the state directory `root`), its limits, its volume mounts."""
     return {
-        "layers": [str(p) for p in (*image.layers, layer)],
+        "layers": [recorded(p, root) for p in (*image.layers, layer)],
         "init": image.init,
         "io_uring": image.io_uring,
         "limits": dataclasses.asdict(limits),
@@ -66,8 +67,9 @@ def disk_image(
     }
 
 
-def boot_image(record: dict[str, Any] | None) -> tuple[BootImage, Limits]:
-    """The image and limits a `disk_image` record boots.
+def boot_image(record: dict[str, Any] | None, root: Path) -> tuple[BootImage, Limits]:
+    """The image and limits a `disk_image` record boots on the machine whose state directory
+    is `root`.
 
     Raises:
         SandboxError: there is no record, or it is not one.
@@ -78,7 +80,7 @@ def boot_image(record: dict[str, Any] | None) -> tuple[BootImage, Limits]:
         init = record["init"]
         if init not in INITS:
             raise ValueError(f"unknown init {init!r}")
-        layers = tuple(Path(p) for p in record["layers"])
+        layers = tuple(resolved(p, root) for p in record["layers"])
         return BootImage(layers, init, record["io_uring"] is True), Limits(**record["limits"])
     except (KeyError, TypeError, ValueError) as exc:
         raise SandboxError(f"the record of the paused sandbox is unreadable: {exc}") from exc
@@ -115,7 +117,7 @@ class DiskPauses:
         if row.disk_image is None or not box.frozen:
             layer = await self.export_frozen(box)
             await self._push(box, layer)
-            row.disk_image = disk_image(box.image, box.limits, box.mounts, layer)
+            row.disk_image = disk_image(box.image, box.limits, box.mounts, layer, self.layers.root)
         row.state, row.pause_mode, row.uid_base = "paused", FILESYSTEM, None  # its range goes
         row.end_at = now_us()
         await self.store.write(
@@ -176,7 +178,7 @@ class DiskPauses:
         Raises:
             SandboxError: the boot or /init failed (BootError, InitRefused, TemplateError).
         """
-        image, limits = boot_image(sandbox.row.disk_image)
+        image, limits = boot_image(sandbox.row.disk_image, self.layers.root)
         mounts = boot_mounts(sandbox.row.disk_image)
         await self.shared.fetch(image.layers)  # paused on another machine, or removed here
         box = await self.runtime.boot(sandbox.id, image, limits, sandbox.row.disk_size_mb, mounts)
@@ -189,6 +191,6 @@ class DiskPauses:
         the sandbox runs again: its files are the running sandbox's now. Blocking; a layer that
         will not go is left to layer collection (nothing records it any more)."""
         try:
-            remove_tree(Path(record["layers"][-1]))
+            remove_tree(resolved(record["layers"][-1], self.layers.root))
         except SandboxError:
             log.exception("removing the pause layer of a thawed sandbox left something")

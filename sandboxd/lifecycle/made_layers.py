@@ -8,13 +8,14 @@ keeps them by the same records: a box's, or the row of a sandbox paused to disk.
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sandboxd.host.removal import remove_tree
+from sandboxd.layers.portable import resolved
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
+    from pathlib import Path
 
     from sandboxd.layers.store import LayerStore
     from sandboxd.lifecycle.sandbox import Sandbox
@@ -22,13 +23,13 @@ if TYPE_CHECKING:
 MADE = ("pause-", "fork-")
 
 
-def stack(sandbox: Sandbox) -> tuple[Path, ...]:
+def stack(sandbox: Sandbox, root: Path) -> tuple[Path, ...]:
     """The layers a sandbox stacks, as its records say: its box's, or what its resume from a
-    pause to disk boots."""
+    pause to disk boots (on the machine whose state directory is `root`)."""
     if sandbox.box is not None:
         return sandbox.box.image.layers
     if sandbox.row.disk_image is not None:
-        return tuple(Path(p) for p in sandbox.row.disk_image["layers"])
+        return tuple(resolved(p, root) for p in sandbox.row.disk_image["layers"])
     return ()
 
 
@@ -54,5 +55,5 @@ async def release(
     Raises:
         TeardownError: a layer would not go.
     """
-    used = [*(p for sandbox in others for p in stack(sandbox)), *kept]
-    await asyncio.to_thread(_remove_unused, layers, gone.id, stack(gone), used)
+    used = [*(p for sandbox in others for p in stack(sandbox, layers.root)), *kept]
+    await asyncio.to_thread(_remove_unused, layers, gone.id, stack(gone, layers.root), used)

@@ -77,7 +77,7 @@ class SandboxManager:
         self.runtime = runtime
         self.lifetimes = Lifetimes(max_timeout_s)
         self.tokens = Tokens(secret)
-        self.templates = Templates(store, self.uses_template)
+        self.templates = Templates(store, self.uses_template, layers.root)
         self._sandboxes: dict[str, Sandbox] = {}
         self._gone_callbacks: list[Callable[[str], None]] = []
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -170,12 +170,7 @@ class SandboxManager:
         await restore_proxied(self, self._sandboxes.values())
         self._spawn(self.evictor.run())
         self._spawn(self.sampler.run())
-        for template in self.store.templates():
-            try:
-                _, image = self.templates.resolve(template.template_id)
-            except SandboxError:  # nothing to boot yet (never built): nothing to keep warm
-                continue
-            self.boxes.fill(image, catalog.limits(template), template.disk_size_mb)
+        self.boxes.fill_every(self.templates)
 
     async def stop(self) -> None:
         """Stop the background work; sandboxes keep running for the next start to adopt."""
@@ -294,7 +289,7 @@ class SandboxManager:
         try:
             if sandbox.box is not None:
                 await self._off_host(sandbox.box)
-            kept = (*self.forks.in_flight, *tagged_layers(self.store))
+            kept = (*self.forks.in_flight, *tagged_layers(self.store, self.disks.layers.root))
             await release(self.disks.layers, sandbox, self._sandboxes.values(), kept)
         except SandboxError as exc:
             sandbox.dying = True

@@ -59,8 +59,9 @@ class Pauses:
         try:
             if memory:
                 box = sandbox.live()
+                layer = await self.disks.export_frozen(box)
                 written = disk_image(
-                    box.image, box.limits, box.mounts, await self.disks.export_frozen(box)
+                    box.image, box.limits, box.mounts, layer, self.disks.layers.root
                 )
             else:
                 await self.disks.pause(sandbox)

@@ -81,6 +81,5 @@ def _export(runtime: Runtime, layers: LayerStore, sandbox_id: str) -> dict[str, 
 
     path, _ = layers.add(next_layer(layers, sandbox_id), fill)
     spec = booted[0]
-    return disk_image(
-        BootImage(spec.layers, spec.init, spec.io_uring), spec.limits, spec.mounts, path
-    )
+    booted_image = BootImage(spec.layers, spec.init, spec.io_uring)
+    return disk_image(booted_image, spec.limits, spec.mounts, path, layers.root)

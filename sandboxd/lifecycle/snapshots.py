@@ -79,8 +79,8 @@ class Snapshots:
             if isinstance(exc, SandboxError) and not isinstance(exc, (DiskFull, RegistryError)):
                 raise SandboxError(f"snapshotting {sandbox.id}: {exc}") from exc
             raise
-        image = self.records.image(sandbox.row, box.image, layer)
-        return await self.records.finish(pending, image, sandbox.id)
+        image = self.records.image(sandbox.row, box.image, layer, self.layers.root)
+        return await self.records.finish(pending, image, sandbox.id, self.layers.root)
 
     async def _push(self, stack: tuple[Path, ...], layer: Path) -> None:
         """Push the snapshot's layers (serve's --registry), so that any machine creates it.

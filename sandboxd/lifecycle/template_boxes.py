@@ -9,11 +9,12 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from sandboxd.errors import BootError, SandboxError
+from sandboxd.errors import BootError, SandboxError, StoreUnavailable
 from sandboxd.guest.client import EnvdUnreachable
 from sandboxd.guest.start_cmd import start_and_wait
 from sandboxd.ids import new_sandbox_id
 from sandboxd.lifecycle.pool import WarmPool
+from sandboxd.templates import catalog
 
 if TYPE_CHECKING:
     from sandboxd.guest.client import EnvdClient
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from sandboxd.images.shared_layers import SharedLayers
     from sandboxd.runtime.engine import Box, Runtime
     from sandboxd.runtime.spec import VolumeMount
+    from sandboxd.templates.catalog import Templates
     from sandboxd.templates.image import TemplateImage
 
 log = logging.getLogger("sandboxd.lifecycle.template_boxes")
@@ -46,6 +48,21 @@ class TemplateBoxes:
         """
         box = None if mounts else await self.pool.take(image, limits, disk_mb)
         return box if box is not None else await self.boot(image, limits, disk_mb, mounts)
+
+    def fill_every(self, templates: Templates) -> None:
+        """Keep sandboxes of every template that has something to boot warm (none while a node
+        agent's shared database, where the templates are, is away)."""
+        try:
+            rows = templates.all()
+        except StoreUnavailable:
+            log.warning("the templates' records are away: no sandbox is kept warm yet")
+            return
+        for template in rows:
+            try:
+                _, image = templates.resolve(template.template_id)
+            except SandboxError:  # nothing to boot yet (never built): nothing to keep warm
+                continue
+            self.fill(image, catalog.limits(template), template.disk_size_mb)
 
     def fill(self, image: TemplateImage, limits: Limits, disk_mb: int) -> None:
         self.pool.fill(image, limits, disk_mb)

@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sandboxd.errors import SandboxError
+from sandboxd.errors import StoreUnavailable
 from sandboxd.host.uid_ranges import FIRST_BASE, LAST_BASE, RANGE_SIZE
 from sandboxd.ids import now_us
 from sandboxd.store.rows import NodeRow
@@ -89,26 +89,12 @@ class Heartbeat:
         self.draining = bool(mine and mine[0].draining)
         return True
 
-    def close(self) -> None:
-        if self._shared is not None:
-            self._shared.close()
-
     def status(self) -> dict[str, Any]:
         """The status JSON of the node's row (the cluster's shape: docs/sandboxd.md)."""
         manager = self._manager
         held = [s for s in manager.all() if s.box is not None]  # running, or paused in memory
         running = [s for s in held if s.running]
-        warm: dict[str, int] = {}
-        templates = []
-        for template in manager.templates.all():
-            try:
-                _, image = manager.templates.resolve(template.template_id)
-            except SandboxError:  # nothing to boot yet
-                continue
-            templates.append(template.template_id)
-            waiting = manager.boxes.pool.waiting(image, template.disk_size_mb)
-            if waiting:
-                warm[template.template_id] = waiting
+        templates, warm = _held_templates(manager)
         total_kb, available_kb = _memory_kb()
         return {
             "cpus": os.cpu_count() or 1,
@@ -121,6 +107,24 @@ class Heartbeat:
             "warm": warm,
             "templates": templates,
         }
+
+
+def _held_templates(manager: SandboxManager) -> tuple[list[str], dict[str, int]]:
+    """The templates whose every layer (of their newest build) is on this machine (a create
+    of one boots without a pull), and how many warm sandboxes of each wait. None while the
+    shared database (the templates' records) is away."""
+    try:
+        images = manager.templates.newest_images()
+    except StoreUnavailable:
+        return [], {}
+    held, warm = [], {}
+    for template, image in images:
+        if all(p.is_dir() for p in image.layer_paths):
+            held.append(template.template_id)
+        waiting = manager.boxes.pool.waiting(image, template.disk_size_mb)
+        if waiting:
+            warm[template.template_id] = waiting
+    return held, warm
 
 
 class _CpuUse:

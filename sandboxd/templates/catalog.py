@@ -15,6 +15,7 @@ from envd.settings import ENVD_VERSION
 from sandboxd.errors import NotAllowed, NotFound, TemplateNotFound
 from sandboxd.host.cgroups import Limits
 from sandboxd.ids import new_build_id, new_template_id, now_us
+from sandboxd.layers.portable import recorded
 from sandboxd.store.rows import DEFAULT_TEAM_ID, BuildRow, TemplateRow
 from sandboxd.templates.image import TemplateImage
 
@@ -57,38 +58,43 @@ def limits(template: TemplateRow) -> Limits:
     return Limits(template.memory_mb << 20, template.cpu_count, PIDS_LIMIT)
 
 
-def register_base(store: Store, rootfs: Path, disk_mb: int) -> None:
+def register_base(store: Store, rootfs: Path, disk_mb: int, root: Path) -> None:
     """Record (or update) the base template over `rootfs` with a disk of `disk_mb` (0: no
-    limit), public: every team boots it. Before the event loop runs: writes at once."""
+    limit), public: every team boots it; `rootfs` kept relative to the state directory `root`
+    when in it (every node of a cluster has its own there). Before the event loop runs: writes
+    at once."""
     template = store.template(BASE)
     now = now_us()
+    kept = recorded(rootfs, root)
     if template is None:
-        template = TemplateRow(BASE, BASE, new_build_id(), str(rootfs), BASE_CPUS,
+        template = TemplateRow(BASE, BASE, new_build_id(), kept, BASE_CPUS,
                                BASE_MEMORY_MB, disk_mb, "ready", ENVD_VERSION, now, now)  # fmt: skip
-    template.rootfs, template.envd_version = str(rootfs), ENVD_VERSION
+    template.rootfs, template.envd_version = kept, ENVD_VERSION
     template.public = True  # every team's creates boot it
     template.disk_size_mb = disk_mb
     store.put_template(template)
 
 
-def tagged_layers(store: Store) -> list[Path]:
+def tagged_layers(store: Store, root: Path) -> list[Path]:
     """The layers every tagged build stacks (snapshots' too: a snapshot is a build), which
-    collection keeps."""
+    collection keeps, on the machine whose state directory is `root`."""
     layers: list[Path] = []
     for template in store.templates():
         for tag in store.tags(template.template_id):
             build = store.build(tag.build_id)
             if build is not None and build.image is not None:
-                layers.extend(TemplateImage.from_json(build.image).layer_paths)
+                layers.extend(TemplateImage.from_record(build.image, root).layer_paths)
     return layers
 
 
 class Templates:
-    """The templates of one store; `in_use(template_id)` says whether sandboxes use one."""
+    """The templates of one store; `in_use(template_id)` says whether sandboxes use one; `root`:
+    the state directory the images it resolves are on (sandboxd.layers.portable)."""
 
-    def __init__(self, store: Store, in_use: Callable[[str], bool]) -> None:
+    def __init__(self, store: Store, in_use: Callable[[str], bool], root: Path) -> None:
         self.store = store
         self._in_use = in_use
+        self.root = root
 
     def all(self, team_id: str | None = None) -> list[TemplateRow]:
         """Every template, or the team's."""
@@ -154,14 +160,14 @@ class Templates:
         row = self.store.tag(template.template_id, tag or DEFAULT_TAG)
         if row is None:
             if tag in (None, DEFAULT_TAG) and template.rootfs:
-                return template, TemplateImage.of_rootfs(template.rootfs)
+                return template, TemplateImage.of_rootfs(template.rootfs, self.root)
             if tag is None:
                 raise NotFound(f"template '{name}' has no successful build yet")
             raise TemplateNotFound(ref)
         build = self.store.build(row.build_id)
         if build is None or build.image is None:
             raise NotFound(f"template '{ref}': its build {row.build_id} has no image")
-        return template, TemplateImage.from_json(build.image)
+        return template, TemplateImage.from_record(build.image, self.root)
 
     async def request_build(self, ref: str, tags: list[str], cpu_count: int, memory_mb: int,
                             disk_mb: int | None, team_id: str = DEFAULT_TEAM_ID,
@@ -198,6 +204,25 @@ class Templates:
             functools.partial(self.store.put_build, build),
         )
         return template, build
+
+    def newest_images(self) -> list[tuple[TemplateRow, TemplateImage]]:
+        """Every template that has something to boot, with the image of its newest ready
+        build (its root filesystem without one): two reads of the store however many there
+        are, for a node's heartbeat (over a shared database a `resolve` each is several round
+        trips on the event loop). Not a create's answer: `resolve` follows the tags.
+
+        Raises:
+            StoreUnavailable: the store's database is away.
+        """
+        newest = {b.template_id: b for b in self.store.builds(status="ready") if b.image}
+        found = []
+        for template in self.store.templates():
+            build = newest.get(template.template_id)  # builds come oldest first
+            if build is not None and build.image is not None:
+                found.append((template, TemplateImage.from_record(build.image, self.root)))
+            elif template.rootfs:
+                found.append((template, TemplateImage.of_rootfs(template.rootfs, self.root)))
+        return found
 
     def build(self, template_id: str, build_id: str, team_id: str | None = None) -> BuildRow:
         """A build of the (team's) template. Raises TemplateNotFound, NotFound."""

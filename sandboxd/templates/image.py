@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sandboxd.guest.commands import LOGIN_BASH, Command
+from sandboxd.layers.portable import recorded, resolved
 from sandboxd.runtime.spec import BootImage
 
 if TYPE_CHECKING:
@@ -66,15 +67,24 @@ class TemplateImage:
         data["layers"] = list(self.layers)
         return data
 
+    def record(self, root: Path) -> dict[str, Any]:
+        """The image as a build's record keeps it: its layers' paths portable
+        (sandboxd.layers.portable) from the state directory `root`."""
+        data = self.to_json()
+        data["layers"] = [recorded(p, root) for p in self.layers]
+        return data
+
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> TemplateImage:
+    def from_record(cls, data: dict[str, Any], root: Path) -> TemplateImage:
+        """The image a build's record keeps, its layers resolved against the state directory
+        `root` of this machine."""
         known = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in data.items() if k in known}
-        values["layers"] = tuple(values["layers"])
+        values["layers"] = tuple(str(resolved(p, root)) for p in values["layers"])
         return cls(**values)
 
     @classmethod
-    def of_rootfs(cls, rootfs: str) -> TemplateImage:
+    def of_rootfs(cls, rootfs: str, root: Path) -> TemplateImage:
         """A template that is one root filesystem booted by systemd (base, and templates made
-        over it by `POST /v2/templates`)."""
-        return cls((rootfs,))
+        over it by `POST /v2/templates`), as a template's record keeps it (`rootfs`)."""
+        return cls((str(resolved(rootfs, root)),))

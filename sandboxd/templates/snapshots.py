@@ -149,8 +149,11 @@ class SnapshotRecords:
             raise NotAllowed(f"Invalid name: '{alias}' is the id of a template")
         return template if template is not None and template.team_id == team_id else None
 
-    async def finish(self, pending: Pending, image: TemplateImage, sandbox_id: str) -> Listed:
-        """Record the snapshot: its build ready with `image`, its tag pointing at it.
+    async def finish(
+        self, pending: Pending, image: TemplateImage, sandbox_id: str, root: Path
+    ) -> Listed:
+        """Record the snapshot: its build ready with `image` (of the state directory `root`),
+        its tag pointing at it.
 
         Raises:
             NotFound: its template was deleted meanwhile.
@@ -159,7 +162,7 @@ class SnapshotRecords:
         if template is None:
             raise NotFound(f"template '{pending.template.template_id}' was deleted meanwhile")
         now = now_us()
-        build = dataclasses.replace(pending.build, status="ready", image=image.to_json(),
+        build = dataclasses.replace(pending.build, status="ready", image=image.record(root),
                                     updated_at=now, finished_at=now)  # fmt: skip
         if template.build_id == build.build_id:
             template.build_status = "ready"
@@ -175,16 +178,18 @@ class SnapshotRecords:
         return Listed(snapshot_id(template, pending.tag), names(template),
                       template.created_at, template.template_id)  # fmt: skip
 
-    def image(self, source: SandboxRow, booted: BootImage, layer: Path) -> TemplateImage:
+    def image(
+        self, source: SandboxRow, booted: BootImage, layer: Path, root: Path
+    ) -> TemplateImage:
         """What the children of a snapshot of `source` boot: its layers with `layer` on top;
         the env it ran with (its template's and its create's, as a child of E2B's memory
         snapshot has them in envd), its user and workdir; and its template's start and ready
         commands, which the child, a cold boot, runs as any new sandbox does. io_uring as the
-        source had it, whatever its env says."""
+        source had it, whatever its env says. `root`: this machine's state directory."""
         env = {k: v for k, v in source.env_vars.items() if k != IO_URING_ENV}
         if booted.io_uring:
             env[IO_URING_ENV] = "1"
-        template = self._booted(source.template_id, tuple(str(p) for p in booted.layers))
+        template = self._booted(source.template_id, tuple(str(p) for p in booted.layers), root)
         return TemplateImage(
             tuple(str(p) for p in (*booted.layers, layer)),
             booted.init,
@@ -195,14 +200,16 @@ class SnapshotRecords:
             None if template is None else template.ready_cmd,
         )
 
-    def _booted(self, template_id: str, layers: tuple[str, ...]) -> TemplateImage | None:
+    def _booted(
+        self, template_id: str, layers: tuple[str, ...], root: Path
+    ) -> TemplateImage | None:
         """The image of the template's that a sandbox booted with `layers` was made of: the
         longest whose layers start its stack (a resume from disk adds pause layers on top)."""
-        images = [TemplateImage.from_json(b.image) for b in self.store.builds(template_id)
+        images = [TemplateImage.from_record(b.image, root) for b in self.store.builds(template_id)
                   if b.status == "ready" and b.image is not None]  # fmt: skip
         template = self.store.template(template_id)
         if template is not None and template.rootfs:
-            images.append(TemplateImage.of_rootfs(template.rootfs))
+            images.append(TemplateImage.of_rootfs(template.rootfs, root))
         stacked = [i for i in images if layers[: len(i.layers)] == i.layers]
         return max(stacked, key=lambda i: len(i.layers), default=None)
 

@@ -211,7 +211,8 @@ def _layers_of(server: Sandboxd, build_id: str) -> list[str]:
         (image,) = db.execute("SELECT image FROM builds WHERE build_id = ?", (build_id,)).fetchone()
     finally:
         db.close()
-    return list(json.loads(image)["layers"])
+    # Kept relative to the state directory (sandboxd.layers.portable): as paths here.
+    return [str(server.state_dir / p) for p in json.loads(image)["layers"]]
 
 
 # Bad input

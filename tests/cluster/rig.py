@@ -1,6 +1,7 @@
-"""The cluster test rig on one machine: Debian's PostgreSQL of its own, node agents
-(tests/cluster/node_agent.py) and gateways (tests/cluster/gateway.py), all on loopback and
-stopped by pid, however the block ends.
+"""The cluster test rig on one machine: Debian's PostgreSQL of its own, Debian's
+docker-registry (tests/cluster/registry_server.py) for the layers the nodes share (each started
+with `--registry`), node agents (tests/cluster/node_agent.py) and gateways
+(tests/cluster/gateway.py), all on loopback and stopped by pid, however the block ends.
 
 `python -m tests.cluster.rig COMMAND...` runs COMMAND against the first gateway, with E2B_API_URL,
 E2B_SANDBOX_URL and E2B_API_KEY set as scripts/test-sandboxd-sdk sets them for serve (the
@@ -22,6 +23,7 @@ import psycopg
 
 from tests.cluster.gateway import DOMAIN, Gateway
 from tests.cluster.node_agent import NodeAgent
+from tests.cluster.registry_server import registry_server, registry_url
 from tests.sandboxd.serving import API_KEY, NO_NETWORK
 from tests.sandboxd.template_cache import ensure_base_template
 from tests.store.postgres_server import PostgresServer
@@ -32,8 +34,9 @@ if TYPE_CHECKING:
 
 class Cluster:
     def __init__(self, db: PostgresServer, url: str, nodes: list[NodeAgent],
-                 gateways: list[Gateway]) -> None:  # fmt: skip
+                 gateways: list[Gateway], registry: str) -> None:  # fmt: skip
         self.db, self.url, self.nodes, self.gateways = db, url, nodes, gateways
+        self.registry = registry  # the nodes' --registry
 
     def rows(self, sql: str, *params: object) -> list[tuple[Any, ...]]:
         with psycopg.connect(self.url) as db:
@@ -61,6 +64,15 @@ def running_cluster(work: Path, nodes: int = 2, gateways: int = 2) -> Iterator[C
     base = ensure_base_template()
     db = PostgresServer()
     token = secrets.token_hex(16)
+    with registry_server() as layers:
+        registry = registry_url(layers, "cluster/layers")
+        with _started(db, base, token, registry, work, nodes, gateways) as cluster:
+            yield cluster
+
+
+@contextlib.contextmanager
+def _started(db: PostgresServer, base: Path, token: str, registry: str, work: Path, nodes: int,
+             gateways: int) -> Iterator[Cluster]:  # fmt: skip
     agents: list[NodeAgent] = []
     fronts: list[Gateway] = []
     try:
@@ -71,12 +83,12 @@ def running_cluster(work: Path, nodes: int = 2, gateways: int = 2) -> Iterator[C
             state = work / name
             state.mkdir()
             agents.append(NodeAgent(state, base, url, name, NO_NETWORK, "--domain", DOMAIN,
-                                    token=token))  # fmt: skip
+                                    "--registry", registry, token=token))  # fmt: skip
             agents[-1].start()
         for i in range(gateways):
             fronts.append(Gateway(work / f"gateway-{i}", url, token))
             fronts[-1].start()
-        yield Cluster(db, url, agents, fronts)
+        yield Cluster(db, url, agents, fronts, registry)
     finally:
         with contextlib.ExitStack() as stack:  # every piece stopped, whichever fails
             stack.callback(db.stop)

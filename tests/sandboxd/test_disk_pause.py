@@ -199,6 +199,6 @@ def collected(state: Path) -> list[str]:
     """The layers the one collection rule removes, serve stopped."""
     store = SqliteStore(state)
     try:
-        return collect(LayerStore(state / "layers"), layer_users(store, state / "sandboxes"))
+        return collect(LayerStore(state / "layers"), layer_users(store, state / "sandboxes", state))
     finally:
         store.close()

@@ -17,7 +17,7 @@ RECORD = {"layers": ["/l/base", "/l/pause-s-1"], "init": "envd", "io_uring": Tru
 
 
 def test_a_record_boots_its_layers_init_and_limits() -> None:
-    image, limits = boot_image(RECORD)
+    image, limits = boot_image(RECORD, Path("/state"))  # absolute: written before, as it is
     assert image == BootImage((Path("/l/base"), Path("/l/pause-s-1")), "envd", io_uring=True)
     assert limits == Limits(1 << 29, 2, 4096)
 
@@ -28,4 +28,4 @@ def test_a_record_boots_its_layers_init_and_limits() -> None:
 )
 def test_what_is_not_a_record_is_refused(record: dict[str, object] | None) -> None:
     with pytest.raises(SandboxError):
-        boot_image(record)
+        boot_image(record, Path("/state"))
