@@ -3,8 +3,9 @@ RemoteNode.volume_content): the request's body sent as it comes, the answer's he
 body left to stream. Over a connection of its own (closed after), parsed by httptools
 (uvicorn's parser already) as it arrives: httpcore's pure-Python stack read 64 KiB at a time
 and held a relayed download to a fraction of the disk's rate (bench/README.md, "Volumes
-through a gateway"). An answer that comes before the body was all sent (a refusal) is read,
-and the rest of the body is not sent, even when the node resets the connection after it."""
+through a gateway"). A request with a body asks `Expect: 100-continue` (uvicorn answers it
+when the endpoint first reads the body): a node that refuses before reading it (a path that
+exists, say) answers at once, and no body is sent into a connection it closes."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from sandboxd.errors import NodeUnreachable
 if TYPE_CHECKING:
     from collections.abc import AsyncIterable, AsyncIterator
 
+CONTINUE = 100
 # An answer's body held at most while the reader is slower than the node (then reading pauses).
 HELD = 4 << 20
 
@@ -37,6 +39,7 @@ class Answer(asyncio.Protocol):
         self._body: collections.deque[bytes] = collections.deque()
         self._held = 0
         self._head_done = self._done = self._closed = False
+        self._interim = self._continued = False  # a 100 Continue being read, and read
         self._error: BaseException | None = None
         self._arrived = asyncio.Event()
         self._writable = asyncio.Event()
@@ -73,8 +76,12 @@ class Answer(asyncio.Protocol):
         self.headers.append((name.lower(), value))
 
     def on_headers_complete(self) -> None:
-        self._head_done = True
         self.status = self._parser.get_status_code()
+        if self.status == CONTINUE:
+            self._interim = True
+            self.headers.clear()
+            return
+        self._head_done = True
         self._writable.set()  # answered: the rest of the body is not sent
 
     def on_body(self, body: bytes) -> None:
@@ -82,14 +89,24 @@ class Answer(asyncio.Protocol):
         self._held += len(body)
 
     def on_message_complete(self) -> None:
+        if self._interim:  # the final answer follows
+            self._interim, self._continued = False, True
+            return
         self._done = True
 
     async def send(self, head: bytes, body: AsyncIterable[bytes] | None, chunked: bool) -> None:
-        """The request; its body until it ends or the node answers or closes first."""
+        """The request; its body (if `head` expects 100-continue) once the node asks for it,
+        until it ends or the node answers or closes first.
+
+        Raises:
+            NodeUnreachable: the node closed, or sent nothing for the read timeout.
+        """
         assert self._transport is not None  # noqa: S101  # connected
         self._transport.write(head)
         if body is None:
             return
+        while not (self._continued or self._head_done):
+            await self._next("before answering")
         async for piece in body:
             if self._head_done or self._closed:
                 return

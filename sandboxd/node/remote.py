@@ -133,7 +133,9 @@ class RemoteNode:
             NodeUnreachable: the node cannot be reached, or broke off before answering.
         """
         chunked = not any(k == b"content-length" for k, _ in headers)
-        framing = [(b"transfer-encoding", b"chunked")] if body is not None and chunked else []
+        framing = [] if body is None else [(b"expect", b"100-continue")]
+        if body is not None and chunked:
+            framing.append((b"transfer-encoding", b"chunked"))
         lines = [(b"host", self._netloc), self._headers[0], *headers, *framing,
                  (b"connection", b"close")]  # fmt: skip
         head = b"%b %b%b HTTP/1.1\r\n%b\r\n" % (
