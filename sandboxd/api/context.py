@@ -51,10 +51,11 @@ class VolumeFiles(Protocol):
 @dataclass(frozen=True)
 class ApiContext:
     """`node` runs the sandboxes; `store` holds the API keys, templates and metrics; `domain`
-        is where the SDKs reach the sandboxes' ports (`get_host()`); `uploads_key` signs the build
-        context's upload URLs; `volumes` the volumes and their tokens, `files` where the
-    content API finds their files. A gateway (sandboxd.cluster) has no builder: its endpoints
-    answer 501 there; its `creates` hold their Idempotency-Keys in the shared database."""
+    is where the SDKs reach the sandboxes' ports (`get_host()`); `uploads_key` signs the build
+    context's upload URLs; `volumes` the volumes and their tokens, `files` where the content
+    API finds their files (serve's disk, or a gateway's relay to their node). A gateway
+    (sandboxd.cluster) has no builder: its endpoints answer 501 there; its `creates` hold their
+    Idempotency-Keys in the shared database."""
 
     node: NodeService
     store: Store
@@ -62,8 +63,8 @@ class ApiContext:
     builder: Builder | None
     domain: str
     uploads_key: bytes
-    volumes: Volumes | None
-    files: VolumeFiles | None = None
+    volumes: Volumes
+    files: VolumeFiles
     creates: Creates = field(default_factory=IdempotentCreates)
 
     def builds(self) -> Builder:
@@ -72,20 +73,6 @@ class ApiContext:
             raise RequestError(501, "template builds are not served by a sandboxd gateway: "
                                     "build on a sandboxd serve or node")  # fmt: skip
         return self.builder
-
-    def volume_catalog(self) -> Volumes:
-        """Raises RequestError 501 where volumes are not kept."""
-        if self.volumes is None:
-            raise RequestError(501, "volumes are not served here")
-        return self.volumes
-
-    async def volume_files(
-        self, request: Request, volume: VolumeRow, endpoint: Endpoint
-    ) -> Response:
-        """Raises RequestError 501 where volumes are not kept; what `endpoint` raises."""
-        if self.files is None:
-            raise RequestError(501, "volumes are not served here")
-        return await self.files(request, volume, endpoint)
 
 
 def context(request: Request) -> ApiContext:

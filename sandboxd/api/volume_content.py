@@ -110,12 +110,11 @@ async def by_token(request: Request, endpoint: Endpoint) -> Response:
     them (serve's disk, or a gateway's relay to the volume's node).
 
     Raises:
-        RequestError: as `checked`; 501 where volumes are not served.
-        VolumeNotFound: as `checked`.
+        RequestError, VolumeNotFound: as `checked`.
     """
     ctx = context(request)
-    volume = checked(request, ctx.volume_catalog())
-    return await ctx.volume_files(request, volume, endpoint)
+    volume = checked(request, ctx.volumes)
+    return await ctx.files(request, volume, endpoint)
 
 
 def on_disk(catalog: VolumeCatalog) -> VolumeFiles:
