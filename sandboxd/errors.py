@@ -141,6 +141,12 @@ class BuildNodeLost(SandboxError):
         super().__init__(f"build {build_id} runs on node {node_id}, {why}")
 
 
+class VolumeNodeUnavailable(SandboxError):
+    """A cluster's volume is on a node that cannot take the request now (its lease expired, it
+    does not answer, or, for a new sandbox mounting it, it is draining): the message names the
+    volume and the node. Trying again once the node is back may work."""
+
+
 class HostError(SandboxError):
     """The host lacks something the runtime needs (root, cgroup2, systemd-nspawn, overlayfs)."""
 

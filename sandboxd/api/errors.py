@@ -24,6 +24,7 @@ from sandboxd.errors import (
     TemplateError,
     UploadTooLarge,
     VolumeFull,
+    VolumeNodeUnavailable,
     WrongState,
 )
 
@@ -51,6 +52,7 @@ _STATUSES: tuple[tuple[type[SandboxError], int], ...] = (
     (BuildNodeLost, 502),
     (BootError, 503),  # nothing of the sandbox is left: trying again may work
     (StoreUnavailable, 503),
+    (VolumeNodeUnavailable, 503),
     (RegistryError, 503),  # the registry is down or refused: nothing was half-done
     (TemplateError, 500),
 )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import stat
-import uuid
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from functools import wraps
 from typing import TYPE_CHECKING, Any
@@ -19,7 +19,7 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from sandboxd.api import params
+from sandboxd.api import params, volume_routes
 from sandboxd.api.bodies import read_json
 from sandboxd.api.context import context
 from sandboxd.api.errors import RequestError, status_of
@@ -29,14 +29,18 @@ from sandboxd.volumes import files
 from sandboxd.volumes.tree import MAX_ID, Entry, Ownership, VolumeTree
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable
+    from collections.abc import AsyncIterator
 
     from starlette.requests import Request
+
+    from sandboxd.api.context import VolumeFiles, Volumes
+    from sandboxd.store.rows import VolumeRow
+    from sandboxd.volumes.catalog import VolumeCatalog
 
 PREFIX = "/volumecontent/"
 CHUNK = 1 << 20  # what a download reads and an upload gathers per write
 _CODES = {400: "bad_request", 401: "unauthorized", 404: "not_found", 409: "conflict",
-          413: "too_large", 507: "insufficient_storage"}  # fmt: skip
+          413: "too_large", 503: "unavailable", 507: "insufficient_storage"}  # fmt: skip
 _TYPES = ((stat.S_ISDIR, "directory"), (stat.S_ISREG, "file"), (stat.S_ISLNK, "symlink"))
 
 
@@ -44,15 +48,20 @@ def content_error(status: int, message: str) -> Response:
     return JSONResponse({"code": _CODES.get(status, "internal"), "message": message}, status)
 
 
-def answering_errors(
-    endpoint: Callable[[Request], Awaitable[Response]],
-) -> Callable[[Request], Awaitable[Response]]:
-    """`endpoint` with its refusals in the content API's error shape."""
+# An endpoint of the content API, given the tree of the volume its request opened.
+Endpoint = Callable[["Request", VolumeTree], Awaitable[Response]]
+# How a request reaches its volume's tree: checked, then the endpoint run on the tree (or the
+# request relayed to the node that holds the volume).
+Reach = Callable[["Request", Endpoint], Awaitable[Response]]
+
+
+def serving(endpoint: Endpoint, reach: Reach) -> Callable[[Request], Awaitable[Response]]:
+    """`endpoint` reached by `reach`, its refusals in the content API's error shape."""
 
     @wraps(endpoint)
     async def answer(request: Request) -> Response:
         try:
-            return await endpoint(request)
+            return await reach(request, endpoint)
         except RequestError as exc:
             return content_error(exc.status, exc.message)
         except SandboxError as exc:
@@ -80,26 +89,57 @@ def entry_json(e: Entry) -> dict[str, Any]:
     return out
 
 
-def opened(request: Request) -> VolumeTree:
-    """The tree of the path's volume, if the request's bearer token opens it.
+def checked(request: Request, volumes: Volumes) -> VolumeRow:
+    """The path's volume, if the request's bearer token opens it.
 
     Raises:
         RequestError: 400 for an id that is not a UUID; 401 without a token that opens it.
         VolumeNotFound: no such volume.
     """
-    volume_id = request.path_params["volume_id"]
-    try:
-        uuid.UUID(volume_id)
-    except ValueError:
-        raise RequestError(400, "Invalid volume ID") from None
+    volume_id = volume_routes.volume_id(request)
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not token:
         raise RequestError(401, "Missing volume token (Authorization: Bearer <token>)")
-    catalog = context(request).volume_catalog()
-    if not catalog.tokens.opens(token.strip(), volume_id):
+    if not volumes.tokens.opens(token.strip(), volume_id):
         raise RequestError(401, "Invalid or expired volume token")
-    catalog.get(volume_id)
-    return VolumeTree(catalog.storage.mount_path(volume_id))
+    return volumes.get(volume_id)
+
+
+async def by_token(request: Request, endpoint: Endpoint) -> Response:
+    """The control API's reach: the volume the token opens, its files where the context keeps
+    them (serve's disk, or a gateway's relay to the volume's node).
+
+    Raises:
+        RequestError, VolumeNotFound: as `checked`.
+    """
+    ctx = context(request)
+    volume = checked(request, ctx.volumes)
+    return await ctx.files(request, volume, endpoint)
+
+
+def on_disk(catalog: VolumeCatalog) -> VolumeFiles:
+    """The files of `catalog`'s volumes, on this machine's disk."""
+
+    async def files(request: Request, volume: VolumeRow, endpoint: Endpoint) -> Response:
+        return await endpoint(request, VolumeTree(catalog.storage.mount_path(volume.volume_id)))
+
+    return files
+
+
+def trusted(catalog: VolumeCatalog) -> Reach:
+    """A node agent's reach: a gateway checked the volume's token (the cluster token, which
+    the node's API asks of every request, says a gateway sent it); the volume is this node's.
+
+    Raises:
+        RequestError: 400 for an id that is not a UUID. VolumeNotFound: not this node's.
+    """
+    files = on_disk(catalog)
+
+    async def reach(request: Request, endpoint: Endpoint) -> Response:
+        volume = catalog.get(volume_routes.volume_id(request))
+        return await files(request, volume, endpoint)
+
+    return reach
 
 
 def path_of(request: Request) -> str:
@@ -127,46 +167,40 @@ def ownership(request: Request) -> Ownership:
     )
 
 
-@answering_errors
-async def get_entry(request: Request) -> Response:
-    tree, path = opened(request), path_of(request)
+async def get_entry(request: Request, tree: VolumeTree) -> Response:
+    path = path_of(request)
     return JSONResponse(entry_json(await asyncio.to_thread(tree.stat, path)))
 
 
-@answering_errors
-async def patch_entry(request: Request) -> Response:
-    tree, path = opened(request), path_of(request)
+async def patch_entry(request: Request, tree: VolumeTree) -> Response:
+    path = path_of(request)
     body = await read_json(request, VolumeMetadata)
     owner = Ownership(body.uid, body.gid, body.mode)
     return JSONResponse(entry_json(await asyncio.to_thread(tree.update, path, owner)))
 
 
-@answering_errors
-async def delete_entry(request: Request) -> Response:
-    tree, path = opened(request), path_of(request)
+async def delete_entry(request: Request, tree: VolumeTree) -> Response:
+    path = path_of(request)
     await asyncio.to_thread(tree.remove, path)
     return Response(status_code=204)
 
 
-@answering_errors
-async def list_dir(request: Request) -> Response:
-    tree, path = opened(request), path_of(request)
+async def list_dir(request: Request, tree: VolumeTree) -> Response:
+    path = path_of(request)
     depth = params.query_int(request, "depth", -(2**31), 2**31) or 1
     found = await asyncio.to_thread(tree.list, path, depth)
     return JSONResponse([entry_json(e) for e in found])
 
 
-@answering_errors
-async def make_dir(request: Request) -> Response:
-    tree, path = opened(request), path_of(request)
+async def make_dir(request: Request, tree: VolumeTree) -> Response:
+    path = path_of(request)
     owner, force = ownership(request), flag(request, "force")
     made = await asyncio.to_thread(files.make_dir, tree, path, owner, force=force)
     return JSONResponse(entry_json(made), 201)
 
 
-@answering_errors
-async def read_file(request: Request) -> Response:
-    tree, path = opened(request), path_of(request)
+async def read_file(request: Request, tree: VolumeTree) -> Response:
+    path = path_of(request)
     fd = await asyncio.to_thread(files.open_to_read, tree, path)
     return StreamingResponse(_chunks(fd), media_type="application/octet-stream")
 
@@ -185,9 +219,8 @@ def _read(fd: int) -> bytes:
     return os.read(fd, CHUNK)
 
 
-@answering_errors
-async def write_file(request: Request) -> Response:
-    tree, path = opened(request), path_of(request)
+async def write_file(request: Request, tree: VolumeTree) -> Response:
+    path = path_of(request)
     owner, force = ownership(request), flag(request, "force")
     upload = await asyncio.to_thread(files.upload, tree, path, owner, force=force)
     try:
@@ -207,14 +240,15 @@ async def write_file(request: Request) -> Response:
     return JSONResponse(entry_json(await asyncio.to_thread(upload.finish)), 201)
 
 
-def routes() -> list[Route]:
-    base = PREFIX + "{volume_id}"
+def routes(prefix: str = PREFIX, reach: Reach = by_token) -> list[Route]:
+    """The content API under `prefix`, each request reaching its volume by `reach`."""
+    base = prefix + "{volume_id}"
     return [
-        Route(f"{base}/path", get_entry, methods=["GET"]),
-        Route(f"{base}/path", patch_entry, methods=["PATCH"]),
-        Route(f"{base}/path", delete_entry, methods=["DELETE"]),
-        Route(f"{base}/dir", list_dir, methods=["GET"]),
-        Route(f"{base}/dir", make_dir, methods=["POST"]),
-        Route(f"{base}/file", read_file, methods=["GET"]),
-        Route(f"{base}/file", write_file, methods=["PUT"]),
+        Route(f"{base}/path", serving(get_entry, reach), methods=["GET"]),
+        Route(f"{base}/path", serving(patch_entry, reach), methods=["PATCH"]),
+        Route(f"{base}/path", serving(delete_entry, reach), methods=["DELETE"]),
+        Route(f"{base}/dir", serving(list_dir, reach), methods=["GET"]),
+        Route(f"{base}/dir", serving(make_dir, reach), methods=["POST"]),
+        Route(f"{base}/file", serving(read_file, reach), methods=["GET"]),
+        Route(f"{base}/file", serving(write_file, reach), methods=["PUT"]),
     ]

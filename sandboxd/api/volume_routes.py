@@ -18,8 +18,8 @@ from sandboxd.api.teams import team_of
 if TYPE_CHECKING:
     from starlette.requests import Request
 
+    from sandboxd.api.context import Volumes
     from sandboxd.store.rows import VolumeRow
-    from sandboxd.volumes.catalog import VolumeCatalog
 
 
 def volume_id(request: Request) -> str:
@@ -36,7 +36,7 @@ def volume_id(request: Request) -> str:
     return raw
 
 
-def _with_token(catalog: VolumeCatalog, row: VolumeRow) -> dict[str, Any]:
+def _with_token(catalog: Volumes, row: VolumeRow) -> dict[str, Any]:
     return {
         "volumeID": row.volume_id,
         "name": row.name,
@@ -46,24 +46,24 @@ def _with_token(catalog: VolumeCatalog, row: VolumeRow) -> dict[str, Any]:
 
 async def create_volume(request: Request) -> Response:
     body = await read_json(request, NewVolume)
-    catalog = context(request).volume_catalog()
+    catalog = context(request).volumes
     row = await catalog.create(body.name, body.sizeMB, team_of(request))
     return JSONResponse(_with_token(catalog, row), 201)
 
 
 async def list_volumes(request: Request) -> Response:
-    rows = context(request).volume_catalog().all(team_of(request))
+    rows = context(request).volumes.all(team_of(request))
     return JSONResponse([{"volumeID": v.volume_id, "name": v.name} for v in rows])
 
 
 async def get_volume(request: Request) -> Response:
-    catalog = context(request).volume_catalog()
+    catalog = context(request).volumes
     row = catalog.get(volume_id(request), team_of(request))
     return JSONResponse(_with_token(catalog, row))
 
 
 async def delete_volume(request: Request) -> Response:
-    await context(request).volume_catalog().delete(volume_id(request), team_of(request))
+    await context(request).volumes.delete(volume_id(request), team_of(request))
     return Response(status_code=204)
 
 

@@ -15,7 +15,7 @@ import logging
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
-from sandboxd.cluster import catalog, placement
+from sandboxd.cluster import catalog, placement, volumes
 from sandboxd.cluster.moves import CatalogMoves
 from sandboxd.errors import (
     InitRefused,
@@ -31,13 +31,14 @@ from sandboxd.errors import (
 )
 from sandboxd.ids import now_us
 from sandboxd.node.builds import NodeBuilds
-from sandboxd.node.service import NodeAgentService
+from sandboxd.node.service import NodeAgentService, NodeVolumes
 from sandboxd.store.rows import CatalogRow
 from sandboxd.templates.catalog import BASE_CPUS
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable
+    from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 
+    from sandboxd.node.content_stream import Answer
     from sandboxd.node.models import LogEntry, SandboxConfig, SandboxInfo, SnapshotInfo
     from sandboxd.store.interface import Store
     from sandboxd.store.rows import MetricSample, NodeRow
@@ -60,8 +61,16 @@ class NodeClient(Protocol):
         self, template_id: str, files_hash: str, body: AsyncIterator[bytes], length: int
     ) -> None: ...
 
+    async def volume_content(
+        self,
+        method: str,
+        target: str,
+        headers: list[tuple[bytes, bytes]],
+        body: AsyncIterable[bytes] | None,
+    ) -> Answer: ...
 
-class Remote(NodeAgentService, NodeBuilds, NodeClient, Protocol): ...
+
+class Remote(NodeAgentService, NodeBuilds, NodeVolumes, NodeClient, Protocol): ...
 
 
 class ClusterNodes:
@@ -101,17 +110,18 @@ class ClusterNodes:
         """Raises NoNodeAvailable: no node took it within the deadline; the errors of
         NodeService.create that are the create's own fault; StoreUnavailable."""
         template_id, cpus, shared = self._template(config.template, config.team_id)
+        home = volumes.mounts_home(self.store, config)  # its volumes' node, or any
         deadline = asyncio.get_running_loop().time() + self.deadline_s
         refusals: dict[str, str] = {}
         unknown: set[str] = set()  # the nodes that do not hold a template only nodes know
         while True:
-            node = placement.choose(self.store.nodes(), template_id, cpus, now_us(), refusals,
-                                    self.reserved)  # fmt: skip
+            nodes = [n for n in self.store.nodes() if home is None or n.node_id == home.node_id]
+            node = placement.choose(nodes, template_id, cpus, now_us(), refusals, self.reserved)
             left = deadline - asyncio.get_running_loop().time()
             if node is None or left <= 0:
                 if refusals and unknown == set(refusals):
                     raise TemplateNotFound(config.template)
-                raise NoNodeAvailable(placement.no_node(refusals))
+                raise NoNodeAvailable(placement.no_node(refusals, home.node_id if home else None))
             try:
                 info = await self._create_on(node, config, cpus, left)
             except TemplateNotFound as exc:

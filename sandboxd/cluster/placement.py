@@ -76,8 +76,11 @@ def choose(nodes: list[NodeRow], template_id: str, cpus_asked: int, now_us: int,
     return min(sampled, key=lambda n: score(n, cpus_asked, reserved.get(n.node_id, 0)))
 
 
-def no_node(refusals: Mapping[str, str]) -> str:
-    """Why no node took a sandbox, from each one's refusal (none: no candidate at all)."""
+def no_node(refusals: Mapping[str, str], home: str | None = None) -> str:
+    """Why no node took a sandbox, from each one's refusal (none: no candidate at all);
+    `home`: the one node it may go to (the node holding its volumes)."""
+    if not refusals and home is not None:
+        return f"node {home}, which holds the sandbox's volumes, has no room for it"
     if not refusals:
         return "no node can take the sandbox: none is alive, undrained and with room"
     tried = "; ".join(f"{node}: {why}" for node, why in refusals.items())

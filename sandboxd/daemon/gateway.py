@@ -1,7 +1,7 @@
 """`sandboxd gateway`, the cluster's composition root: E2B's control API (sandboxd.api.app, as
 serve has it) over the cluster's node service (sandboxd.cluster.nodes) and the sandbox proxy
 relaying to the nodes' proxies (sandboxd.cluster.routes), on one port, with the reconciliation
-loop (sandboxd.cluster.reconcile). Stateless: everything it knows is in the shared PostgreSQL
+loop (sandboxd.cluster.reconcile); volumes on their nodes (sandboxd.cluster.volumes). Stateless: everything it knows is in the shared PostgreSQL
 database; any number of gateways serve the same cluster."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import uvicorn
 
+from sandboxd.api import volume_relay
 from sandboxd.api.app import create_app
 from sandboxd.api.context import ApiContext
 from sandboxd.api.shared_creates import SharedCreates
@@ -23,6 +24,7 @@ from sandboxd.cluster.builds import ClusterBuilds
 from sandboxd.cluster.nodes import CREATE_DEADLINE_S, ClusterNodes
 from sandboxd.cluster.reconcile import Reconciler
 from sandboxd.cluster.routes import ClusterRoutes
+from sandboxd.cluster.volumes import ClusterVolumes, token_key
 from sandboxd.daemon.serve import (
     DATABASE_URL_ENV,
     NotifyingServer,
@@ -35,6 +37,7 @@ from sandboxd.node.remote import RemoteNode
 from sandboxd.proxy.listener import Listener
 from sandboxd.proxy.relay import SandboxProxy
 from sandboxd.templates.catalog import Templates
+from sandboxd.volumes.tokens import VolumeTokens
 
 if TYPE_CHECKING:
     import argparse
@@ -133,8 +136,10 @@ def config(opts: GatewayOptions, store: Store) -> uvicorn.Config:
     templates = Templates(store, lambda t: any(e.info.get("template_id") == t
                                                for e in store.catalog()), Path())  # fmt: skip
     builds = ClusterBuilds(nodes)
+    volumes = ClusterVolumes(store, nodes.client, VolumeTokens(token_key(opts.token)))
     context = ApiContext(nodes, store, templates, builds, opts.domain, uploads_key(opts.token),
-                         None, SharedCreates(store, CREATE_DEADLINE_S))  # fmt: skip
+                         volumes, volume_relay.relayed(volumes),
+                         SharedCreates(store, CREATE_DEADLINE_S))  # fmt: skip
     reconciler = Reconciler(nodes, builds)
 
     @contextlib.asynccontextmanager

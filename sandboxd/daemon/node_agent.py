@@ -23,16 +23,18 @@ from typing import TYPE_CHECKING
 import uvicorn
 from starlette.applications import Starlette
 
+from sandboxd.api import volume_content
 from sandboxd.daemon.machinery import base_of, machinery
 from sandboxd.daemon.serve import NotifyingServer, connection_policy, daemon_lifespan, open_store
 from sandboxd.daemon.state_dir import open_private
 from sandboxd.errors import HostError, SandboxError, StoreUnavailable
 from sandboxd.host import locks
 from sandboxd.network.slots import own_netns_inode
+from sandboxd.node import wire
 from sandboxd.node.builds import LocalBuilds
 from sandboxd.node.heartbeat import Advertised, Heartbeat, max_sandboxes
 from sandboxd.node.http_api import node_app
-from sandboxd.node.local import LocalNode
+from sandboxd.node.local import LocalNode, LocalVolumes
 from sandboxd.proxy.cluster_gate import ClusterProxy
 from sandboxd.proxy.listener import Listener
 from sandboxd.store.node_store import NodeStore
@@ -97,8 +99,10 @@ def run_node(options: NodeOptions) -> None:
         proxy = ClusterProxy(parts.manager, sandboxes.domain, options.token)
         parts.manager.on_gone(proxy.cut)
         builds = LocalBuilds(parts.builder, parts.manager.templates)
-        app = node_app(LocalNode(parts.manager), builds, options.token,
-                       lambda: heartbeat.draining, _node_lifespan(parts, proxy, heartbeat))  # fmt: skip
+        content = volume_content.routes(wire.CONTENT_PREFIX, volume_content.trusted(parts.volumes))
+        app = node_app(LocalNode(parts.manager), builds, LocalVolumes(parts.volumes),
+                       options.token, lambda: heartbeat.draining,
+                       _node_lifespan(parts, proxy, heartbeat), content)  # fmt: skip
         api = NotifyingServer(_config(app, sandboxes.bind, sandboxes.port), notify_socket,
                       _serving_line(options))  # fmt: skip
         relay = uvicorn.Server(_config(_NOTHING, options.proxy_bind, options.proxy_port,

@@ -153,7 +153,8 @@ def daemon_config(options: ServeOptions, store: Store, parts: Machinery) -> uvic
     proxy = SandboxProxy(manager, options.domain)
     manager.on_gone(proxy.cut)
     context = ApiContext(LocalNode(manager), store, manager.templates, parts.builder,
-                         options.domain, manager.tokens.uploads_key(), parts.volumes)  # fmt: skip
+                         options.domain, manager.tokens.uploads_key(), parts.volumes,
+                         volume_content.on_disk(parts.volumes))  # fmt: skip
     app = create_app(context, daemon_lifespan(parts, proxy))
     return uvicorn.Config(
         app,

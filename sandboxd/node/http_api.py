@@ -26,16 +26,17 @@ from sandboxd.errors import (
 )
 from sandboxd.node import wire
 from sandboxd.node.builds import UPLOAD_PREFIX, NodeBuilds
+from sandboxd.node.service import NodeAgentService, NodeVolumes
 
 if TYPE_CHECKING:
     import inspect
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Sequence
 
     from starlette.requests import Request
+    from starlette.routing import BaseRoute
     from starlette.types import ASGIApp, Lifespan, Receive, Scope, Send
 
     from sandboxd.node.builds import LocalBuilds
-    from sandboxd.node.service import NodeAgentService
 
 # What kind of failure each error is, as a status (the client goes by the code, not this).
 _STATUSES: tuple[tuple[type[SandboxError], int], ...] = (
@@ -50,19 +51,24 @@ _STATUSES: tuple[tuple[type[SandboxError], int], ...] = (
 def node_app(
     node: NodeAgentService,
     builds: LocalBuilds,
+    volumes: NodeVolumes,
     token: str,
     draining: Callable[[], bool],
     lifespan: Lifespan[Starlette] | None = None,
+    more: Sequence[BaseRoute] = (),
 ) -> ASGIApp:
-    """The internal API over `node` and `builds`; creates refused with NodeDraining while
-    `draining()`."""
-    routes = [_route(getattr(node, name), name, signature, draining)
-              for name, signature in wire.operations().items()]  # fmt: skip
-    routes += [_route(getattr(builds, name), name, signature, draining)
-               for name, signature in wire.operations(NodeBuilds).items()]  # fmt: skip
+    """The internal API over `node`, `builds` and `volumes`, a build's upload, and the routes
+    `more` (the volumes' content API), behind the cluster token; creates refused with
+    NodeDraining while `draining()`."""
+    services = ((node, NodeAgentService), (builds, NodeBuilds), (volumes, NodeVolumes))
+    routes: list[BaseRoute] = [
+        _route(getattr(service, name), name, signature, draining)
+        for service, protocol in services
+        for name, signature in wire.operations(protocol).items()
+    ]
     routes.append(Route(UPLOAD_PREFIX + "{template_id}/{files_hash}", _upload(builds),
                         methods=["PUT"]))  # fmt: skip
-    return ClusterTokenGate(Starlette(routes=routes, lifespan=lifespan), token)
+    return ClusterTokenGate(Starlette(routes=[*routes, *more], lifespan=lifespan), token)
 
 
 class ClusterTokenGate:

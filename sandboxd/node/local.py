@@ -15,7 +15,8 @@ if TYPE_CHECKING:
     from sandboxd.lifecycle.manager import SandboxManager
     from sandboxd.lifecycle.sandbox import Sandbox
     from sandboxd.node.models import SandboxConfig
-    from sandboxd.store.rows import MetricSample, SandboxRow
+    from sandboxd.store.rows import MetricSample, SandboxRow, VolumeRow
+    from sandboxd.volumes.catalog import VolumeCatalog
 
 
 class LocalNode:
@@ -130,3 +131,16 @@ class LocalNode:
             pause_mode=row.pause_mode if row.state == "paused" else None,
             team_id=row.team_id,
         )
+
+
+class LocalVolumes:
+    """Implements `sandboxd.node.service.NodeVolumes` over this node's volume catalog."""
+
+    def __init__(self, catalog: VolumeCatalog) -> None:
+        self._catalog = catalog
+
+    async def create_volume(self, name: str, size_mb: int | None, team_id: str) -> VolumeRow:
+        return await self._catalog.create(name, size_mb, team_id)
+
+    async def delete_volume(self, volume_id: str) -> None:
+        await self._catalog.delete(volume_id)

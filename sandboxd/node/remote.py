@@ -11,23 +11,26 @@ from __future__ import annotations
 
 import json
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import httpcore
 
 from sandboxd.errors import NodeUnreachable, SandboxError
-from sandboxd.node import wire
+from sandboxd.node import content_stream, wire
 from sandboxd.node.builds import UPLOAD_PREFIX, NodeBuilds
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterable, AsyncIterator
 
     from sandboxd.node.models import LogEntry, SandboxConfig, SandboxInfo, SnapshotInfo
-    from sandboxd.store.rows import MetricSample, SandboxRow
+    from sandboxd.store.rows import MetricSample, SandboxRow, VolumeRow
 
 # A create boots a sandbox (seconds, minutes with a template's start command under load); the
 # other operations answer in milliseconds. A connection that cannot be made fails fast.
 CONNECT_TIMEOUT_S = 5
 READ_TIMEOUT_S = 600
+_TIMEOUTS = {"connect": CONNECT_TIMEOUT_S, "read": READ_TIMEOUT_S, "write": READ_TIMEOUT_S,
+             "pool": READ_TIMEOUT_S}  # fmt: skip
 
 
 class RemoteNode:
@@ -43,6 +46,7 @@ class RemoteNode:
                          (b"content-type", b"application/json")]  # fmt: skip
         self._pool = httpcore.AsyncConnectionPool(max_connections=64, keepalive_expiry=30)
         self._signatures = wire.operations() | wire.operations(NodeBuilds)
+        self._netloc = urlsplit(self.api_url).netloc.encode()  # the Host of a streamed request
 
     async def close(self) -> None:
         await self._pool.aclose()
@@ -139,6 +143,47 @@ class RemoteNode:
         headers = [self._headers[0], (b"content-length", str(length).encode())]
         await self._answer("upload", "PUT", url, headers, body)
 
+    # sandboxd.node.service.NodeVolumes
+
+    async def create_volume(self, name: str, size_mb: int | None, team_id: str) -> VolumeRow:
+        return await self._call(  # type: ignore[no-any-return]
+            "create_volume", name=name, size_mb=size_mb, team_id=team_id
+        )
+
+    async def delete_volume(self, volume_id: str) -> None:
+        await self._call("delete_volume", volume_id=volume_id)
+
+    async def volume_content(
+        self,
+        method: str,
+        target: str,
+        headers: list[tuple[bytes, bytes]],
+        body: AsyncIterable[bytes] | None,
+    ) -> content_stream.Answer:
+        """Send a content-API request (`target`: its path under the content API and query) to
+        the node, `body` streamed as it comes (chunked unless `headers` give its length); the
+        answer's body is left to stream: read it with `aiter_stream()`, then `aclose()` it.
+
+        Raises:
+            NodeUnreachable: the node cannot be reached, or broke off before answering.
+        """
+        chunked = not any(k == b"content-length" for k, _ in headers)
+        framing = [] if body is None else [(b"expect", b"100-continue")]
+        if body is not None and chunked:
+            framing.append((b"transfer-encoding", b"chunked"))
+        lines = [(b"host", self._netloc), self._headers[0], *headers, *framing,
+                 (b"connection", b"close")]  # fmt: skip
+        head = b"%b %b%b HTTP/1.1\r\n%b\r\n" % (
+            method.encode(), wire.CONTENT_PREFIX.encode(), target.encode(),
+            b"".join(b"%b: %b\r\n" % line for line in lines),
+        )  # fmt: skip
+        split = urlsplit(self.api_url)
+        try:
+            return await content_stream.exchange((split.hostname or "", split.port or 80), head,
+                                                 body, chunked, (CONNECT_TIMEOUT_S, READ_TIMEOUT_S))  # fmt: skip
+        except NodeUnreachable as exc:
+            raise NodeUnreachable(f"node {self.node_id} ({self.api_url}): {exc}") from exc
+
     async def _call(self, operation: str, **arguments: object) -> Any:
         """POST the operation; its result decoded by the operation's return annotation.
 
@@ -163,11 +208,9 @@ class RemoteNode:
             NodeUnreachable: a transport failure, or an answer that is not the API's.
             SandboxError: the class the node raised.
         """
-        timeouts = {"connect": CONNECT_TIMEOUT_S, "read": READ_TIMEOUT_S,
-                    "write": READ_TIMEOUT_S, "pool": READ_TIMEOUT_S}  # fmt: skip
         try:
             response = await self._pool.request(method, url, headers=headers, content=content,
-                                                extensions={"timeout": timeouts})  # fmt: skip
+                                                extensions={"timeout": _TIMEOUTS})  # fmt: skip
             answer = json.loads(response.content) if response.content else None
         except (httpcore.TimeoutException, httpcore.NetworkError, httpcore.ProtocolError) as exc:
             raise NodeUnreachable(f"node {self.node_id} ({self.api_url}): {exc!r}") from exc

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from sandboxd.errors import SandboxError
     from sandboxd.node.models import LogEntry, SandboxConfig, SandboxInfo, SnapshotInfo
-    from sandboxd.store.rows import MetricSample, SandboxRow
+    from sandboxd.store.rows import MetricSample, SandboxRow, VolumeRow
 
 
 class NodeService(Protocol):
@@ -151,6 +151,30 @@ class PausedMoves(Protocol):
         Raises:
             NotMovable: not a disk-paused sandbox's record; SandboxError: an unreadable one;
             WrongState: this node has a sandbox of that id.
+        """
+        ...
+
+
+class NodeVolumes(Protocol):
+    """The volumes a node agent holds on its disk (a gateway keeps their records in the shared
+    database; their files are reached by the content API's relay, sandboxd.cluster.volumes)."""
+
+    async def create_volume(self, name: str, size_mb: int | None, team_id: str) -> VolumeRow:
+        """Make the team's volume on this node's disk (its own record kept in the node's store,
+        as serve keeps one).
+
+        Raises:
+            NotAllowed: a bad name or size, or the team has the name here.
+            HostError: its filesystem could not be made.
+        """
+        ...
+
+    async def delete_volume(self, volume_id: str) -> None:
+        """Remove the volume, record and filesystem.
+
+        Raises:
+            VolumeNotFound: not on this node.
+            WrongState: a sandbox here has it mounted.
         """
         ...
 

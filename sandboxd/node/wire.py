@@ -19,16 +19,19 @@ from typing import Any, TypeVar, Union, cast
 from sandboxd import errors
 from sandboxd.errors import SandboxError
 from sandboxd.node.models import LogEntry, SandboxConfig, SandboxInfo, SnapshotInfo
-from sandboxd.node.service import NodeAgentService
-from sandboxd.store.rows import MetricSample, SandboxRow
+from sandboxd.node.service import NodeAgentService, NodeVolumes
+from sandboxd.store.rows import MetricSample, SandboxRow, VolumeRow
 
 T = TypeVar("T")
 
 PREFIX = "/node/v1/"
+# The volumes' content API on a node, as sandboxd.api.volume_content serves it on serve's port
+# under /volumecontent/: a gateway relays its requests there.
+CONTENT_PREFIX = PREFIX + "volumecontent/"
 # The names the node service's annotations use (sandboxd.node.service imports them only for
 # type checking), for resolving them at run time.
 _NAMES = {c.__name__: c for c in (SandboxConfig, SandboxInfo, SnapshotInfo, LogEntry,
-                                  MetricSample, SandboxRow, SandboxError)}  # fmt: skip
+                                  MetricSample, SandboxRow, VolumeRow, SandboxError)}  # fmt: skip
 _SCALARS = {int: (int,), float: (int, float), str: (str,), bool: (bool,)}
 
 
@@ -36,11 +39,14 @@ class WireError(ValueError):
     """A JSON value that is not what its annotation says."""
 
 
-def operations(protocol: type = NodeAgentService) -> dict[str, inspect.Signature]:
-    """Each operation of `protocol` (NodeAgentService's, NodeBuilds') (its route's last part) and
-    its signature, annotations resolved, `self` left out."""
+def operations(*protocols: type) -> dict[str, inspect.Signature]:
+    """Each operation of `protocols` (by default NodeAgentService's and NodeVolumes'; the
+    builds' are sandboxd.node.builds.NodeBuilds) by name (its route's last part) and its
+    signature, annotations resolved, `self` left out."""
     found = {}
-    for name, method in inspect.getmembers(protocol, inspect.isfunction):
+    members = [m for p in protocols or (NodeAgentService, NodeVolumes)
+               for m in inspect.getmembers(p, inspect.isfunction)]  # fmt: skip
+    for name, method in members:
         if name.startswith("_"):
             continue
         hints = typing.get_type_hints(method, localns=_NAMES)

@@ -132,6 +132,7 @@ class VolumeRow:
     size_mb: int  # its filesystem's size: what it may hold
     created_at: int
     team_id: str = DEFAULT_TEAM_ID
+    node_id: str | None = None  # a cluster's: the node whose disk holds it (None: serve's own)
 
 
 @dataclass(frozen=True)

@@ -171,7 +171,7 @@ async def test_lists_come_in_the_interfaces_order_and_pages(store: Store) -> Non
 
 async def test_volumes_by_id_and_name_each_name_once(store: Store) -> None:
     first = VolumeRow("0b5e2a6e-6f0c-4a47-9a53-1d9a3e0c0001", "data", 1024, 1)
-    second = VolumeRow("0b5e2a6e-6f0c-4a47-9a53-1d9a3e0c0002", "cache", 16, 2)
+    second = VolumeRow("0b5e2a6e-6f0c-4a47-9a53-1d9a3e0c0002", "cache", 16, 2, node_id="node-b")
     await store.write(functools.partial(store.add_volume, first),
                       functools.partial(store.add_volume, second))  # fmt: skip
     assert store.volume(first.volume_id) == first

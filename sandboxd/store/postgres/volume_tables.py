@@ -1,19 +1,19 @@
-"""The volumes of the PostgreSQL store (migrations/postgres/0007_volumes.sql, 0008_teams.sql;
-sandboxd.store.interface's Volumes)."""
+"""The volumes of the PostgreSQL store (migrations/postgres/0007_volumes.sql, 0008_teams.sql,
+0011_volume_homes.sql; sandboxd.store.interface's Volumes)."""
 
 from __future__ import annotations
 
 from sandboxd.store.postgres.database import Tables
 from sandboxd.store.rows import DEFAULT_TEAM_ID, VolumeRow
 
-_COLUMNS = "volume_id, name, size_mb, created_at, team_id"
+_COLUMNS = "volume_id, name, size_mb, created_at, team_id, node_id"
 
 
 class VolumeTables(Tables):
     def add_volume(self, v: VolumeRow) -> None:
         self._db.writes.execute(
-            f"INSERT INTO volumes ({_COLUMNS}) VALUES (%s, %s, %s, %s, %s)",  # noqa: S608  # ours
-            (v.volume_id, v.name, v.size_mb, v.created_at, v.team_id),
+            f"INSERT INTO volumes ({_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s)",  # noqa: S608  # ours
+            (v.volume_id, v.name, v.size_mb, v.created_at, v.team_id, v.node_id),
         )
 
     def volume(self, volume_id: str) -> VolumeRow | None:
