@@ -15,6 +15,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 from sandboxd.cluster import catalog, placement
+from sandboxd.cluster.node_rows import NodeRows
 from sandboxd.errors import (
     InitRefused,
     NodeLost,
@@ -58,8 +59,10 @@ class Remote(NodeService, NodeClient, Protocol): ...
 
 
 class ClusterNodes:
-    """`dial(node)` makes the client of a registered node; `on_gone(id)` callbacks run when a sandbox stops being reachable where it was
-    (killed, paused, lost)."""
+    """`dial(node)` makes the client of a registered node; `on_gone(id)` callbacks run when a
+    sandbox stops being reachable where it was (killed, paused, lost), `on_made(id, node)` ones
+    when one was recorded on its node. `rows` are the nodes' rows placement reads (their
+    refreshes run by whoever runs the gateway: `rows.run()`)."""
 
     def __init__(self, store: Store, dial: Callable[[NodeRow], Remote],
                  deadline_s: float = CREATE_DEADLINE_S) -> None:  # fmt: skip
@@ -67,11 +70,16 @@ class ClusterNodes:
         self.dial = dial
         self.deadline_s = deadline_s
         self.reserved: Counter[str] = Counter()  # vCPUs of creates under way, by node
+        self.rows = NodeRows(store)
         self._clients: dict[str, tuple[str, Remote]] = {}  # node_id → (api_url, client)
         self._gone: list[Callable[[str], None]] = []
+        self._made: list[Callable[[str, NodeRow], None]] = []
 
     def on_gone(self, callback: Callable[[str], None]) -> None:
         self._gone.append(callback)
+
+    def on_made(self, callback: Callable[[str, NodeRow], None]) -> None:
+        self._made.append(callback)
 
     async def close(self) -> None:
         clients, self._clients = self._clients, {}
@@ -97,8 +105,8 @@ class ClusterNodes:
         refusals: dict[str, str] = {}
         unknown: set[str] = set()  # the nodes that do not hold a template only nodes know
         while True:
-            node = placement.choose(self.store.nodes(), template_id, cpus, now_us(), refusals,
-                                    self.reserved)  # fmt: skip
+            node = placement.choose(self.rows.current(), template_id, cpus, now_us(), refusals,
+                                    self.rows.unseen(self.reserved))  # fmt: skip
             left = deadline - asyncio.get_running_loop().time()
             if node is None or left <= 0:
                 if refusals and unknown == set(refusals):
@@ -135,7 +143,9 @@ class ClusterNodes:
                          timeout_s: float) -> SandboxInfo:  # fmt: skip
         self.reserved[node.node_id] += cpus
         try:
-            return await asyncio.wait_for(self.client(node).create(config), timeout_s)
+            info = await asyncio.wait_for(self.client(node).create(config), timeout_s)
+            self.rows.made(node.node_id, cpus)
+            return info
         finally:
             self.reserved[node.node_id] -= cpus
 
@@ -150,6 +160,8 @@ class ClusterNodes:
             with contextlib.suppress(Exception):  # else the reaper's: it is an orphan now
                 await self.client(node).kill(info.sandbox_id)
             raise
+        for callback in self._made:
+            callback(info.sandbox_id, node)
 
     # Routing by the catalog
 

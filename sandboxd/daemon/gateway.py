@@ -6,6 +6,7 @@ database; any number of gateways serve the same cluster."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import secrets
@@ -120,6 +121,7 @@ def config(opts: GatewayOptions, store: Store) -> uvicorn.Config:
     routes = ClusterRoutes(store)
     proxy = SandboxProxy(routes, opts.domain, opts.token)
     nodes.on_gone(routes.forget)
+    nodes.on_made(routes.learn)
     nodes.on_gone(proxy.cut)
     templates = Templates(store, lambda t: any(e.info.get("template_id") == t
                                                for e in store.catalog()))  # fmt: skip
@@ -131,9 +133,13 @@ def config(opts: GatewayOptions, store: Store) -> uvicorn.Config:
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         reconciler.start()
+        refreshing = asyncio.create_task(nodes.rows.run())
         try:
             yield
         finally:
+            refreshing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await refreshing
             await reconciler.stop()
             proxy.close()
             await nodes.close()

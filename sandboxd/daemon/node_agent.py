@@ -32,6 +32,7 @@ from sandboxd.network.slots import own_netns_inode
 from sandboxd.node.heartbeat import Advertised, Heartbeat, max_sandboxes
 from sandboxd.node.http_api import node_app
 from sandboxd.node.local import LocalNode
+from sandboxd.node.remote import KEEPALIVE_S
 from sandboxd.proxy.cluster_gate import ClusterProxy
 from sandboxd.proxy.listener import Listener
 
@@ -160,10 +161,14 @@ def _config(
     app: ASGIApp, host: str, port: int, http: type[asyncio.Protocol] | None = None
 ) -> uvicorn.Config:
     """A port's configuration; with `http` (the proxy's listener) without a lifespan, which
-    the API's server runs."""
-    return uvicorn.Config(app, host=host, port=port, loop="uvloop", log_config=None,
-                          access_log=False, timeout_graceful_shutdown=5, server_header=False,
-                          http=http or "auto", lifespan="auto" if http is None else "off")  # fmt: skip
+    the API's server runs. The API keeps a gateway's idle connection open for longer than the
+    gateway does (sandboxd.node.remote KEEPALIVE_S)."""
+    config = uvicorn.Config(app, host=host, port=port, loop="uvloop", log_config=None,
+                            access_log=False, timeout_graceful_shutdown=5, server_header=False,
+                            http=http or "auto", lifespan="auto" if http is None else "off")  # fmt: skip
+    if http is None:
+        config.timeout_keep_alive = 2 * KEEPALIVE_S
+    return config
 
 
 # The proxy port's app: never reached (ClusterProxy answers every request itself).

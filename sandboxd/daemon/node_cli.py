@@ -20,6 +20,7 @@ from sandboxd.daemon.flags import add_sandbox_options, file_path, serve_options
 from sandboxd.daemon.node_agent import NodeOptions, run_node
 from sandboxd.daemon.serve import DATABASE_URL_ENV, open_store
 from sandboxd.errors import SandboxError
+from sandboxd.node.heartbeat import DEFAULT_INTERVAL_S
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -50,7 +51,8 @@ def add_parser(
                    help="the address gateways dial (default: the first non-loopback one)")  # fmt: skip
     p.add_argument("--cluster-token-file", type=file_path, metavar="FILE",
                    help=f"the cluster token (default ${TOKEN_ENV})")  # fmt: skip
-    p.add_argument("--heartbeat-s", type=float, default=2, help="(default 2)")
+    p.add_argument("--heartbeat-s", type=float, default=DEFAULT_INTERVAL_S,
+                   help=f"(default {DEFAULT_INTERVAL_S:g})")  # fmt: skip
     p.add_argument("--lease-s", type=int, default=10, help="(default 10)")
     add_sandbox_options(p, cgroup_parent="sandboxd-node-NODE_ID")
     drains = p.add_subparsers(dest="node_command", metavar="drain|undrain")

@@ -11,7 +11,7 @@ import functools
 import logging
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from sandboxd.errors import SandboxError
 from sandboxd.host.uid_ranges import FIRST_BASE, LAST_BASE, RANGE_SIZE
@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from sandboxd.store.interface import Store
 
 log = logging.getLogger("sandboxd.node.heartbeat")
+
+DEFAULT_INTERVAL_S: Final = 2.0  # `sandboxd node --heartbeat-s`'s default
 
 
 @dataclass(frozen=True)
