@@ -138,7 +138,8 @@ async def _serve_both(api: uvicorn.Server, relay: uvicorn.Server) -> None:
 def _node_lifespan(
     parts: Machinery, proxy: ClusterProxy, heartbeat: Heartbeat
 ) -> Lifespan[Starlette]:
-    """serve's lifespan, and the heartbeat from before the ports listen until they close."""
+    """serve's lifespan, and the heartbeat from before the ports listen until they close, the
+    last one saying that the agent stops."""
     inner = daemon_lifespan(parts, proxy)
 
     @contextlib.asynccontextmanager
@@ -152,6 +153,7 @@ def _node_lifespan(
                 beating.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await beating
+                await heartbeat.last_beat()  # nothing placed here while the agent is down
                 heartbeat.close()
 
     return lifespan
