@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sqlite3
 import sys
 from pathlib import Path
@@ -14,10 +13,14 @@ from envd.logs import setup_logging
 from sandboxd import team_cli, template_cli
 from sandboxd.builds.base_image import build_base
 from sandboxd.daemon import gateway, node_cli, tls
-from sandboxd.daemon.flags import add_sandbox_options, file_path, serve_options
+from sandboxd.daemon.flags import (
+    add_database_option,
+    add_sandbox_options,
+    file_path,
+    serve_options,
+)
 from sandboxd.daemon.machinery import base_rootfs
 from sandboxd.daemon.serve import (
-    DATABASE_URL_ENV,
     open_store,
     serve,
 )
@@ -43,14 +46,7 @@ def _state_dir_option(p: argparse.ArgumentParser) -> None:
 def _store_options(p: argparse.ArgumentParser) -> None:
     """--state-dir, and --database-url for the commands that use the store."""
     _state_dir_option(p)
-    p.add_argument(
-        "--database-url",
-        default=os.environ.get(DATABASE_URL_ENV) or None,
-        metavar="URL",
-        help="the store in the PostgreSQL database at this postgresql:// URL (needs "
-        "sandboxd[postgres]; a password is better given as PGPASSWORD than here) (default "
-        f"${DATABASE_URL_ENV}, else SQLite in the state directory)",
-    )
+    add_database_option(p, otherwise="SQLite in the state directory")
 
 
 def _verbose_option(p: argparse.ArgumentParser) -> None:

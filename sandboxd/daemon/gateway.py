@@ -22,6 +22,7 @@ from sandboxd.api.shared_creates import SharedCreates
 from sandboxd.cluster.nodes import CREATE_DEADLINE_S, ClusterNodes
 from sandboxd.cluster.reconcile import Reconciler
 from sandboxd.cluster.routes import ClusterRoutes
+from sandboxd.daemon.flags import add_database_option
 from sandboxd.daemon.serve import (
     DATABASE_URL_ENV,
     NotifyingServer,
@@ -64,9 +65,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Serve E2B's control API and the sandbox proxy for the node agents "
         "registered in a shared PostgreSQL database, placing sandboxes on them.",
     )
-    p.add_argument("--database-url", default=os.environ.get(DATABASE_URL_ENV) or None,
-                   metavar="URL", help=f"the shared postgresql:// database (default "
-                   f"${DATABASE_URL_ENV})")  # fmt: skip
+    add_database_option(p)
     p.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
                    help=f"where the API and the proxy listen (default {DEFAULT_LISTEN})")  # fmt: skip
     p.add_argument("--domain", default="localhost", help="the sandboxes' domain: "

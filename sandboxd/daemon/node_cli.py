@@ -16,7 +16,12 @@ import struct
 import sys
 from typing import TYPE_CHECKING
 
-from sandboxd.daemon.flags import add_sandbox_options, file_path, serve_options
+from sandboxd.daemon.flags import (
+    add_database_option,
+    add_sandbox_options,
+    file_path,
+    serve_options,
+)
 from sandboxd.daemon.node_agent import NodeOptions, run_node
 from sandboxd.daemon.serve import DATABASE_URL_ENV, open_store
 from sandboxd.errors import SandboxError
@@ -41,7 +46,7 @@ def add_parser(
                             description="Run sandboxes for a cluster's gateways: the node-internal "
                             "API and proxy, both behind the cluster token, and a heartbeat in the "
                             "shared database. SIGTERM leaves the sandboxes running.")  # fmt: skip
-    _database_option(p)
+    add_database_option(p)
     p.add_argument("--node-id", default=socket.gethostname(), help="(default: the host name)")
     p.add_argument("--listen", type=_host_port, default=DEFAULT_LISTEN,
                    help=f"the internal API's HOST:PORT (default {DEFAULT_LISTEN})")  # fmt: skip
@@ -61,8 +66,7 @@ def add_parser(
             name, help=f"{says} a node again" if name == "undrain" else f"{says} a node"
         )
         d.add_argument("target_node", metavar="NODE_ID")
-        # Not defaulted here: a subcommand's default would replace `node --database-url URL`.
-        _database_option(d, default=argparse.SUPPRESS)
+        add_database_option(d, inherited=True)
 
 
 def run(args: argparse.Namespace) -> None:
@@ -115,13 +119,6 @@ def _token(path: Path | None) -> str:
     if not token:
         raise SandboxError(f"no cluster token: --cluster-token-file or ${TOKEN_ENV}")
     return token
-
-
-def _database_option(p: argparse.ArgumentParser, default: str | None = None) -> None:
-    """--database-url, by default $SANDBOXD_DATABASE_URL, else `default`."""
-    p.add_argument("--database-url", default=os.environ.get(DATABASE_URL_ENV) or default,
-                   metavar="URL", help="the cluster's shared PostgreSQL (postgresql://...; "
-                   f"default ${DATABASE_URL_ENV})")  # fmt: skip
 
 
 def _host_port(text: str) -> tuple[str, int]:
