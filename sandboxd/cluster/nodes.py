@@ -30,6 +30,7 @@ from sandboxd.errors import (
 )
 from sandboxd.ids import now_us
 from sandboxd.node.service import NodeService
+from sandboxd.store.riders import riders_for
 from sandboxd.store.rows import CatalogRow
 from sandboxd.templates.catalog import BASE_CPUS
 
@@ -154,8 +155,9 @@ class ClusterNodes:
         killed again, so that nothing runs that no gateway knows."""
         entry = CatalogRow(info.sandbox_id, node.node_id, info.team_id, now_us(),
                            catalog.recorded(info))  # fmt: skip
-        try:
-            await self.store.write(functools.partial(self.store.add_catalog_entry, entry))
+        try:  # with an Idempotency-Key's settlement, in one transaction
+            await self.store.write(functools.partial(self.store.add_catalog_entry, entry),
+                                   *riders_for(info.sandbox_id))  # fmt: skip
         except BaseException:
             with contextlib.suppress(Exception):  # else the reaper's: it is an orphan now
                 await self.client(node).kill(info.sandbox_id)
