@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sqlite3
 import sys
 from pathlib import Path
@@ -14,15 +13,19 @@ from envd.logs import setup_logging
 from sandboxd import team_cli, template_cli
 from sandboxd.builds.base_image import build_base
 from sandboxd.daemon import gateway, node_cli, tls
-from sandboxd.daemon.flags import add_sandbox_options, file_path, serve_options
+from sandboxd.daemon.flags import (
+    add_database_option,
+    add_sandbox_options,
+    file_path,
+    serve_options,
+)
 from sandboxd.daemon.machinery import base_rootfs
 from sandboxd.daemon.serve import (
-    DATABASE_URL_ENV,
     open_store,
     serve,
 )
 from sandboxd.daemon.state_dir import open_private
-from sandboxd.daemon.systemd_unit import install_service
+from sandboxd.daemon.systemd_unit import UNITS, install_service
 from sandboxd.errors import SandboxError
 
 DEFAULT_STATE_DIR = Path("/var/lib/sandboxd")
@@ -43,14 +46,7 @@ def _state_dir_option(p: argparse.ArgumentParser) -> None:
 def _store_options(p: argparse.ArgumentParser) -> None:
     """--state-dir, and --database-url for the commands that use the store."""
     _state_dir_option(p)
-    p.add_argument(
-        "--database-url",
-        default=os.environ.get(DATABASE_URL_ENV) or None,
-        metavar="URL",
-        help="the store in the PostgreSQL database at this postgresql:// URL (needs "
-        "sandboxd[postgres]; a password is better given as PGPASSWORD than here) (default "
-        f"${DATABASE_URL_ENV}, else SQLite in the state directory)",
-    )
+    add_database_option(p, otherwise="SQLite in the state directory")
 
 
 def _verbose_option(p: argparse.ArgumentParser) -> None:
@@ -136,14 +132,17 @@ def _tls_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
 def _install_service_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = commands.add_parser(
         "install-service",
-        help="install the systemd unit sandboxd.service (as root)",
-        description="Write sandboxd.service into ROOT/etc/systemd/system, its ExecStart running "
-        "this sandboxd's serve with the flags after --, e.g. `sandboxd install-service -- "
-        "--port 3000 --pool 2`.",
+        help="install a role's systemd unit (as root)",
+        description="Write the role's unit (serve: sandboxd.service, node: sandboxd-node.service, "
+        "gateway: sandboxd-gateway.service) into ROOT/etc/systemd/system, its ExecStart running "
+        "this sandboxd with the unit's flags and those after --, e.g. `sandboxd install-service "
+        "-- --port 3000 --pool 2` or `sandboxd install-service --role gateway -- --domain "
+        "sandboxes.example.com`.",
     )
+    p.add_argument("--role", choices=sorted(UNITS), default="serve", help="(default serve)")
     p.add_argument("--root", type=Path, default=Path("/"), help="root file system (default /)")
     p.add_argument("--enable", action="store_true", help="enable it (and start it if running)")
-    p.add_argument("serve_flags", nargs="*", metavar="SERVE-FLAG", help="flags for serve")
+    p.add_argument("flags", nargs="*", metavar="FLAG", help="flags for the role's command")
 
 
 def _tls_init(state_dir: Path, domain: str) -> None:
@@ -160,8 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(getattr(args, "verbose", False))
     try:
         if args.command == "install-service":
-            parser.parse_args(["serve", *args.serve_flags])  # a typo fails here, not at start
-            install_service(args.root.absolute(), args.serve_flags, args.enable)
+            parser.parse_args([args.role, *args.flags])  # a typo fails here, not at start
+            install_service(args.root.absolute(), args.role, args.flags, args.enable)
             return 0
         if args.command == "gateway":
             gateway.gateway(gateway.options(args))

@@ -13,14 +13,17 @@ from typing import Any
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 from hatchling.builders.wheel import WheelBuilder
 
-# What packaging/install.sh --wheel needs besides the wheel, and the unit `sandboxd
-# install-service` writes; sandboxd/builds/base_image.py and sandboxd/daemon/systemd_unit.py read them there.
+# What packaging/install.sh --wheel needs besides the wheel, and the units `sandboxd
+# install-service` writes; sandboxd/builds/base_image.py and sandboxd/daemon/systemd_unit.py
+# read them there.
 RECIPE_FILES = (
     "packaging/install.sh",
     "packaging/add-user",
     "packaging/isnotfc.conf",
     "packaging/envd.service",
     "packaging/sandboxd.service",
+    "packaging/systemd/sandboxd-node.service",
+    "packaging/systemd/sandboxd-gateway.service",
 )
 # envd's own project: its wheel is built from these (an sdist carries them in tree/).
 ENVD_PROJECT = ("pyproject.toml", "README.md", "envd")

@@ -1,7 +1,8 @@
 """Creates by `Idempotency-Key` across gateways (sandboxd.api.idempotency's contract, kept in the
 shared database: a gateway's, sandboxd/daemon/gateway.py): the first create to insert the key's row makes the sandbox and records its id
 there; a create with the same key through any gateway waits for that id. A create that failed
-removes its row, so a retry tries again."""
+removes its row, so a retry tries again. The id is written in the transaction that records the
+sandbox where the node service records one (sandboxd.store.riders), else in one of its own."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, Final
 from sandboxd.api.errors import RequestError
 from sandboxd.api.idempotency import MAX_KEY_LENGTH, WINDOW_S
 from sandboxd.ids import now_us
+from sandboxd.store.riders import riding
 from sandboxd.store.rows import CreateKeyRow, key_hash
 
 if TYPE_CHECKING:
@@ -21,6 +23,10 @@ if TYPE_CHECKING:
     from sandboxd.store.interface import Store
 
 POLL_S: Final = 0.05  # how often a waiting create reads the key's row
+
+
+def _settle(store: Store, row: CreateKeyRow, sandbox_id: str) -> Callable[[], None]:
+    return functools.partial(store.settle_create_key, row.scope, row.key, row.claim, sandbox_id)
 
 
 class SharedCreates:
@@ -62,12 +68,15 @@ class SharedCreates:
 
     async def _make(self, mine: CreateKeyRow, create: Callable[[], Awaitable[str]]) -> str:
         store = self.store
-        try:
-            sandbox_id = await create()
-        except BaseException:
-            release = functools.partial(store.release_create_key, mine.scope, mine.key, mine.claim)
-            await asyncio.shield(store.write(release))
-            raise
-        await store.write(functools.partial(
-            store.settle_create_key, mine.scope, mine.key, mine.claim, sandbox_id))  # fmt: skip
+        with riding(functools.partial(_settle, store, mine)) as waiting:
+            try:
+                sandbox_id = await create()
+            except BaseException:
+                release = functools.partial(
+                    store.release_create_key, mine.scope, mine.key, mine.claim
+                )
+                await asyncio.shield(store.write(release))
+                raise
+        if waiting:  # no recording of the sandbox took the settlement along
+            await store.write(_settle(store, mine, sandbox_id))
         return sandbox_id

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 from sandboxd.cluster import catalog, placement, volumes
 from sandboxd.cluster.moves import CatalogMoves
+from sandboxd.cluster.node_rows import NodeRows
 from sandboxd.errors import (
     InitRefused,
     NodeLost,
@@ -32,6 +33,7 @@ from sandboxd.errors import (
 from sandboxd.ids import now_us
 from sandboxd.node.builds import NodeBuilds
 from sandboxd.node.service import NodeAgentService, NodeVolumes
+from sandboxd.store.riders import riders_for
 from sandboxd.store.rows import CatalogRow
 from sandboxd.templates.catalog import BASE_CPUS
 
@@ -74,8 +76,10 @@ class Remote(NodeAgentService, NodeBuilds, NodeVolumes, NodeClient, Protocol): .
 
 
 class ClusterNodes:
-    """`dial(node)` makes the client of a registered node; `on_gone(id)` callbacks run when a sandbox stops being reachable where it was
-    (killed, paused, lost)."""
+    """`dial(node)` makes the client of a registered node; `on_gone(id)` callbacks run when a
+    sandbox stops being reachable where it was (killed, paused, lost), `on_made(id, node)` ones
+    when one was recorded on its node. `rows` are the nodes' rows placement reads (their
+    refreshes run by whoever runs the gateway: `rows.run()`)."""
 
     def __init__(self, store: Store, dial: Callable[[NodeRow], Remote],
                  deadline_s: float = CREATE_DEADLINE_S) -> None:  # fmt: skip
@@ -83,12 +87,17 @@ class ClusterNodes:
         self.dial = dial
         self.deadline_s = deadline_s
         self.reserved: Counter[str] = Counter()  # vCPUs of creates under way, by node
+        self.rows = NodeRows(store)
         self._clients: dict[str, tuple[str, Remote]] = {}  # node_id → (api_url, client)
         self._gone: list[Callable[[str], None]] = []
         self.moves = CatalogMoves(self)
+        self._made: list[Callable[[str, NodeRow], None]] = []
 
     def on_gone(self, callback: Callable[[str], None]) -> None:
         self._gone.append(callback)
+
+    def on_made(self, callback: Callable[[str, NodeRow], None]) -> None:
+        self._made.append(callback)
 
     async def close(self) -> None:
         clients, self._clients = self._clients, {}
@@ -115,8 +124,9 @@ class ClusterNodes:
         refusals: dict[str, str] = {}
         unknown: set[str] = set()  # the nodes that do not hold a template only nodes know
         while True:
-            nodes = [n for n in self.store.nodes() if home is None or n.node_id == home.node_id]
-            node = placement.choose(nodes, template_id, cpus, now_us(), refusals, self.reserved)
+            rows = [n for n in self.rows.current() if home is None or n.node_id == home.node_id]
+            node = placement.choose(rows, template_id, cpus, now_us(), refusals,
+                                    self.rows.unseen(self.reserved))  # fmt: skip
             left = deadline - asyncio.get_running_loop().time()
             if node is None or left <= 0:
                 if refusals and unknown == set(refusals):
@@ -153,7 +163,9 @@ class ClusterNodes:
                          timeout_s: float) -> SandboxInfo:  # fmt: skip
         self.reserved[node.node_id] += cpus
         try:
-            return await asyncio.wait_for(self.client(node).create(config), timeout_s)
+            info = await asyncio.wait_for(self.client(node).create(config), timeout_s)
+            self.rows.made(node.node_id, cpus)
+            return info
         finally:
             self.reserved[node.node_id] -= cpus
 
@@ -162,12 +174,15 @@ class ClusterNodes:
         killed again, so that nothing runs that no gateway knows."""
         entry = CatalogRow(info.sandbox_id, node.node_id, info.team_id, now_us(),
                            catalog.recorded(info))  # fmt: skip
-        try:
-            await self.store.write(functools.partial(self.store.add_catalog_entry, entry))
+        try:  # with an Idempotency-Key's settlement, in one transaction
+            await self.store.write(functools.partial(self.store.add_catalog_entry, entry),
+                                   *riders_for(info.sandbox_id))  # fmt: skip
         except BaseException:
             with contextlib.suppress(Exception):  # else the reaper's: it is an orphan now
                 await self.client(node).kill(info.sandbox_id)
             raise
+        for callback in self._made:
+            callback(info.sandbox_id, node)
 
     # Routing by the catalog
 

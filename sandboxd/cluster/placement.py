@@ -45,11 +45,12 @@ def fits(node: NodeRow) -> bool:
 
 
 def candidates(nodes: list[NodeRow], now_us: int, excluded: Collection[str]) -> list[NodeRow]:
-    """The live nodes that are not draining, not `excluded` and have room."""
+    """The live nodes that are not draining (drained by an operator, or stopping), not
+    `excluded` and have room."""
     return [
         n for n in nodes
-        if alive(n, now_us) and not n.draining and n.node_id not in excluded
-        and fits(n)
+        if alive(n, now_us) and not n.draining and not n.status.get("stopping")
+        and n.node_id not in excluded and fits(n)
     ]  # fmt: skip
 
 

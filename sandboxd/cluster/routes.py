@@ -7,7 +7,9 @@ Routes are cached: a route read within FRESH_S is used as it is; after that the 
 again, and while the database cannot be read a cached route keeps serving for STALE_LIMIT_S
 since it was last read, then no longer (the sandbox's traffic answers 502). A kill or pause
 through this gateway drops the route at once; one through another gateway meets the node's own
-answer (the sandbox is not found there) until the route is read again."""
+answer (the sandbox is not found there) until the route is read again. A create through this
+gateway puts its sandbox's route in the cache (`learn`), so that its first request reads
+nothing."""
 
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from sandboxd.lifecycle.ingress import Ingress, Location
 if TYPE_CHECKING:
     from sandboxd.lifecycle.ingress import Credentials
     from sandboxd.store.interface import Store
+    from sandboxd.store.rows import NodeRow
 
 FRESH_S: Final = 5.0
 STALE_LIMIT_S: Final = 60.0
@@ -69,6 +72,13 @@ class ClusterRoutes:
 
     def forget(self, sandbox_id: str) -> None:
         self._routes.pop(sandbox_id, None)
+
+    def learn(self, sandbox_id: str, node: NodeRow) -> None:
+        """The sandbox runs on `node` as of now (its create was recorded there)."""
+        self._routes[sandbox_id] = (
+            time.monotonic(),
+            node_location(node.node_id, node.proxy_address),
+        )
 
     def locate(self, sandbox_id: str) -> Location | None:
         cached = self._routes.get(sandbox_id)

@@ -1,11 +1,12 @@
 """The command line's options for running sandboxes, which `sandboxd serve` and `sandboxd node`
 share (pool, limits, base template, cgroup parent, networking, sandbox domain, builds, volumes),
-and the ServeOptions they make."""
+and the ServeOptions they make; and --database-url, every command's that opens a store."""
 
 from __future__ import annotations
 
 import argparse
 import ipaddress
+import os
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ from sandboxd.builds.builder import DEADLINE_OPTION, DEFAULT_DEADLINE_S
 from sandboxd.builds.envd_layer import OPTION as ENVD_ARTIFACT_OPTION
 from sandboxd.builds.systemd_init import PROVISIONS
 from sandboxd.daemon.registry_options import add_registry_options, layer_registry
-from sandboxd.daemon.serve import ServeOptions
+from sandboxd.daemon.serve import DATABASE_URL_ENV, ServeOptions
 from sandboxd.errors import SandboxError
 from sandboxd.host.disk import MIN_DISK_MB
 from sandboxd.layers.quota import OPTION as STORAGE_OPTION
@@ -26,6 +27,25 @@ from sandboxd.volumes.catalog import (
 from sandboxd.volumes.storage import MIN_SIZE_MB as MIN_VOLUME_MB
 
 DEFAULT_MAX_TIMEOUT_S = 24 * 3600
+
+
+def add_database_option(
+    p: argparse.ArgumentParser, otherwise: str | None = None, inherited: bool = False
+) -> None:
+    """--database-url, by default $SANDBOXD_DATABASE_URL; `otherwise`: the store used without
+    either (None: the cluster's shared database, which the command needs). `inherited`: a
+    subcommand's, whose command has the option too: without the flag here, the command's value
+    (argparse lets a subcommand's default replace it)."""
+    what = "the cluster's shared" if otherwise is None else "the store in a"
+    fallback = "" if otherwise is None else f", else {otherwise}"
+    p.add_argument(
+        "--database-url",
+        default=argparse.SUPPRESS if inherited else os.environ.get(DATABASE_URL_ENV) or None,
+        metavar="URL",
+        help=f"{what} PostgreSQL database at this postgresql:// URL (needs sandboxd[postgres]; a "
+        f"password is better given as PGPASSWORD than here) (default ${DATABASE_URL_ENV}"
+        f"{fallback})",
+    )
 
 
 def add_sandbox_options(p: argparse.ArgumentParser, cgroup_parent: str) -> None:

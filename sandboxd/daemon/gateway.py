@@ -6,6 +6,7 @@ database; any number of gateways serve the same cluster."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import hmac
@@ -25,6 +26,7 @@ from sandboxd.cluster.nodes import CREATE_DEADLINE_S, ClusterNodes
 from sandboxd.cluster.reconcile import Reconciler
 from sandboxd.cluster.routes import ClusterRoutes
 from sandboxd.cluster.volumes import ClusterVolumes, token_key
+from sandboxd.daemon.flags import add_database_option
 from sandboxd.daemon.serve import (
     DATABASE_URL_ENV,
     NotifyingServer,
@@ -68,9 +70,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Serve E2B's control API and the sandbox proxy for the node agents "
         "registered in a shared PostgreSQL database, placing sandboxes on them.",
     )
-    p.add_argument("--database-url", default=os.environ.get(DATABASE_URL_ENV) or None,
-                   metavar="URL", help=f"the shared postgresql:// database (default "
-                   f"${DATABASE_URL_ENV})")  # fmt: skip
+    add_database_option(p)
     p.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
                    help=f"where the API and the proxy listen (default {DEFAULT_LISTEN})")  # fmt: skip
     p.add_argument("--domain", default="localhost", help="the sandboxes' domain: "
@@ -131,6 +131,7 @@ def config(opts: GatewayOptions, store: Store) -> uvicorn.Config:
     routes = ClusterRoutes(store)
     proxy = SandboxProxy(routes, opts.domain, opts.token)
     nodes.on_gone(routes.forget)
+    nodes.on_made(routes.learn)
     nodes.on_gone(proxy.cut)
     # No state directory: a gateway reads templates' records but boots none of their images.
     templates = Templates(store, lambda t: any(e.info.get("template_id") == t
@@ -145,9 +146,13 @@ def config(opts: GatewayOptions, store: Store) -> uvicorn.Config:
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         reconciler.start()
+        refreshing = asyncio.create_task(nodes.rows.run())
         try:
             yield
         finally:
+            refreshing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await refreshing
             await reconciler.stop()
             proxy.close()
             await nodes.close()

@@ -35,6 +35,7 @@ from sandboxd.node.builds import LocalBuilds
 from sandboxd.node.heartbeat import Advertised, Heartbeat, max_sandboxes
 from sandboxd.node.http_api import node_app
 from sandboxd.node.local import LocalNode, LocalVolumes
+from sandboxd.node.remote import KEEPALIVE_S
 from sandboxd.proxy.cluster_gate import ClusterProxy
 from sandboxd.proxy.listener import Listener
 from sandboxd.store.node_store import NodeStore
@@ -151,7 +152,8 @@ async def _serve_both(api: uvicorn.Server, relay: uvicorn.Server) -> None:
 def _node_lifespan(
     parts: Machinery, proxy: ClusterProxy, heartbeat: Heartbeat
 ) -> Lifespan[Starlette]:
-    """serve's lifespan, and the heartbeat from before the ports listen until they close."""
+    """serve's lifespan, and the heartbeat from before the ports listen until they close, the
+    last one saying that the agent stops."""
     inner = daemon_lifespan(parts, proxy)
 
     @contextlib.asynccontextmanager
@@ -165,6 +167,7 @@ def _node_lifespan(
                 beating.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await beating
+                await heartbeat.last_beat()  # nothing placed here while the agent is down
 
     return lifespan
 
@@ -173,10 +176,14 @@ def _config(
     app: ASGIApp, host: str, port: int, http: type[asyncio.Protocol] | None = None
 ) -> uvicorn.Config:
     """A port's configuration; with `http` (the proxy's listener) without a lifespan, which
-    the API's server runs."""
-    return uvicorn.Config(app, host=host, port=port, loop="uvloop", log_config=None,
-                          access_log=False, timeout_graceful_shutdown=5, server_header=False,
-                          http=http or "auto", lifespan="auto" if http is None else "off")  # fmt: skip
+    the API's server runs. The API keeps a gateway's idle connection open for longer than the
+    gateway does (sandboxd.node.remote KEEPALIVE_S)."""
+    config = uvicorn.Config(app, host=host, port=port, loop="uvloop", log_config=None,
+                            access_log=False, timeout_graceful_shutdown=5, server_header=False,
+                            http=http or "auto", lifespan="auto" if http is None else "off")  # fmt: skip
+    if http is None:
+        config.timeout_keep_alive = 2 * KEEPALIVE_S
+    return config
 
 
 # The proxy port's app: never reached (ClusterProxy answers every request itself).

@@ -16,10 +16,16 @@ import struct
 import sys
 from typing import TYPE_CHECKING
 
-from sandboxd.daemon.flags import add_sandbox_options, file_path, serve_options
+from sandboxd.daemon.flags import (
+    add_database_option,
+    add_sandbox_options,
+    file_path,
+    serve_options,
+)
 from sandboxd.daemon.node_agent import NodeOptions, run_node
 from sandboxd.daemon.serve import DATABASE_URL_ENV, open_store
 from sandboxd.errors import SandboxError
+from sandboxd.node.heartbeat import DEFAULT_INTERVAL_S
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -40,7 +46,7 @@ def add_parser(
                             description="Run sandboxes for a cluster's gateways: the node-internal "
                             "API and proxy, both behind the cluster token, and a heartbeat in the "
                             "shared database. SIGTERM leaves the sandboxes running.")  # fmt: skip
-    _database_option(p)
+    add_database_option(p)
     p.add_argument("--node-id", default=socket.gethostname(), help="(default: the host name)")
     p.add_argument("--listen", type=_host_port, default=DEFAULT_LISTEN,
                    help=f"the internal API's HOST:PORT (default {DEFAULT_LISTEN})")  # fmt: skip
@@ -50,7 +56,8 @@ def add_parser(
                    help="the address gateways dial (default: the first non-loopback one)")  # fmt: skip
     p.add_argument("--cluster-token-file", type=file_path, metavar="FILE",
                    help=f"the cluster token (default ${TOKEN_ENV})")  # fmt: skip
-    p.add_argument("--heartbeat-s", type=float, default=2, help="(default 2)")
+    p.add_argument("--heartbeat-s", type=float, default=DEFAULT_INTERVAL_S,
+                   help=f"(default {DEFAULT_INTERVAL_S:g})")  # fmt: skip
     p.add_argument("--lease-s", type=int, default=10, help="(default 10)")
     add_sandbox_options(p, cgroup_parent="sandboxd-node-NODE_ID")
     drains = p.add_subparsers(dest="node_command", metavar="drain|undrain")
@@ -59,8 +66,7 @@ def add_parser(
             name, help=f"{says} a node again" if name == "undrain" else f"{says} a node"
         )
         d.add_argument("target_node", metavar="NODE_ID")
-        # Not defaulted here: a subcommand's default would replace `node --database-url URL`.
-        _database_option(d, default=argparse.SUPPRESS)
+        add_database_option(d, inherited=True)
 
 
 def run(args: argparse.Namespace) -> None:
@@ -113,13 +119,6 @@ def _token(path: Path | None) -> str:
     if not token:
         raise SandboxError(f"no cluster token: --cluster-token-file or ${TOKEN_ENV}")
     return token
-
-
-def _database_option(p: argparse.ArgumentParser, default: str | None = None) -> None:
-    """--database-url, by default $SANDBOXD_DATABASE_URL, else `default`."""
-    p.add_argument("--database-url", default=os.environ.get(DATABASE_URL_ENV) or default,
-                   metavar="URL", help="the cluster's shared PostgreSQL (postgresql://...; "
-                   f"default ${DATABASE_URL_ENV})")  # fmt: skip
 
 
 def _host_port(text: str) -> tuple[str, int]:

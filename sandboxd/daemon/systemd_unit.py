@@ -1,5 +1,7 @@
-"""`sandboxd install-service`: packaging/sandboxd.service into /etc/systemd/system, its ExecStart
-naming the sandboxd it runs from and the serve flags given. Does not start anything unless told."""
+"""`sandboxd install-service`: a role's unit from packaging/ into /etc/systemd/system, its
+ExecStart naming the sandboxd it runs from, with the flags given after the unit's own: serve's
+packaging/sandboxd.service, a node agent's and a gateway's packaging/systemd/ units. Does not
+start anything unless told."""
 
 from __future__ import annotations
 
@@ -10,15 +12,21 @@ import subprocess
 import sys
 import sysconfig
 from pathlib import Path
+from typing import Final
 
 from sandboxd.builds.base_image import packaging_dir
 from sandboxd.errors import HostError
 
 log = logging.getLogger("sandboxd.daemon.systemd_unit")
 
-UNIT = "sandboxd.service"
+# Each role's unit, under packaging/: the one source the operators' guide copies from too.
+UNITS: Final = {
+    "serve": "sandboxd.service",
+    "node": "systemd/sandboxd-node.service",
+    "gateway": "systemd/sandboxd-gateway.service",
+}
+INSTALLED: Final = "/usr/local/bin/sandboxd"  # the units' program: this installation's instead
 UNIT_DIR = Path("etc/systemd/system")
-STATE_DIR = "/var/lib/sandboxd"  # the unit's StateDirectory=sandboxd
 
 
 def launcher() -> list[str]:
@@ -27,21 +35,35 @@ def launcher() -> list[str]:
     return [str(script)] if script.is_file() else [sys.executable, "-m", "sandboxd"]
 
 
-def unit_text(serve_flags: list[str]) -> str:
-    """packaging/sandboxd.service with ExecStart running this sandboxd's serve."""
-    command = shlex.join([*launcher(), "serve", "--state-dir", STATE_DIR, *serve_flags])
-    lines = (packaging_dir() / UNIT).read_text().splitlines()
-    return "".join(
-        f"ExecStart={command}\n" if line.startswith("ExecStart=") else line + "\n" for line in lines
-    )
+def unit_name(role: str) -> str:
+    return Path(UNITS[role]).name
 
 
-def install_service(root: Path, serve_flags: list[str], enable: bool) -> Path:
-    """Write the unit into `root`/etc/systemd/system; reload systemd when it runs this system.
+def unit_text(role: str, flags: list[str]) -> str:
+    """The role's unit with ExecStart running this sandboxd, `flags` after the unit's own (of
+    a flag given twice, the last is taken)."""
+    lines = (packaging_dir() / UNITS[role]).read_text().splitlines()
+    return "".join(_with_launcher(line, flags) + "\n" for line in lines)
+
+
+def _with_launcher(line: str, flags: list[str]) -> str:
+    """`ExecStart=INSTALLED ARGS` as this sandboxd's, ARGS kept as written (for systemd to
+    expand: `%H`, `${SANDBOXD_DATABASE_URL}`) and `flags` after them; any other line as it is."""
+    program = f"ExecStart={INSTALLED} "
+    if not line.startswith(program):
+        return line
+    own = line.removeprefix(program)
+    return " ".join([f"ExecStart={shlex.join(launcher())}", own, *map(shlex.quote, flags)])
+
+
+def install_service(root: Path, role: str, flags: list[str], enable: bool) -> Path:
+    """Write the role's unit into `root`/etc/systemd/system; reload systemd when it runs this
+    system.
 
     Args:
         root: the root file system ("/" for this system; another for an image being built).
-        serve_flags: flags for `sandboxd serve` on the unit's ExecStart.
+        role: serve, node or gateway (UNITS).
+        flags: flags for the role's command, after the unit's own on its ExecStart.
         enable: enable the unit (and start it, on a running system).
 
     Returns:
@@ -52,10 +74,11 @@ def install_service(root: Path, serve_flags: list[str], enable: bool) -> Path:
     """
     if os.geteuid() != 0:
         raise HostError("installing the service needs root")
-    path = root / UNIT_DIR / UNIT
+    unit = unit_name(role)
+    path = root / UNIT_DIR / unit
     path.parent.mkdir(parents=True, exist_ok=True)
-    new = path.with_name(UNIT + ".new")
-    new.write_text(unit_text(serve_flags))
+    new = path.with_name(unit + ".new")
+    new.write_text(unit_text(role, flags))
     new.chmod(0o644)
     new.rename(path)
     log.info("wrote %s", path)
@@ -63,12 +86,14 @@ def install_service(root: Path, serve_flags: list[str], enable: bool) -> Path:
     running = root.resolve() == Path("/") and Path("/run/systemd/system").is_dir()
     if running:
         _systemctl("daemon-reload")
+    if role != "serve":
+        log.info("the unit reads /etc/sandboxd/cluster.env: see its comments for what goes there")
     if enable:
-        _systemctl("enable", "--now", UNIT) if running else _systemctl(
-            f"--root={root}", "enable", UNIT
+        _systemctl("enable", "--now", unit) if running else _systemctl(
+            f"--root={root}", "enable", unit
         )
     elif running:
-        log.info("start it with: systemctl enable --now %s", UNIT)
+        log.info("start it with: systemctl enable --now %s", unit)
     return path
 
 

@@ -2,7 +2,12 @@
 (sandboxd.store.interface's Nodes) gets where gateways reach it, a fresh lease and its status
 (capacity, use, warm sandboxes per template, the templates it holds), and the agent learns
 whether an operator drains it. A heartbeat that fails (the database down) is logged and the
-next one tried; the lease runs out only if none lands for `lease_s`."""
+next one tried; the lease runs out only if none lands for `lease_s`.
+
+Two drains, told apart: an operator's is the row's `draining` flag, which no heartbeat writes,
+so it holds across the agent's restarts until `sandboxd node undrain`; the agent's own, while
+it stops, is its status's `stopping`, written by its last heartbeat and replaced by the next
+start's first."""
 
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ import functools
 import logging
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from sandboxd.errors import StoreUnavailable
 from sandboxd.host.uid_ranges import FIRST_BASE, LAST_BASE, RANGE_SIZE
@@ -25,6 +30,8 @@ if TYPE_CHECKING:
     from sandboxd.store.interface import Store
 
 log = logging.getLogger("sandboxd.node.heartbeat")
+
+DEFAULT_INTERVAL_S: Final = 2.0  # `sandboxd node --heartbeat-s`'s default
 
 
 @dataclass(frozen=True)
@@ -62,7 +69,8 @@ class Heartbeat:
         self._node = node
         self._interval_s = interval_s
         self._cpu = _CpuUse()
-        self.draining = False
+        self.draining = False  # an operator's drain, as the last heartbeat read it back
+        self._stopping = False
 
     async def run(self) -> None:
         """Beat until cancelled."""
@@ -89,6 +97,13 @@ class Heartbeat:
         self.draining = bool(mine and mine[0].draining)
         return True
 
+    async def last_beat(self) -> bool:
+        """The heartbeat of an agent that stops (after `run` ended): its status says
+        `stopping`, so that gateways place nothing here while it is down; False when it failed
+        (logged)."""
+        self._stopping = True
+        return await self.beat()
+
     def status(self) -> dict[str, Any]:
         """The status JSON of the node's row (the cluster's shape: docs/sandboxd.md)."""
         manager = self._manager
@@ -106,6 +121,7 @@ class Heartbeat:
             "memory_used_mb": (total_kb - available_kb) >> 10,
             "warm": warm,
             "templates": templates,
+            "stopping": self._stopping,
         }
 
 

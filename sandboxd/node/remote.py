@@ -31,6 +31,10 @@ CONNECT_TIMEOUT_S = 5
 READ_TIMEOUT_S = 600
 _TIMEOUTS = {"connect": CONNECT_TIMEOUT_S, "read": READ_TIMEOUT_S, "write": READ_TIMEOUT_S,
              "pool": READ_TIMEOUT_S}  # fmt: skip
+# How long an idle connection to a node is kept for the next call (a create's then needs no
+# connect); the node's API keeps its side open longer (sandboxd.daemon.node_agent), so that it
+# is never the node that closes one just as a call goes out on it.
+KEEPALIVE_S = 30
 
 
 class RemoteNode:
@@ -44,7 +48,7 @@ class RemoteNode:
         self.api_url = api_url.rstrip("/")
         self._headers = [(b"authorization", f"Bearer {token}".encode()),
                          (b"content-type", b"application/json")]  # fmt: skip
-        self._pool = httpcore.AsyncConnectionPool(max_connections=64, keepalive_expiry=30)
+        self._pool = httpcore.AsyncConnectionPool(max_connections=64, keepalive_expiry=KEEPALIVE_S)
         self._signatures = wire.operations() | wire.operations(NodeBuilds)
         self._netloc = urlsplit(self.api_url).netloc.encode()  # the Host of a streamed request
 

@@ -33,6 +33,7 @@ CONTENT_PREFIX = PREFIX + "volumecontent/"
 _NAMES = {c.__name__: c for c in (SandboxConfig, SandboxInfo, SnapshotInfo, LogEntry,
                                   MetricSample, SandboxRow, VolumeRow, SandboxError)}  # fmt: skip
 _SCALARS = {int: (int,), float: (int, float), str: (str,), bool: (bool,)}
+_FIELDS: dict[type[Any], tuple[tuple[dataclasses.Field[Any], Any], ...]] = {}
 
 
 class WireError(ValueError):
@@ -97,14 +98,23 @@ def decode_dataclass(cls: type[T], value: Any) -> T:
     """Raises WireError: `value` is not an object of `cls`'s fields."""
     if not isinstance(value, dict):
         raise WireError(f"{cls.__name__}: expected an object")
-    hints = typing.get_type_hints(cls)
     given = {}
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+    for f, kind in _fields(cls):
         if f.name in value:
-            given[f.name] = decode(hints[f.name], value[f.name])
+            given[f.name] = decode(kind, value[f.name])
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise WireError(f"{cls.__name__}: {f.name} is missing")
     return cls(**given)
+
+
+def _fields(cls: type[Any]) -> tuple[tuple[dataclasses.Field[Any], Any], ...]:
+    """The dataclass's fields and their resolved annotations, resolved once per class (the
+    annotations are strings: resolving them evaluates each, on every value otherwise)."""
+    known = _FIELDS.get(cls)
+    if known is None:
+        hints = typing.get_type_hints(cls)
+        known = _FIELDS[cls] = tuple((f, hints[f.name]) for f in dataclasses.fields(cls))
+    return known
 
 
 def encode_error(exc: SandboxError) -> dict[str, Any]:

@@ -1,6 +1,8 @@
 """A node agent in the cluster's shared database: its heartbeat row appears and advances with
-its status, and fails without harm while the database is down, `sandboxd node drain` makes it refuse creates (NodeDraining on the gateway's side)
-while its sandboxes run on, `undrain` lets it take them again; and two agents run side by side
+its status, and fails without harm while the database is down, `sandboxd node drain` makes it
+refuse creates (NodeDraining on the gateway's side) while its sandboxes run on, `undrain` lets
+it take them again; an operator's drain holds across the agent's restarts, while the agent's
+own at a stop (`stopping` in its status) ends at its next start; and two agents run side by side
 on one host, each with its own state directory, cgroup parent and sandboxes, while a second
 agent on a state directory or cgroup parent already held refuses to start."""
 
@@ -107,6 +109,38 @@ async def test_heartbeats_advance_and_a_drained_node_refuses_creates(beating: No
     missing = _cli("node", "drain", "nosuchnode", "--database-url", url)
     assert missing.returncode == 2
     assert "no node nosuchnode" in missing.stderr
+
+
+async def test_an_operators_drain_outlives_a_restart_and_a_stops_own_does_not(
+    beating: NodeAgent,
+) -> None:
+    node, url = beating, beating.database_url
+    assert not wait_until(lambda: _row(url, "beating"), 30, "the node's row").status["stopping"]
+    node.stop()  # SIGTERM: its last heartbeat says it stops, with no operator's drain
+    stopped = _row(url, "beating")
+    assert stopped is not None
+    assert (stopped.status["stopping"], stopped.draining) == (True, False)
+    node.start()  # its first heartbeat comes before it serves
+    started = _row(url, "beating")
+    assert started is not None
+    assert (started.status["stopping"], started.draining) == (False, False)
+    drained = _cli("node", "drain", "beating", "--database-url", url)
+    assert drained.returncode == 0, drained.stderr
+    node.stop()
+    node.start()
+    restarted = _row(url, "beating")
+    assert restarted is not None
+    assert (restarted.status["stopping"], restarted.draining) == (False, True)
+    remote = RemoteNode(node.node_id, node.url, node.token)
+    try:
+        with pytest.raises(NodeDraining, match="draining"):
+            await remote.create(CONFIG)
+        undrained = _cli("node", "undrain", "beating", "--database-url", url)
+        assert undrained.returncode == 0, undrained.stderr
+        _after_two_heartbeats(url, "beating")
+        await remote.kill((await remote.create(CONFIG)).sandbox_id)
+    finally:
+        await remote.close()
 
 
 def _after_two_heartbeats(url: str, node_id: str) -> None:

@@ -1,9 +1,9 @@
 """Every command line the deployment runs, read by the parser of the sandboxd it deploys
-(sandboxd/cli.py): the node's and the gateway's containers and the node's drain hooks in
-packaging/kubernetes/, the Exec lines of packaging/systemd/. Each is expanded as its engine
-would expand it (Kubernetes' $(VAR), the shell's $VAR, systemd's ${VAR} and %H) with the values
-the engine would have (the example Secret's, a node's name and address), its environment set as
-the engine sets it, and the files it names made where the pod mounts them."""
+(sandboxd/cli.py): the node's and the gateway's containers in packaging/kubernetes/, the Exec
+lines of packaging/systemd/. Each is expanded as its engine would expand it (Kubernetes'
+$(VAR), the shell's $VAR, systemd's ${VAR} and %H) with the values the engine would have (the
+example Secret's, a node's name and address), its environment set as the engine sets it, and
+the files it names made where the pod mounts them."""
 
 from __future__ import annotations
 
@@ -125,17 +125,13 @@ def _unit_lines() -> list[CommandLine]:
 COMMAND_LINES = _kubernetes_lines() + _unit_lines()
 
 
-def test_each_role_and_drain_hook_is_found() -> None:
+def test_each_role_is_found() -> None:
     found = sorted((line.source, " ".join(line.argv[1:3])) for line in COMMAND_LINES)
     assert [(source, words.split()[0]) for source, words in found] == [
         ("10-node.yaml:node", "node"),
-        ("10-node.yaml:postStart", "node"),
-        ("10-node.yaml:preStop", "node"),
         ("20-gateway.yaml:gateway", "gateway"),
         ("sandboxd-gateway.service:ExecStart", "gateway"),
         ("sandboxd-node.service:ExecStart", "node"),
-        ("sandboxd-node.service:ExecStartPost", "node"),
-        ("sandboxd-node.service:ExecStop", "node"),
     ]
 
 

@@ -67,6 +67,8 @@ def test_sandboxds_wheel_carries_envds_and_the_recipe(dists: Path) -> None:
             "isnotfc.conf",
             "envd.service",
             "sandboxd.service",
+            "systemd/sandboxd-node.service",
+            "systemd/sandboxd-gateway.service",
         ):
             assert f"sandboxd/recipe/packaging/{path}" in names
         assert not [n for n in names if n.startswith(("envd/", "tree/"))]

@@ -1,29 +1,30 @@
 """sandboxd as a systemd service, without systemd as PID 1: the unit `install-service` writes
-(verified by systemd-analyze), and serve as its ExecStart runs it: READY=1 on NOTIFY_SOCKET only
-once the API answers, STOPPING=1 and exit 0 on SIGTERM with the sandboxes left running, and the
-next start adopting them; journald priority prefixes when stderr is the journal stream."""
+for each role (packaging/'s, verified by systemd-analyze), and serve as its ExecStart runs it:
+READY=1 on NOTIFY_SOCKET only once the API answers, STOPPING=1 and exit 0 on SIGTERM with the
+sandboxes left running, and the next start adopting them; journald priority prefixes when
+stderr is the journal stream."""
 
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import socket
 import subprocess
 import sys
 import threading
-from typing import TYPE_CHECKING
+from pathlib import Path
 
 import httpx
 import pytest
 
+from sandboxd.daemon.systemd_unit import INSTALLED
 from tests.sandboxd.serving import NO_NETWORK, Sandboxd
-
-if TYPE_CHECKING:
-    from pathlib import Path
 
 pytestmark = pytest.mark.root
 
 CLEAN_EXITS = (0, -signal.SIGTERM)
+PACKAGING = Path(__file__).parents[2] / "packaging"
 
 
 def sandboxd(*args: str) -> subprocess.CompletedProcess[str]:
@@ -63,6 +64,41 @@ def test_install_service_refuses_a_flag_serve_does_not_take(tmp_path: Path) -> N
     done = sandboxd("install-service", "--root", str(tmp_path), "--", "--poool", "2")
     assert done.returncode == 2
     assert "--poool" in done.stderr
+    assert not (tmp_path / "etc").exists()
+
+
+@pytest.mark.parametrize(
+    ("role", "flags"),
+    [("node", ["--pool", "2", "--node-id", "n 1"]), ("gateway", ["--domain", "e2b.example"])],
+)
+def test_install_service_writes_each_roles_unit_from_packaging(
+    role: str, flags: list[str], tmp_path: Path
+) -> None:
+    done = sandboxd("install-service", "--role", role, "--root", str(tmp_path), "--enable", "--",
+                    *flags)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    units = tmp_path / "etc/systemd/system"
+    name = f"sandboxd-{role}.service"
+    written = (units / name).read_text().splitlines()
+    reference = (PACKAGING / "systemd" / name).read_text().splitlines()
+    # The reference's every line, its ExecStart running this sandboxd with the flags after.
+    start = next(i for i, line in enumerate(reference) if line.startswith("ExecStart="))
+    script = os.path.join(os.path.dirname(sys.executable), "sandboxd")
+    own = reference[start].removeprefix(f"ExecStart={INSTALLED} ")
+    assert written[start] == f"ExecStart={script} {own} {shlex.join(flags)}"
+    assert written[:start] + written[start + 1 :] == reference[:start] + reference[start + 1 :]
+    assert (units / f"multi-user.target.wants/{name}").is_symlink()
+    verify = subprocess.run(["systemd-analyze", "verify", name],
+                            env={**os.environ, "SYSTEMD_UNIT_PATH": f"{units}:"},
+                            capture_output=True, text=True, check=False)  # fmt: skip
+    assert (verify.returncode, verify.stdout + verify.stderr) == (0, "")
+
+
+def test_install_service_refuses_a_flag_the_role_does_not_take(tmp_path: Path) -> None:
+    done = sandboxd("install-service", "--role", "gateway", "--root", str(tmp_path), "--",
+                    "--pool", "2")  # fmt: skip
+    assert done.returncode == 2
+    assert "--pool" in done.stderr
     assert not (tmp_path / "etc").exists()
 
 

@@ -1,6 +1,7 @@
-"""Placement (sandboxd.cluster.placement) over plain node rows: only live, undrained nodes with
-room; a warm sandbox of the template first, then its layers; the lowest of E2B's best-of-K
-score among those sampled; a node's lease ends when its last heartbeat is lease_s old."""
+"""Placement (sandboxd.cluster.placement) over plain node rows: only live nodes, neither
+draining nor stopping, with room; a warm sandbox of the template first, then its layers; the
+lowest of E2B's best-of-K score among those sampled; a node's lease ends when its last
+heartbeat is lease_s old."""
 
 from __future__ import annotations
 
@@ -35,12 +36,13 @@ def test_the_score_is_e2bs() -> None:
     assert placement.score(node("z", cpus=0), 1, 0) == float("inf")
 
 
-def test_dead_draining_full_and_excluded_nodes_get_nothing() -> None:
+def test_dead_draining_stopping_full_and_excluded_nodes_get_nothing() -> None:
     dead = node("dead", heartbeat_us=NOW - 10_000_000)
     assert not placement.alive(dead, NOW)
     assert placement.alive(node("fresh", heartbeat_us=NOW - 9_999_999), NOW)
     full = node("full", sandboxes=100)
-    nodes = [dead, node("drained", draining=True), full, node("tried")]
+    nodes = [dead, node("drained", draining=True), node("stopping", stopping=True), full,
+             node("tried")]  # fmt: skip
     assert choose(nodes, excluded={"tried"}) is None
     assert choose(nodes) == "tried"
 
