@@ -46,10 +46,10 @@ class Cluster:
         """sandbox id → node id, as the catalog has them."""
         return dict(self.rows("SELECT sandbox_id, node_id FROM sandbox_catalog"))
 
-    def heartbeat_count(self, node_id: str) -> int:
-        """The sandboxes the node's last heartbeat counted (-1: no heartbeat yet)."""
-        rows = self.rows("SELECT status FROM nodes WHERE node_id = %s", node_id)
-        return int(rows[0][0].get("sandboxes", 0)) if rows else -1
+    def heartbeat_us(self, node_id: str) -> int:
+        """When the node's last heartbeat was written (µs since the epoch; 0: none yet)."""
+        rows = self.rows("SELECT heartbeat_us FROM nodes WHERE node_id = %s", node_id)
+        return int(rows[0][0]) if rows else 0
 
     def on_node(self, node: NodeAgent) -> list[str]:
         """The sandboxes the node's own API lists."""

@@ -8,8 +8,10 @@ SIGKILLed is listed lost and creates go to the other."""
 
 from __future__ import annotations
 
+import functools
 import secrets
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -49,14 +51,15 @@ def create(gateway: Gateway, **headers: str) -> dict[str, Any]:
 
 
 def spread(cluster: Cluster, gateway: Gateway, count: int) -> list[dict[str, Any]]:
-    """`count` sandboxes created one after the other, each once the last is in its node's
-    heartbeat (which the next placement reads)."""
+    """`count` sandboxes created one after the other, each once its node has written a
+    heartbeat since (which counts it, and which the next placement reads)."""
     made = []
     for _ in range(count):
-        before = {n.node_id: cluster.heartbeat_count(n.node_id) for n in cluster.nodes}
         made.append(create(gateway))
+        created_us = time.time_ns() // 1000
         node_id = cluster.placed()[made[-1]["sandboxID"]]
-        _wait_counted(cluster, node_id, before[node_id])
+        wait_until(functools.partial(_beat_since, cluster, node_id, created_us), 60,
+                   f"{node_id}'s heartbeat to count the new sandbox")  # fmt: skip
     return made
 
 
@@ -201,9 +204,8 @@ def test_a_lost_node_is_listed_so_and_creates_go_elsewhere(cluster: Cluster) -> 
         assert cluster.placed()[made] == "node-a"
 
 
-def _wait_counted(cluster: Cluster, node_id: str, before: int) -> None:
-    wait_until(lambda: cluster.heartbeat_count(node_id) > before, 60,
-               f"{node_id}'s heartbeat to count the new sandbox")  # fmt: skip
+def _beat_since(cluster: Cluster, node_id: str, since_us: int) -> bool:
+    return cluster.heartbeat_us(node_id) > since_us
 
 
 def _boxes(node: NodeAgent) -> list[str]:
