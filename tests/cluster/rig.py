@@ -4,8 +4,10 @@ with `--registry`), node agents (tests/cluster/node_agent.py) and gateways
 (tests/cluster/gateway.py), all on loopback and stopped by pid, however the block ends.
 
 `python -m tests.cluster.rig COMMAND...` runs COMMAND against the first gateway, with E2B_API_URL,
-E2B_SANDBOX_URL and E2B_API_KEY set as scripts/test-sandboxd-sdk sets them for serve (the
-unmodified SDK suites through a gateway), and exits with its status."""
+E2B_SANDBOX_URL, E2B_API_KEY and a second team's SANDBOXD_OTHER_TEAM_KEY set as
+scripts/test-sandboxd-sdk sets them for serve (scripts/test-cluster-sdk: the unmodified SDK
+suites through a gateway), and exits with its status, or 1 if a node or gateway logged a
+traceback."""
 
 from __future__ import annotations
 
@@ -107,13 +109,30 @@ def main(argv: list[str], node_flags: tuple[str, ...] = ()) -> int:
     ):
         url = cluster.gateways[0].url
         env = {**os.environ, "E2B_API_URL": url, "E2B_SANDBOX_URL": url,
-               "E2B_VOLUME_API_URL": url, "E2B_API_KEY": API_KEY}  # fmt: skip
+               "E2B_VOLUME_API_URL": url, "E2B_API_KEY": API_KEY,
+               "SANDBOXD_OTHER_TEAM_KEY": other_team_key(cluster.url)}  # fmt: skip
         env.pop("E2B_DEBUG", None)
         env.pop("E2B_DOMAIN", None)
         status = subprocess.run(argv, env=env, check=False).returncode
         booted = {n.node_id: n.log.read_text().count(" up in ") for n in cluster.nodes}
         sys.stderr.write(f"rig: sandboxes booted per node: {booted}\n")
+        for piece in (*cluster.nodes, *cluster.gateways):
+            if "Traceback (most recent call last)" in (text := piece.log.read_text()):
+                sys.stderr.write(f"rig: {piece.log.name} logged a traceback:\n{text}\n")
+                status = status or 1
         return status
+
+
+def other_team_key(database_url: str) -> str:
+    """A key of a second team in the shared database (the SDK teams tests' other tenant), made
+    by the operator's commands."""
+    sandboxd = [sys.executable, "-m", "sandboxd"]
+    subprocess.run([*sandboxd, "team", "create", "sdk other team", "--database-url",
+                    database_url], check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+    made = subprocess.run([*sandboxd, "api-key", "create", "--team", "sdk other team",
+                           "--database-url", database_url],
+                          check=True, capture_output=True, text=True)  # fmt: skip
+    return made.stdout.strip()
 
 
 if __name__ == "__main__":
