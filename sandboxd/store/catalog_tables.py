@@ -1,4 +1,4 @@
-"""The cluster's tables (migrations 0010 and 0014; sandboxd.store.interface's Catalog), in SQL both
+"""The cluster's tables (migrations 0010 and 0012; sandboxd.store.interface's Catalog), in SQL both
 backends take alike: each backend's table group gives `_mark`, `_rows` and `_execute`."""
 
 from __future__ import annotations
