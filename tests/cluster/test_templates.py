@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import subprocess
 import sys
+import time
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -106,8 +107,14 @@ def test_a_snapshot_made_on_one_node_is_listed_everywhere_and_created_on_every_n
     assert node_of(cluster, near["sandboxID"]) is home
     made = [near]
     for node in others:  # the others drained in turn: the snapshot's create lands on each
-        for drained in cluster.nodes:  # placement reads the flags the gateways read
+        flagged_us = time.time_ns() // 1000
+        for drained in cluster.nodes:
             set_draining(cluster, drained, drained is not node)
+        # A drained node's heartbeat since reads the flag back: it then refuses a create that
+        # a gateway's rows (a second old at most) still place there, and the create goes on.
+        for drained in others_than(cluster, node):
+            wait_until(functools.partial(_beat_since, cluster, drained, flagged_us), 60,
+                       "the drained node's heartbeat")  # fmt: skip
         try:
             made.append(create(b, snapshot_id))
         finally:
@@ -121,6 +128,14 @@ def test_a_snapshot_made_on_one_node_is_listed_everywhere_and_created_on_every_n
         seen = node.sh(sandbox["sandboxID"], f"cat {MARKER}", sandbox["envdAccessToken"])
         assert seen == f"made-on-{home.node_id}\n"
     _kill(a, [source, *made])
+
+
+def others_than(cluster: Cluster, node: NodeAgent) -> list[NodeAgent]:
+    return [n for n in cluster.nodes if n is not node]
+
+
+def _beat_since(cluster: Cluster, node: NodeAgent, since_us: int) -> bool:
+    return cluster.heartbeat_us(node.node_id) > since_us
 
 
 def test_a_snapshot_deleted_through_a_gateway_is_gone_for_every_one(cluster: Cluster) -> None:
