@@ -146,7 +146,7 @@ class ClusterNodes:
                 log.info("node %s refused a create: %s", node.node_id, exc)
                 refusals[node.node_id] = str(exc) or type(exc).__name__
                 continue
-            await self._record(node, info)
+            await self._record(node, info, spawned=True)
             return info
 
     def _template(self, name: str, team_id: str) -> tuple[str, int, bool]:
@@ -169,14 +169,19 @@ class ClusterNodes:
         finally:
             self.reserved[node.node_id] -= cpus
 
-    async def _record(self, node: NodeRow, info: SandboxInfo) -> None:
-        """One catalog row for the sandbox; without it (the database down) the sandbox is
-        killed again, so that nothing runs that no gateway knows."""
+    async def _record(self, node: NodeRow, info: SandboxInfo, spawned: bool = False) -> None:
+        """One catalog row for the sandbox, and when `spawned` (a create's, not a fork's) its
+        template's spawn counted (a node counts none: sandboxd.store.node_store); without the
+        row (the database down) the sandbox is killed again, so that nothing runs that no
+        gateway knows."""
         entry = CatalogRow(info.sandbox_id, node.node_id, info.team_id, now_us(),
                            catalog.recorded(info))  # fmt: skip
+        changes = [functools.partial(self.store.add_catalog_entry, entry)]
+        if spawned:
+            changes.append(functools.partial(self.store.count_spawn, info.template_id,
+                                             info.started_at))  # fmt: skip
         try:  # with an Idempotency-Key's settlement, in one transaction
-            await self.store.write(functools.partial(self.store.add_catalog_entry, entry),
-                                   *riders_for(info.sandbox_id))  # fmt: skip
+            await self.store.write(*changes, *riders_for(info.sandbox_id))
         except BaseException:
             with contextlib.suppress(Exception):  # else the reaper's: it is an orphan now
                 await self.client(node).kill(info.sandbox_id)

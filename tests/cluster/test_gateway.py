@@ -1,7 +1,8 @@
 """Gateways over node agents, all real processes: Debian's PostgreSQL of this module's own, two
 `sandboxd node` agents (tests/cluster/node_agent.py) and two `sandboxd gateway`s, all on
 loopback and stopped by pid. Creates through one gateway land on both nodes and their envd
-answers through the other; kill and list hold across gateways; one Idempotency-Key through two
+answers through the other; kill and list hold across gateways; a create counts its template's
+spawn once (the gateway's count, none on the node) and a fork none; one Idempotency-Key through two
 gateways makes one sandbox; the database stopped answers 503 while cached routes (a create's
 own among them) serve, then recovers; a gateway SIGKILLed mid-create leaves an orphan the reconciliation reaps; a node
 SIGKILLed is listed lost and creates go to the other."""
@@ -111,6 +112,27 @@ def test_kill_and_list_hold_across_gateways(cluster: Cluster) -> None:
     assert envd_get(b, killed, "/health").status_code == 502
     assert all(killed["sandboxID"] not in cluster.on_node(n) for n in cluster.nodes)
     kill(a, [kept])
+
+
+def spawns(gateway: Gateway, template_id: str) -> int:
+    with gateway.client() as client:
+        listed = {t["templateID"]: t for t in client.get("/templates").json()}
+    return int(listed[template_id]["spawnCount"])
+
+
+def test_a_create_counts_its_template_once_and_a_fork_none(cluster: Cluster) -> None:
+    a, b = cluster.gateways
+    parent = create(a)
+    template_id = parent["templateID"]
+    counted = spawns(b, template_id)  # the create's count is committed before its answer
+    with a.client() as client:
+        forked = client.post(f"/sandboxes/{parent['sandboxID']}/fork", json={"count": 1})
+    assert forked.status_code == 201, forked.text
+    child = forked.json()[0]["sandbox"]
+    assert spawns(b, template_id) == counted
+    again = create(b)
+    assert spawns(a, template_id) == counted + 1
+    kill(a, [parent, child, again])
 
 
 def test_one_idempotency_key_through_two_gateways_makes_one_sandbox(cluster: Cluster) -> None:
