@@ -9,22 +9,25 @@ since it was last read, then no longer (the sandbox's traffic answers 502). A ki
 through this gateway drops the route at once; one through another gateway meets the node's own
 answer (the sandbox is not found there) until the route is read again. A create through this
 gateway puts its sandbox's route in the cache (`learn`), so that its first request reads
-nothing."""
+nothing, and has a connection to its node's proxy dialed ahead (sandboxd.cluster.proxy_spares),
+so that the first request does not wait for a connect either."""
 
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
 from sandboxd.cluster import placement
+from sandboxd.cluster.proxy_spares import ProxySpares
 from sandboxd.errors import StoreUnavailable
 from sandboxd.ids import now_us
 from sandboxd.lifecycle.ingress import Ingress, Location
 
 if TYPE_CHECKING:
+    import socket
+
     from sandboxd.lifecycle.ingress import Credentials
     from sandboxd.store.interface import Store
     from sandboxd.store.rows import NodeRow
@@ -37,48 +40,46 @@ NO_RULES: Final = Ingress()  # the node's proxy applies them
 @dataclass(frozen=True)
 class NodeProxyDialer:
     """Connections to a node's proxy port, whatever the sandbox's port (the request's Host or
-    E2B's headers tell the node's proxy which)."""
+    E2B's headers tell the node's proxy which), a spare one first."""
 
     host: str
     port: int
+    spares: ProxySpares = field(compare=False, repr=False)
 
     async def connect(self, port: int) -> socket.socket:  # the node's port
-        loop = asyncio.get_running_loop()
-        infos = await loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
-        family, kind, proto, _, address = infos[0]
-        sock = socket.socket(family, kind, proto)
-        sock.setblocking(False)
-        try:
-            await loop.sock_connect(sock, address)
-        except BaseException:
-            sock.close()
-            raise
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return sock
+        return await self.spares.connect(self.host, self.port)
 
     async def open_connection(self, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         return await asyncio.open_connection(sock=await self.connect(port))
 
+    def prepare(self) -> None:
+        """A spare connection dialed now, for the next connect."""
+        self.spares.prepare(self.host, self.port)
 
-def node_location(node_id: str, proxy_address: str) -> Location:
+
+def node_dialer(proxy_address: str, spares: ProxySpares) -> NodeProxyDialer:
     host, _, port = proxy_address.rpartition(":")
-    return Location(node_id, NodeProxyDialer(host.strip("[]"), int(port)))
+    return NodeProxyDialer(host.strip("[]"), int(port), spares)
 
 
 class ClusterRoutes:
     def __init__(self, store: Store) -> None:
         self.store = store
         self._routes: dict[str, tuple[float, Location | None]] = {}  # id → (read at, route)
+        self.spares = ProxySpares()
+
+    def close(self) -> None:
+        self.spares.close()
 
     def forget(self, sandbox_id: str) -> None:
         self._routes.pop(sandbox_id, None)
 
     def learn(self, sandbox_id: str, node: NodeRow) -> None:
-        """The sandbox runs on `node` as of now (its create was recorded there)."""
-        self._routes[sandbox_id] = (
-            time.monotonic(),
-            node_location(node.node_id, node.proxy_address),
-        )
+        """The sandbox runs on `node` as of now (its create was recorded there): a spare
+        connection to its node's proxy is dialed for its first request."""
+        dialer = node_dialer(node.proxy_address, self.spares)
+        dialer.prepare()
+        self._routes[sandbox_id] = (time.monotonic(), Location(node.node_id, dialer))
 
     def locate(self, sandbox_id: str) -> Location | None:
         cached = self._routes.get(sandbox_id)
@@ -102,7 +103,7 @@ class ClusterRoutes:
         node = self.store.node(entry.node_id)
         if node is None or not placement.alive(node, now_us()):
             return None
-        return node_location(node.node_id, node.proxy_address)
+        return Location(node.node_id, node_dialer(node.proxy_address, self.spares))
 
     async def wake(self, sandbox_id: str, port: int, credentials: Credentials) -> Location | None:
         # Paused sandboxes are located like running ones (their node's proxy wakes them): a

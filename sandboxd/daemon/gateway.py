@@ -155,6 +155,7 @@ def config(opts: GatewayOptions, store: Store) -> uvicorn.Config:
                 await refreshing
             await reconciler.stop()
             proxy.close()
+            routes.close()
             await nodes.close()
 
     return uvicorn.Config(create_app(context, lifespan), host=opts.host, port=opts.port,

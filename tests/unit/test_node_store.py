@@ -1,7 +1,8 @@
 """A node agent's store (sandboxd.store.node_store) over two real SQLite stores standing for
 its own and the shared one: templates, builds, tags, snapshots and teams read and written in
-the shared one, sandboxes in its own; one `write` holding both lands in each; the shared one
-away answers StoreUnavailable for its tables while the agent's own still answer."""
+the shared one, sandboxes in its own; one `write` holding both lands in each; a spawn is
+counted in neither (a gateway counts it); the shared one away answers StoreUnavailable for
+its tables while the agent's own still answer."""
 
 from __future__ import annotations
 
@@ -83,3 +84,17 @@ async def test_the_shared_store_away_fails_its_tables_only(
         store.templates()
     await store.write(functools.partial(store.put_sandbox, SANDBOX))
     assert [s.sandbox_id for s in store.sandboxes()] == ["s1"]
+
+
+async def test_a_spawn_is_counted_on_neither_store(
+    stores: tuple[SqliteStore, SqliteStore],
+) -> None:
+    # A node's creates are counted by the gateway recording them (sandboxd.cluster.nodes).
+    own, shared = stores
+    store = opened(own, shared, []).as_store()
+    await store.write(functools.partial(store.put_template, TEMPLATE))
+    await store.write(functools.partial(store.count_spawn, "t1", 5))
+    counted = shared.template("t1")
+    assert counted is not None
+    assert (counted.spawn_count, counted.last_spawned_at) == (0, None)
+    assert own.template("t1") is None
