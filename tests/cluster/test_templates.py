@@ -3,7 +3,8 @@ PostgreSQL, docker-registry, two node agents started with `--registry`, two gate
 snapshot taken through one gateway (its node captures it, pushes its layers, records it in the
 shared database) is listed through the other, only to its team; a create from it lands on every
 node, the one that lacks its layers pulling them first, with the source's files; placement
-prefers the node holding its layers; deleting it through a gateway removes it for every one."""
+prefers the node holding its layers; deleting it through a gateway removes it for every one, a
+gateway that has just placed a create of it included."""
 
 from __future__ import annotations
 
@@ -141,18 +142,40 @@ def _beat_since(cluster: Cluster, node: NodeAgent, since_us: int) -> bool:
 def test_a_snapshot_deleted_through_a_gateway_is_gone_for_every_one(cluster: Cluster) -> None:
     a, b = cluster.gateways
     source = create(a, "base")
-    with b.client() as client:
-        taken = client.post(f"/sandboxes/{source['sandboxID']}/snapshots", json={})
-        assert taken.status_code == 201, taken.text
-        snapshot_id = taken.json()["snapshotID"]
-        assert snapshot_id in [s["snapshotID"] for s in listed(a)]
-        template_id = snapshot_id.split(":")[0]
-        assert client.delete(f"/templates/{template_id}").status_code == 204
+    snapshot_id = snapshot(b, source)
+    assert snapshot_id in [s["snapshotID"] for s in listed(a)]
+    delete_template(b, snapshot_id)
     assert snapshot_id not in [s["snapshotID"] for s in listed(a)]
-    with a.client() as client:
-        refused = client.post("/sandboxes", json={"templateID": snapshot_id, "timeout": 60})
-    assert refused.status_code == 404, refused.text
+    assert create_status(a, snapshot_id) == 404
     _kill(a, [source])
+
+
+def test_a_template_just_created_from_then_deleted_elsewhere_is_refused(cluster: Cluster) -> None:
+    # Gateway a has just read the template for a create's placement when b deletes it.
+    a, b = cluster.gateways
+    source = create(a, "base")
+    snapshot_id = snapshot(a, source)
+    _kill(a, [create(a, snapshot_id), source])
+    delete_template(b, snapshot_id)
+    assert create_status(a, snapshot_id) == 404
+
+
+def snapshot(gateway: Gateway, source: dict[str, Any]) -> str:
+    with gateway.client() as client:
+        taken = client.post(f"/sandboxes/{source['sandboxID']}/snapshots", json={})
+    assert taken.status_code == 201, taken.text
+    return str(taken.json()["snapshotID"])
+
+
+def delete_template(gateway: Gateway, snapshot_id: str) -> None:
+    with gateway.client() as client:
+        assert client.delete(f"/templates/{snapshot_id.split(':')[0]}").status_code == 204
+
+
+def create_status(gateway: Gateway, template: str) -> int:
+    """The status of a create of `template` (which is expected to fail: nothing is killed)."""
+    with gateway.client() as client:
+        return client.post("/sandboxes", json={"templateID": template, "timeout": 60}).status_code
 
 
 def _kill(gateway: Gateway, sandboxes: list[dict[str, Any]]) -> None:
