@@ -144,3 +144,6 @@ class LocalVolumes:
 
     async def delete_volume(self, volume_id: str) -> None:
         await self._catalog.delete(volume_id)
+
+    async def list_volumes(self) -> list[VolumeRow]:
+        return self._catalog.all()
