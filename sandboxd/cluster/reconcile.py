@@ -7,8 +7,9 @@ its timeout there) is dropped; a sandbox the catalog has on another live node is
 behind by a move (sandboxd.cluster.moves) and is dropped at once; what a node did by itself to a
 sandbox (paused it at its end, woke it) is noted in the catalog; a volume on a live node that
 the shared database has no record of and older than a create's deadline is an orphan too (its
-create's gateway died between the node's create and the record) and is deleted; and an
-unfinished build whose node's lease expired ends in error (sandboxd.cluster.builds)."""
+create's gateway died between the node's create and the record) and is deleted; an unfinished
+build whose node's lease expired ends in error (sandboxd.cluster.builds); and the leases that
+ran out (a move's whose gateway died holding it) are forgotten."""
 
 from __future__ import annotations
 
@@ -80,6 +81,7 @@ class Reconciler:
                 await self._node(node, now)
                 await self._volumes(node, now)
         await self.builds.fail_lost()
+        await store.write(functools.partial(store.drop_expired_locks, now))
 
     async def _node(self, node: NodeRow, now: int) -> None:
         store = self.nodes.store

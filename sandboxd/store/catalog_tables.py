@@ -114,6 +114,14 @@ class CatalogTables:
         )
         return str(rows[0]["holder"]) if rows else None
 
+    def release_lock(self, name: str, holder: str) -> None:
+        self._execute(
+            self._sql("DELETE FROM cluster_locks WHERE name = ? AND holder = ?"), (name, holder)
+        )
+
+    def drop_expired_locks(self, now_us: int) -> None:
+        self._execute(self._sql("DELETE FROM cluster_locks WHERE until_us < ?"), (now_us,))
+
 
 def _json(e: CatalogRow) -> tuple[str, str | None]:
     return json.dumps(e.info), None if e.record is None else json.dumps(e.record)

@@ -257,6 +257,12 @@ class Catalog(Protocol):
 
     def lock_holder(self, name: str, now_us: int) -> str | None: ...
 
+    def release_lock(self, name: str, holder: str) -> None:
+        """Forget `name` if `holder` holds it (its duty is done)."""
+
+    def drop_expired_locks(self, now_us: int) -> None:
+        """Forget the leases that ran out before `now_us` (their holders died holding them)."""
+
 
 class Nodes(Protocol):
     """The node agents of a cluster and their leases (written only in a shared database: a node

@@ -1,7 +1,8 @@
 """What the cluster ends by itself, all real processes (tests/cluster/rig.py with one node agent
 and one gateway): a volume on the node that no gateway recorded (its create's gateway died
 before the record: made here through the node's API) is deleted by the reconciliation once a
-create's deadline has passed, and a recorded one stays; a build no node can take (the node
+create's deadline has passed, and a recorded one stays; a lease that ran out (a move's whose
+gateway died) is forgotten; a build no node can take (the node
 drained) is requested (202, as E2B's), and ends in error naming why once a create's deadline
 after its request has passed: the started one when its start gave up waiting for a node, the
 one never started through the reconciliation."""
@@ -11,6 +12,7 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING
 
+import psycopg
 import pytest
 
 from tests.builds import build_flow
@@ -53,6 +55,16 @@ def test_a_volume_no_gateway_recorded_is_deleted_from_its_node(cluster: Cluster)
                f"the reconciliation to delete volume {orphan_id}")  # fmt: skip
     assert recorded in volumes_on(cluster)
     assert cluster.rows("SELECT volume_id FROM volumes") == [(recorded,)]
+
+
+def test_a_lease_that_ran_out_is_forgotten(cluster: Cluster) -> None:
+    """A move's lease whose gateway died holding it (its row written here, expired)."""
+    with psycopg.connect(cluster.url) as db:
+        db.execute(b"INSERT INTO cluster_locks (name, holder, until_us) VALUES "
+                   b"('move-gone', 'a dead gateway', 1)")  # fmt: skip
+    wait_until(lambda: not cluster.rows("SELECT 1 FROM cluster_locks WHERE name = 'move-gone'"),
+               120, "the reconciliation to forget the lease")  # fmt: skip
+    assert [name for (name,) in cluster.rows("SELECT name FROM cluster_locks")] == ["reconcile"]
 
 
 def test_a_build_no_node_can_take_ends_in_error(cluster: Cluster) -> None:

@@ -119,6 +119,7 @@ def test_a_disk_paused_sandbox_resumes_on_another_node(cluster: Cluster) -> None
         woken = client.post(f"/sandboxes/{ending}/connect", json={"timeout": 300})
         assert woken.status_code == 201, woken.text
     assert cluster.placed()[sid] == cluster.placed()[ending] == other.node_id
+    assert cluster.rows("SELECT name FROM cluster_locks WHERE name LIKE %s", "move-%") == []
     assert pause_layers(other, sid) == [layer]  # pulled from the registry into its own store
     token = resumed.json()["envdAccessToken"]
     assert other.sh(sid, "cat /home/user/marker /home/user/d/f", token) == "moved-with-me\ndeep\n"

@@ -280,6 +280,19 @@ async def test_a_lock_is_held_by_one_holder_until_it_runs_out(store: Store) -> N
     assert store.lock_holder("reap", 301) is None
 
 
+async def test_a_lock_is_released_by_its_holder_and_dropped_once_expired(store: Store) -> None:
+    await store.write(functools.partial(store.take_lock, "move-s1", "a", 0, 100))
+    await store.write(functools.partial(store.take_lock, "move-s2", "a", 0, 300))
+    await store.write(functools.partial(store.release_lock, "move-s1", "b"))
+    assert store.lock_holder("move-s1", 50) == "a"
+    await store.write(functools.partial(store.release_lock, "move-s1", "a"))
+    assert store.lock_holder("move-s1", 50) is None
+    await store.write(functools.partial(store.take_lock, "move-s1", "b", 0, 100))
+    await store.write(functools.partial(store.drop_expired_locks, 101))
+    await store.write(functools.partial(store.take_lock, "move-s1", "c", 0, 50))  # free again
+    assert (store.lock_holder("move-s1", 0), store.lock_holder("move-s2", 101)) == ("c", "a")
+
+
 async def test_a_write_commits_all_its_changes_or_none(store: Store) -> None:
     def fail() -> None:
         raise RuntimeError("a change that fails")
