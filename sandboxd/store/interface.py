@@ -268,9 +268,10 @@ class Nodes(Protocol):
     """The node agents of a cluster and their leases (written only in a shared database: a node
     by its heartbeats, an operator by draining it)."""
 
-    def heartbeat_node(self, n: NodeRow) -> None:
+    def heartbeat_node(self, n: NodeRow) -> bool:
         """Insert `n`, or replace everything of its node_id's row but `draining` (a heartbeat
-        never undoes a drain; a new row takes `n.draining`)."""
+        never undoes a drain; a new row takes `n.draining`); the row's `draining`, read back by
+        the same statement (a node learns an operator's drain without another round trip)."""
 
     def set_node_draining(self, node_id: str, draining: bool) -> bool:
         """Set the node's flag; False when there is no such node."""
