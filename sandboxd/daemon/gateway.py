@@ -26,7 +26,7 @@ from sandboxd.cluster.nodes import CREATE_DEADLINE_S, ClusterNodes
 from sandboxd.cluster.reconcile import Reconciler
 from sandboxd.cluster.routes import ClusterRoutes
 from sandboxd.cluster.volumes import ClusterVolumes, token_key
-from sandboxd.daemon.flags import add_database_option
+from sandboxd.daemon.flags import add_cluster_token_option, add_database_option, cluster_token
 from sandboxd.daemon.serve import (
     DATABASE_URL_ENV,
     NotifyingServer,
@@ -50,7 +50,6 @@ if TYPE_CHECKING:
     from sandboxd.store.interface import Store
     from sandboxd.store.rows import NodeRow
 
-TOKEN_ENV = "SANDBOXD_CLUSTER_TOKEN"  # noqa: S105  # the variable's name
 DEFAULT_LISTEN = "127.0.0.1:3000"
 
 
@@ -75,8 +74,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help=f"where the API and the proxy listen (default {DEFAULT_LISTEN})")  # fmt: skip
     p.add_argument("--domain", default="localhost", help="the sandboxes' domain: "
                    "{port}-{sandboxID}.DOMAIN (default localhost)")  # fmt: skip
-    p.add_argument("--cluster-token-file", type=Path, metavar="FILE",
-                   help=f"the cluster's credential (default ${TOKEN_ENV})")  # fmt: skip
+    add_cluster_token_option(p)
     p.add_argument("--verbose", action="store_true", help="log debug messages too")
 
 
@@ -88,15 +86,7 @@ def options(args: argparse.Namespace) -> GatewayOptions:
     if not host or not port.isdigit():
         raise HostError(f"--listen must be HOST:PORT, not {args.listen!r}")
     return GatewayOptions(args.database_url, host.strip("[]"), int(port), args.domain,
-                          cluster_token(args.cluster_token_file))  # fmt: skip
-
-
-def cluster_token(path: Path | None) -> str:
-    """Raises HostError: neither the file nor the variable gives one."""
-    token = path.read_text().strip() if path is not None else os.environ.get(TOKEN_ENV, "")
-    if not token:
-        raise HostError(f"the cluster token is needed: --cluster-token-file or ${TOKEN_ENV}")
-    return token
+                          cluster_token(args))  # fmt: skip
 
 
 def gateway(opts: GatewayOptions) -> None:
