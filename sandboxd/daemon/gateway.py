@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import hmac
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,10 +20,11 @@ from sandboxd.api.app import create_app
 from sandboxd.api.context import ApiContext
 from sandboxd.api.shared_creates import SharedCreates
 from sandboxd.cluster.builds import ClusterBuilds
+from sandboxd.cluster.keys import UPLOADS, VOLUME_TOKENS, derived_key
 from sandboxd.cluster.nodes import CREATE_DEADLINE_S, ClusterNodes
 from sandboxd.cluster.reconcile import Reconciler
 from sandboxd.cluster.routes import ClusterRoutes
-from sandboxd.cluster.volumes import ClusterVolumes, token_key
+from sandboxd.cluster.volumes import ClusterVolumes
 from sandboxd.daemon.flags import add_cluster_token_option, add_database_option, cluster_token
 from sandboxd.daemon.serve import (
     DATABASE_URL_ENV,
@@ -107,12 +106,6 @@ def gateway(opts: GatewayOptions) -> None:
         store.close()
 
 
-def uploads_key(token: str) -> bytes:
-    """The key of the build uploads' signed URLs, the same on every gateway of the cluster: an
-    upload may reach another replica than the one that signed its URL (behind one Service)."""
-    return hmac.new(token.encode(), b"sandboxd build uploads", hashlib.sha256).digest()
-
-
 def config(opts: GatewayOptions, store: Store) -> uvicorn.Config:
     def dial(node: NodeRow) -> RemoteNode:
         return RemoteNode(node.node_id, node.api_url, opts.token)
@@ -127,8 +120,12 @@ def config(opts: GatewayOptions, store: Store) -> uvicorn.Config:
     templates = Templates(store, lambda t: any(e.info.get("template_id") == t
                                                for e in store.catalog()), Path())  # fmt: skip
     builds = ClusterBuilds(nodes)
-    volumes = ClusterVolumes(store, nodes.client, VolumeTokens(token_key(opts.token)))
-    context = ApiContext(nodes, store, templates, builds, opts.domain, uploads_key(opts.token),
+    # Keys the same on every gateway: an upload or a volume's token may reach another replica
+    # than the one that signed it (behind one Service).
+    uploads = derived_key(opts.token, UPLOADS)
+    tokens = VolumeTokens(derived_key(opts.token, VOLUME_TOKENS))
+    volumes = ClusterVolumes(store, nodes.client, tokens)
+    context = ApiContext(nodes, store, templates, builds, opts.domain, uploads,
                          volumes, volume_relay.relayed(volumes),
                          SharedCreates(store, CREATE_DEADLINE_S))  # fmt: skip
     reconciler = Reconciler(nodes, builds)

@@ -1,17 +1,27 @@
 """The cluster token's one option, as `sandboxd node` and `sandboxd gateway` both take it: a
 gateway given only `--cluster-token-file` reaches the nodes (a create through it runs on one,
 which checks the token), and without the file or $SANDBOXD_CLUSTER_TOKEN both commands refuse
-to start with the same message (tests/cluster/rig.py: PostgreSQL, one node, one gateway)."""
+to start with the same message; the keys the gateways derive from the token are those they always
+derived (a volume's token signed as gateways signed them opens it, an upload URL is signed as
+they signed it). tests/cluster/rig.py:
+PostgreSQL, one node, one gateway."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import os
 import subprocess
 import sys
+import time
+import uuid
 from typing import TYPE_CHECKING
+from urllib.parse import parse_qs, urlsplit
 
+import httpx
 import pytest
 
+from tests.builds import build_flow
 from tests.cluster.gateway import Gateway
 from tests.cluster.rig import Cluster, running_cluster
 
@@ -69,3 +79,37 @@ def test_without_a_token_neither_role_starts(cluster: Cluster, role: str) -> Non
                              capture_output=True, text=True, env=env, check=False,
                              timeout=120)  # fmt: skip
     assert (missing.returncode, "no file at /nonexistent/token" in missing.stderr) == (2, True)
+
+
+def test_the_volume_key_is_the_one_the_token_always_gave(cluster: Cluster) -> None:
+    gateway = cluster.gateways[0]
+    key = hmac.new(gateway.token.encode(), b"sandboxd volume tokens", hashlib.sha256).digest()
+    with gateway.client() as api:
+        made = api.post("/volumes", json={"name": f"keyed-{uuid.uuid4().hex[:8]}"})
+    assert made.status_code == 201, made.text
+    volume_id, handed = made.json()["volumeID"], made.json()["token"]
+    _, expires, signature = handed.split(".")
+    assert signature == _signed(key, volume_id, int(expires))
+    later = int(time.time()) + 3600
+    token = f"{volume_id}.{later}.{_signed(key, volume_id, later)}"
+    listed = httpx.get(f"{gateway.url}/volumecontent/{volume_id}/dir", params={"path": "/"},
+                       headers={"authorization": f"Bearer {token}"}, timeout=60)  # fmt: skip
+    assert listed.status_code == 200, listed.text
+
+
+def test_the_uploads_key_is_the_one_the_token_always_gave(cluster: Cluster) -> None:
+    gateway = cluster.gateways[0]
+    key = hmac.new(gateway.token.encode(), b"sandboxd build uploads", hashlib.sha256).digest()
+    files_hash = hashlib.sha256(b"keyed").hexdigest()
+    with gateway.client() as api:
+        build = build_flow.request(api, f"keyed-{uuid.uuid4().hex[:6]}")
+        offered = api.get(f"/templates/{build.template_id}/files/{files_hash}")
+    assert offered.status_code == 201, offered.text
+    query = parse_qs(urlsplit(offered.json()["url"]).query)
+    [expires], [signature] = query["expires"], query["signature"]
+    message = f"upload\n{build.template_id}\n{files_hash}\n{expires}".encode()
+    assert signature == hmac.new(key, message, hashlib.sha256).hexdigest()
+
+
+def _signed(key: bytes, volume_id: str, expires: int) -> str:
+    return hmac.new(key, f"{volume_id}.{expires}".encode(), hashlib.sha256).hexdigest()
