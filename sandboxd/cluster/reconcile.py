@@ -90,7 +90,7 @@ class Reconciler:
         except Exception as exc:  # noqa: BLE001  # unreachable: its lease will tell
             log.info("reconciliation: node %s did not list: %s", node.node_id, exc)
             return
-        known = {e.sandbox_id: e for e in store.catalog() if e.node_id == node.node_id}
+        known = {e.sandbox_id: e for e in store.node_catalog(node.node_id)}
         held = {s.sandbox_id for s in running}
         for sandbox in running:
             entry = known.get(sandbox.sandbox_id)

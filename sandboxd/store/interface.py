@@ -237,6 +237,9 @@ class Catalog(Protocol):
     def catalog(self) -> list[CatalogRow]:
         """All of them, oldest first (`created_at`, then `sandbox_id`)."""
 
+    def node_catalog(self, node_id: str) -> list[CatalogRow]:
+        """Those on the node, in `catalog`'s order."""
+
     def delete_catalog_entry(self, sandbox_id: str) -> None: ...
 
     def claim_create_key(self, k: CreateKeyRow, expired_before_us: int) -> None:

@@ -2,7 +2,8 @@
 and one gateway): a volume on the node that no gateway recorded (its create's gateway died
 before the record: made here through the node's API) is deleted by the reconciliation once a
 create's deadline has passed, and a recorded one stays; a lease that ran out (a move's whose
-gateway died) is forgotten; a build no node can take (the node
+gateway died) is forgotten; a catalog row whose sandbox ended on its node (its timeout) is
+dropped, the node's running one's kept; a build no node can take (the node
 drained) is requested (202, as E2B's), and ends in error naming why once a create's deadline
 after its request has passed: the started one when its start gave up waiting for a node, the
 one never started through the reconciliation."""
@@ -65,6 +66,19 @@ def test_a_lease_that_ran_out_is_forgotten(cluster: Cluster) -> None:
     wait_until(lambda: not cluster.rows("SELECT 1 FROM cluster_locks WHERE name = 'move-gone'"),
                120, "the reconciliation to forget the lease")  # fmt: skip
     assert [name for (name,) in cluster.rows("SELECT name FROM cluster_locks")] == ["reconcile"]
+
+
+def test_the_catalog_row_of_a_sandbox_ended_on_its_node_is_dropped(cluster: Cluster) -> None:
+    with cluster.gateways[0].client() as api:
+        made = [api.post("/sandboxes", json={"templateID": "base", "timeout": t})
+                for t in (3, 300)]  # fmt: skip
+        assert [m.status_code for m in made] == [201, 201], [m.text for m in made]
+        ending, running = (m.json()["sandboxID"] for m in made)
+        wait_until(lambda: ending not in cluster.placed(), 120,
+                   "the reconciliation to drop the ended sandbox's row")  # fmt: skip
+        assert running in cluster.placed()
+        assert running in cluster.on_node(cluster.nodes[0])
+        assert api.delete(f"/sandboxes/{running}").status_code == 204
 
 
 def test_a_build_no_node_can_take_ends_in_error(cluster: Cluster) -> None:

@@ -235,12 +235,13 @@ async def test_the_catalog_keeps_each_sandbox_once_with_its_node(store: Store) -
     await store.write(functools.partial(store.add_catalog_entry, second),
                       functools.partial(store.add_catalog_entry, first))  # fmt: skip
     assert store.catalog() == [first, second]
+    assert (store.node_catalog("node-a"), store.node_catalog("node-c")) == ([first], [])
     assert store.catalog_entry("s1") == first
     with pytest.raises((sqlite3.IntegrityError, psycopg.IntegrityError)):
         await store.write(functools.partial(store.add_catalog_entry, first))
     moved = dataclasses.replace(first, node_id="node-b", record={"sandbox_id": "s1"})
     await store.write(functools.partial(store.update_catalog_entry, moved))
-    assert store.catalog() == [moved, second]
+    assert store.catalog() == store.node_catalog("node-b") == [moved, second]
     stuck = dataclasses.replace(moved, record=None, unmovable="it mounts volumes")
     await store.write(functools.partial(store.update_catalog_entry, stuck))
     assert store.catalog_entry("s1") == stuck
