@@ -21,19 +21,21 @@ from sandboxd.host.cgroups import CgroupHost
 from sandboxd.runtime.spec import read_record
 from tests.client import envelope, exit_and_stdout
 from tests.cluster.gateway import DOMAIN
-from tests.cluster.lan import LAN_GATEWAY
-from tests.cluster.netrig import running_networked_cluster
+from tests.cluster.lan import LAN_GATEWAY, RigLan
+from tests.cluster.netrig import NetNode, running_networked_cluster
 from tests.cluster.test_gateway import NEW, envd_get, spread
 from tests.network.fake_internet import NAMES, running_fake_internet
 from tests.network.in_sandbox import script
+from tests.network.isolation import NotIsolated
 from tests.waiting import wait_until
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
 
     from sandboxd.network.slots import NetSlot
     from tests.cluster.gateway import Gateway
-    from tests.cluster.netrig import NetCluster, NetNode
+    from tests.cluster.netrig import NetCluster
 
 pytestmark = [
     pytest.mark.root,
@@ -163,6 +165,23 @@ def test_envd_and_a_sandbox_port_answer_through_either_gateway(
             assert envd_get(gateway, sandbox, "/health").status_code == 204
             host = f"{WEB_PORT}-{sandbox['sandboxID']}.{DOMAIN}"
             wait_until(functools.partial(_hostname, gateway, host), 60, f"{host} to serve")
+
+
+def test_no_agent_starts_on_a_lan_holding_what_the_rig_did_not_make(tmp_path: Path) -> None:
+    with running_fake_internet() as net:
+        lan = RigLan(net, 1)
+        try:
+            lan.build()
+            (machine,) = lan.nodes
+            with machine.ns.ipr() as ipr:  # a way out the rig did not make
+                ipr.link("add", ifname="stray0", kind="veth", peer="stray1")
+            with pytest.raises(NotIsolated, match="link stray0"):
+                lan.check_isolated()
+            with pytest.raises(NotIsolated):
+                NetNode(lan, machine, tmp_path / "state", "postgresql://unused", "token")
+        finally:
+            lan.remove()
+        assert not machine.ns.path.exists()
 
 
 def _hostname(gateway: Gateway, host: str) -> bool:
