@@ -7,7 +7,6 @@ It runs until its pid is signalled."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import socket
 import sys
@@ -15,15 +14,21 @@ import sys
 CHUNK = 1 << 16
 
 
-async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def _pump(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, source: asyncio.StreamWriter
+) -> None:
     """Copy `reader` to `writer` until its end, then half-close `writer` (HTTP clients may
-    half-close after a request and still read the answer)."""
-    with contextlib.suppress(OSError):
+    half-close after a request and still read the answer). A reset of either side (`source`
+    is `reader`'s connection) resets the other too: a proxy that cuts a connection is seen to."""
+    try:
         while data := await reader.read(CHUNK):
             writer.write(data)
             await writer.drain()
         if writer.can_write_eof():
             writer.write_eof()
+    except OSError:
+        writer.transport.abort()
+        source.transport.abort()
 
 
 async def _relay(port: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -33,7 +38,9 @@ async def _relay(port: int, reader: asyncio.StreamReader, writer: asyncio.Stream
         writer.close()
         return
     try:
-        await asyncio.gather(_pump(reader, far_writer), _pump(far_reader, writer))
+        await asyncio.gather(
+            _pump(reader, far_writer, writer), _pump(far_reader, writer, far_writer)
+        )
     finally:
         far_writer.close()
         writer.close()
