@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -56,11 +57,18 @@ def create(gateway: Gateway, purpose: str, **more: object) -> dict[str, Any]:
 
 
 def drain(cluster: Cluster, node: NodeAgent, draining: bool) -> None:
+    """Drained: once the node's heartbeat has read its flag back, so that it refuses a create
+    that a gateway's node rows (a second old at most) still place there, and the create goes
+    on to another node."""
     verb = "drain" if draining else "undrain"
     done = subprocess.run([sys.executable, "-m", "sandboxd", "node", verb, node.node_id,
                            "--database-url", cluster.url], capture_output=True, text=True,
                           check=False)  # fmt: skip
     assert done.returncode == 0, done.stderr
+    flagged_us = time.time_ns() // 1000  # a heartbeat written later reads the flag back
+    if draining:
+        wait_until(lambda: cluster.heartbeat_us(node.node_id) > flagged_us, 60,
+                   f"{node.node_id}'s heartbeat to read its drain")  # fmt: skip
 
 
 def pause_layers(node: NodeAgent, sandbox_id: str) -> list[str]:

@@ -107,9 +107,9 @@ def test_a_snapshot_made_on_one_node_is_listed_everywhere_and_created_on_every_n
     assert node_of(cluster, near["sandboxID"]) is home
     made = [near]
     for node in others:  # the others drained in turn: the snapshot's create lands on each
-        flagged_us = time.time_ns() // 1000
         for drained in cluster.nodes:
             set_draining(cluster, drained, drained is not node)
+        flagged_us = time.time_ns() // 1000
         # A drained node's heartbeat since reads the flag back: it then refuses a create that
         # a gateway's rows (a second old at most) still place there, and the create goes on.
         for drained in others_than(cluster, node):
