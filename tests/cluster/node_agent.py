@@ -50,6 +50,13 @@ class NodeAgent(Sandboxd):
                 "--database-url", self.database_url, "--cgroup-parent", self.cgroup_parent,
                 *base, *self.flags]  # fmt: skip
 
+    def kill(self) -> None:
+        """SIGKILL, as a machine is lost: its sandboxes stay, its lease runs out."""
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait()
+        self.proc = None
+
     def _ready(self) -> bool:
         assert self.proc is not None
         assert self.proc.poll() is None, f"sandboxd node exited: {self.log.read_text()[-2000:]}"

@@ -189,10 +189,7 @@ def test_a_lost_node_is_listed_so_and_creates_go_elsewhere(cluster: Cluster) -> 
     spread(cluster, a, 2)  # one more on each node
     on_lost = [s for s, n in cluster.placed().items() if n == lost_node.node_id]
     assert on_lost
-    assert lost_node.proc is not None
-    lost_node.proc.kill()
-    lost_node.proc.wait()
-    lost_node.proc = None
+    lost_node.kill()
 
     def listed_lost() -> bool:
         with b.client() as client:

@@ -3,8 +3,10 @@ its own inside the fake internet, networking their sandboxes, behind two gateway
 created through one gateway land on both nodes; each reaches the fake internet's HTTP server,
 masqueraded by its own node, while E2B's egress rules apply (a denied address refused, the other
 nodes' LAN always denied); each node's nftables table holds its own sandbox only; commands, envd
-and a sandbox's own port answer through the other gateway. After the module nothing of the rig
-is left on the host: namespaces, cgroups, processes."""
+and a sandbox's own port answer through the other gateway. One paused to disk whose node is
+SIGKILLed resumes on the other node, networked there with its rules; the node, back, drops its
+copy's network. After the module nothing of the rig is left on the host: namespaces, cgroups,
+processes."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
+from sandboxd.cluster.catalog import LOST_KEY
 from sandboxd.host.cgroups import CgroupHost
 from sandboxd.runtime.spec import read_record
 from tests.client import envelope, exit_and_stdout
@@ -165,6 +168,48 @@ def test_envd_and_a_sandbox_port_answer_through_either_gateway(
             assert envd_get(gateway, sandbox, "/health").status_code == 204
             host = f"{WEB_PORT}-{sandbox['sandboxID']}.{DOMAIN}"
             wait_until(functools.partial(_hostname, gateway, host), 60, f"{host} to serve")
+
+
+def test_a_networked_sandbox_paused_to_disk_moves_with_its_rules(
+    cluster: NetCluster, placed: dict[str, dict[str, Any]]
+) -> None:
+    """Its node SIGKILLed, it resumes on the other node, networked from that node's pool and
+    address, its egress rules (other.test denied) with it; the killed node, back, drops its
+    copy and its network. Last of the module: it stops a node."""
+    a, b = cluster.gateways
+    sandbox, home, other = placed["node-a"], node_of(cluster, "node-a"), node_of(cluster, "node-b")
+    sid, before = sandbox["sandboxID"], slot(home, sandbox)
+    assert run(a, sandbox, "/bin/sh", "-c", "echo kept > /home/user/marker")[0] == 0
+    with a.client() as client:
+        assert client.post(f"/sandboxes/{sid}/pause", json={"memory": False}).status_code == 204
+    home.kill()  # SIGKILL: the node is gone, its lease runs out
+    wait_until(lambda: lost(b, sid), 120, "node-a's lease to expire")
+    with b.client() as client:
+        resumed = client.post(f"/sandboxes/{sid}/connect", json={"timeout": 300})
+    assert resumed.status_code == 201, resumed.text
+    assert cluster.placed()[sid] == other.node_id
+    moved = {**sandbox, "envdAccessToken": resumed.json().get("envdAccessToken")}
+    assert run(b, moved, "cat", "/home/user/marker") == (0, "kept\n")
+    code, out = run(b, moved, "curl", "-sS", "http://example.test/")
+    assert code == 0, out
+    assert json.loads(out)["client"] == other.machine.address  # masqueraded by its new node
+    assert run(b, moved, "python3", "-c", CONNECT, OTHER, "80") == (0, REFUSED + "\n")
+    assert slot(other, moved).host_ip.startswith(other.machine.pool.split(".0.0/")[0] + ".")
+
+    home.start()  # back: the catalog is the truth
+    wait_until(lambda: sid not in cluster.on_node(home), 300, "node-a's stale copy to be dropped")
+    table = home.machine.ns.run(["nft", "list", "table", "inet", "sandboxd"],
+                                capture_output=True).stdout.decode()  # fmt: skip
+    assert before.ifname not in table
+    with home.machine.ns.ipr() as ipr:
+        assert ipr.link_lookup(ifname=before.ifname) == []
+    assert run(a, moved, "cat", "/home/user/marker") == (0, "kept\n")
+
+
+def lost(gateway: Gateway, sandbox_id: str) -> bool:
+    with gateway.client() as client:
+        shown: dict[str, Any] = client.get(f"/sandboxes/{sandbox_id}").json()
+    return "stopped answering (lease expired at" in (shown.get("metadata") or {}).get(LOST_KEY, "")
 
 
 def test_no_agent_starts_on_a_lan_holding_what_the_rig_did_not_make(tmp_path: Path) -> None:
