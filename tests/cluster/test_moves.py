@@ -118,6 +118,7 @@ def test_a_disk_paused_sandbox_resumes_on_another_node(cluster: Cluster) -> None
     assert cluster.placed()[sid] == cluster.placed()[ending] == other.node_id
     assert pause_layers(other, sid) == [layer]  # pulled from the registry into its own store
     token = resumed.json()["envdAccessToken"]
+    assert token == moving["envdAccessToken"]  # the one its create gave, kept with its record
     assert other.sh(sid, "cat /home/user/marker /home/user/d/f", token) == "moved-with-me\ndeep\n"
     assert (after["state"], after["metadata"]) == ("running", {"purpose": "move"})
     assert record_of(cluster, sid) is None  # running: nothing to move from
