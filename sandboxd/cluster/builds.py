@@ -122,6 +122,17 @@ class ClusterBuilds:
                 mark_failed(build, message, None)
                 await record(self.store, build)
 
+    def _steps_cached_on(self, build: BuildRow, nodes: list[NodeRow], now: int) -> NodeRow | None:
+        """The node that ran the template's previous build, if it can take this one: the
+        steps' layer cache is a node's own, so a rebuild there reuses the steps it ran."""
+        earlier = [b for b in self.store.builds(build.template_id)
+                   if b.node_id is not None and b.build_id != build.build_id]  # fmt: skip
+        if not earlier:
+            return None
+        last = max(earlier, key=lambda b: b.created_at)
+        able = placement.candidates(nodes, now, ())
+        return next((n for n in able if n.node_id == last.node_id), None)
+
     def _latest(self, template_id: str) -> BuildRow:
         """The template's latest build, which its uploads are for.
 
@@ -168,8 +179,10 @@ class ClusterBuilds:
         return node.node_id
 
     def _choose(self, build: BuildRow) -> NodeRow | None:
-        return placement.choose(self.store.nodes(), build.template_id, build.cpu_count,
-                                now_us(), reserved=self.nodes.reserved)  # fmt: skip
+        nodes, now = self.store.nodes(), now_us()
+        return self._steps_cached_on(build, nodes, now) or placement.choose(
+            nodes, build.template_id, build.cpu_count, now, reserved=self.nodes.reserved
+        )
 
     def _deadline_us(self, build: BuildRow) -> int:
         """Until when a build with no node waits for one: a create's deadline after its
