@@ -27,6 +27,20 @@ def start_request(script: str) -> bytes:
     return envelope({"process": {"cmd": "/bin/sh", "args": ["-c", script]}})
 
 
+def exit_and_stdout(stream: bytes) -> tuple[int, str]:
+    """(exit code, stdout) of a whole Process Start stream."""
+    stdout, code = b"", None
+    while stream:
+        size = int.from_bytes(stream[1:5], "big")
+        event = json.loads(stream[5 : 5 + size]).get("event", {})
+        stream = stream[5 + size :]
+        stdout += base64.b64decode(event.get("data", {}).get("stdout", ""))
+        if "end" in event:
+            code = event["end"].get("exitCode", 0)
+    assert code is not None, "no end event"
+    return code, stdout.decode()
+
+
 async def frames(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
     """Connect envelopes of a streamed response, each as soon as it is whole."""
     buffer = b""

@@ -16,10 +16,11 @@ if TYPE_CHECKING:
 
 class BuildWork(Protocol):
     async def assign(self, build: BuildRow) -> None:
-        """Settle, and record on the `waiting` build just requested, where it will run.
+        """Settle, and record on the `waiting` build just requested, where it will run (a
+        cluster's build no node can take now waits for one, see sandboxd.cluster.builds).
 
         Raises:
-            NoNodeAvailable: no machine can take it; StoreUnavailable.
+            StoreUnavailable.
         """
         ...
 
@@ -28,7 +29,8 @@ class BuildWork(Protocol):
         build runs.
 
         Raises:
-            BadUpload: a malformed hash; BuildNodeLost: that machine is gone.
+            BadUpload: a malformed hash; BuildNodeLost: that machine is gone;
+                NoNodeAvailable: no machine took the build by its deadline (it ended in error).
         """
         ...
 
@@ -40,12 +42,14 @@ class BuildWork(Protocol):
 
         Raises:
             BadUpload, LengthRequired, UploadTooLarge, StorageFull: as
-                sandboxd.builds.uploads.Uploads.receive; BuildNodeLost: that machine is gone.
+                sandboxd.builds.uploads.Uploads.receive; BuildNodeLost: that machine is gone;
+                NoNodeAvailable: as `present`.
         """
         ...
 
     async def start(self, build: BuildRow, recipe: Recipe) -> None:
-        """Start the `waiting` build.
+        """Start the `waiting` build (one no machine took by its deadline ends in error
+        instead, which its status shows).
 
         Raises:
             NotAllowed: it is not waiting; BuildNodeLost: its machine is gone.

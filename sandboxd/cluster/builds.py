@@ -4,10 +4,13 @@ handed to one node agent, chosen by placement when it is requested and recorded 
 node's own builder), and its start runs it there; the node writes its status and log to the
 shared database, which is where the gateway reads them (any gateway: the endpoints are serve's).
 A build whose node is gone is ended in error by the reconciliation (sandboxd.cluster.reconcile),
-never left `building`."""
+never left `building`. One no node can take when requested (all drained, stopped or full) waits
+for one until a create's deadline after its request (its files and its start wait that long for
+a node), then ends in error naming why; the reconciliation ends those nobody came back to."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 from typing import TYPE_CHECKING, Final, TypeVar
@@ -38,6 +41,7 @@ log = logging.getLogger("sandboxd.cluster.builds")
 T = TypeVar("T")
 
 UNFINISHED: Final = ("waiting", "building")
+PLACEMENT_POLL_S: Final = 1.0  # the node rows change with heartbeats (every 2 s by default)
 
 
 class ClusterBuilds:
@@ -48,11 +52,13 @@ class ClusterBuilds:
         self.store = nodes.store
 
     async def assign(self, build: BuildRow) -> None:
-        node = placement.choose(self.store.nodes(), build.template_id, build.cpu_count,
-                                now_us(), reserved=self.nodes.reserved)  # fmt: skip
+        # No node now: the build waits for one (an undrained or restarted node) until its
+        # deadline (`_placed`), and ends in error then, which its status shows, as the SDKs
+        # read a build's end.
+        node = self._choose(build)
         if node is None:
-            raise NoNodeAvailable(f"no node can take build {build.build_id}: none is alive, "
-                                  "not draining and with room")  # fmt: skip
+            log.warning("build %s waits for a node: %s", build.build_id, self._no_node(build))
+            return
         build.node_id = node.node_id
         await self.store.write(functools.partial(self.store.put_build, build))
 
@@ -75,8 +81,11 @@ class ClusterBuilds:
 
     async def start(self, build: BuildRow, recipe: Recipe) -> None:
         recipe_json = recipe.model_dump()
-        await self._on(build, lambda n: n.start_build(build.template_id, build.build_id,
-                                                      recipe_json))  # fmt: skip
+        try:
+            await self._on(build, lambda n: n.start_build(build.template_id, build.build_id,
+                                                          recipe_json))  # fmt: skip
+        except NoNodeAvailable:
+            return  # the build ended in error for it: its status says so
 
     def log_page(self, build: BuildRow, offset: int, limit: int) -> list[LogLine]:
         return self.store.log_lines(build.build_id, offset, limit)
@@ -96,12 +105,15 @@ class ClusterBuilds:
 
     async def fail_lost(self) -> None:
         """End in error the unfinished builds whose node's lease expired (the reconciliation's
-        round: the node cannot write their end any more)."""
+        round: the node cannot write their end any more), and those that waited for a node
+        past their deadline."""
         now = now_us()
         nodes = {n.node_id: n for n in self.store.nodes()}
         unfinished = [b for status in UNFINISHED for b in self.store.builds(status=status)]
         for build in unfinished:
             if build.node_id is None:
+                if now > self._deadline_us(build):
+                    await self._fail_unplaced(build)
                 continue
             node = nodes.get(build.node_id)
             if node is None or not placement.alive(node, now):
@@ -110,15 +122,26 @@ class ClusterBuilds:
                 mark_failed(build, message, None)
                 await record(self.store, build)
 
+    def _steps_cached_on(self, build: BuildRow, nodes: list[NodeRow], now: int) -> NodeRow | None:
+        """The node that ran the template's previous build, if it can take this one: the
+        steps' layer cache is a node's own, so a rebuild there reuses the steps it ran."""
+        earlier = [b for b in self.store.builds(build.template_id)
+                   if b.node_id is not None and b.build_id != build.build_id]  # fmt: skip
+        if not earlier:
+            return None
+        last = max(earlier, key=lambda b: b.created_at)
+        able = placement.candidates(nodes, now, ())
+        return next((n for n in able if n.node_id == last.node_id), None)
+
     def _latest(self, template_id: str) -> BuildRow:
         """The template's latest build, which its uploads are for.
 
         Raises:
-            NotAllowed: it has none handed to a node.
+            NotAllowed: it has none unfinished.
         """
         template = self.store.template(template_id)
         build = None if template is None else self.store.build(template.build_id)
-        if build is None or build.node_id is None or build.status not in UNFINISHED:
+        if build is None or build.status not in UNFINISHED:
             raise NotAllowed(f"template {template_id} has no build waiting for its files: "
                              "request one first (POST /v3/templates)")  # fmt: skip
         return build
@@ -127,17 +150,57 @@ class ClusterBuilds:
         """`call` on the build's node.
 
         Raises:
-            NotAllowed: it was never handed to one (no node could take it when requested).
+            NoNodeAvailable: it had none and none took it by its deadline (it ended in error).
             BuildNodeLost: its lease expired, or it does not answer.
         """
-        if build.node_id is None:
-            raise NotAllowed(f"build {build.build_id} was never handed to a node: request "
-                             "another")  # fmt: skip
-        node: NodeRow | None = self.store.node(build.node_id)
+        node_id = build.node_id or await self._placed(build)
+        node: NodeRow | None = self.store.node(node_id)
         if node is None or not placement.alive(node, now_us()):
-            raise BuildNodeLost(build.build_id, build.node_id)
+            raise BuildNodeLost(build.build_id, node_id)
         try:
             return await call(self.nodes.client(node))
         except NodeUnreachable as exc:
             raise BuildNodeLost(build.build_id, node.node_id,
                                 f"which does not answer ({exc})") from exc  # fmt: skip
+
+    async def _placed(self, build: BuildRow) -> str:
+        """Hand the build that has no node to one, waiting for one until its deadline; that
+        node's id.
+
+        Raises:
+            NoNodeAvailable: none came by then: the build ended in error for it.
+        """
+        while (node := self._choose(build)) is None:
+            if now_us() > self._deadline_us(build):
+                raise NoNodeAvailable(await self._fail_unplaced(build))
+            await asyncio.sleep(PLACEMENT_POLL_S)
+        build.node_id = node.node_id
+        await self.store.write(functools.partial(self.store.put_build, build))
+        return node.node_id
+
+    def _choose(self, build: BuildRow) -> NodeRow | None:
+        nodes, now = self.store.nodes(), now_us()
+        return self._steps_cached_on(build, nodes, now) or placement.choose(
+            nodes, build.template_id, build.cpu_count, now, reserved=self.nodes.reserved
+        )
+
+    def _deadline_us(self, build: BuildRow) -> int:
+        """Until when a build with no node waits for one: a create's deadline after its
+        request, the time a sandbox's create waits for a node too (a build's first work is
+        booting one)."""
+        return build.created_at + int(self.nodes.deadline_s * 1e6)
+
+    def _no_node(self, build: BuildRow) -> str:
+        return (f"no live node can build {build.build_id}: none is alive, not draining and "
+                "with room")  # fmt: skip
+
+    async def _fail_unplaced(self, build: BuildRow) -> str:
+        """End the build in error for having no node, unless one took it meanwhile (read
+        again: another gateway may have handed it on); the message."""
+        message = self._no_node(build) + f" (waited {self.nodes.deadline_s:.0f} s)"
+        latest = self.store.build(build.build_id)
+        if latest is not None and latest.node_id is None and latest.status in UNFINISHED:
+            log.warning("%s: the build ends in error", message)
+            mark_failed(latest, message, None)
+            await record(self.store, latest)
+        return message

@@ -15,6 +15,7 @@ next reconciliation (sandboxd.cluster.reconcile)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import logging
@@ -22,7 +23,14 @@ import secrets
 from typing import TYPE_CHECKING, Any, Final
 
 from sandboxd.cluster import catalog, placement
-from sandboxd.errors import NodeLost, NoNodeAvailable, NotMovable, SandboxNotFound, WrongState
+from sandboxd.errors import (
+    NodeLost,
+    NoNodeAvailable,
+    NotMovable,
+    SandboxNotFound,
+    StoreUnavailable,
+    WrongState,
+)
 from sandboxd.ids import now_us
 from sandboxd.lifecycle.disk_pause import FILESYSTEM, FULL
 from sandboxd.store.rows import SandboxRow
@@ -85,7 +93,16 @@ class CatalogMoves:
             SandboxNotFound: it was killed meanwhile. StoreUnavailable.
         """
         record = movable(entry)
-        await self._claim(entry.sandbox_id)
+        lease = await self._claim(entry.sandbox_id)
+        try:
+            return await self._moved(entry, record)
+        finally:  # one left (the database away, the gateway dead) the reconciliation drops
+            with contextlib.suppress(StoreUnavailable):
+                await self.store.write(
+                    functools.partial(self.store.release_lock, lease, self.holder)
+                )
+
+    async def _moved(self, entry: CatalogRow, record: SandboxRow) -> NodeRow:
         current = self.store.catalog_entry(entry.sandbox_id)
         if current is None:
             raise SandboxNotFound(entry.sandbox_id)
@@ -99,8 +116,9 @@ class CatalogMoves:
                  entry.node_id, node.node_id)  # fmt: skip
         return node
 
-    async def _claim(self, sandbox_id: str) -> None:
-        """Hold the sandbox's move lease. Raises WrongState: another gateway holds it."""
+    async def _claim(self, sandbox_id: str) -> str:
+        """Hold the sandbox's move lease; its name. Raises WrongState: another gateway holds
+        it."""
         name, now = f"move-{sandbox_id}", now_us()
         until = now + int(MOVE_LEASE_S * 1e6)
         await self.store.write(
@@ -109,6 +127,7 @@ class CatalogMoves:
         if self.store.lock_holder(name, now) != self.holder:
             raise WrongState(f"sandbox {sandbox_id} is being moved to another node by another "
                              "gateway: try again")  # fmt: skip
+        return name
 
     async def _adopted(self, entry: CatalogRow, record: SandboxRow) -> tuple[NodeRow, SandboxInfo]:
         """The live node that took the record, each refusing one left out, and its answer.

@@ -5,8 +5,11 @@ create's gateway died before recording it, or it was killed through the catalog 
 was away) and is killed; a catalog row whose sandbox its live node no longer has (it ended at
 its timeout there) is dropped; a sandbox the catalog has on another live node is a copy left
 behind by a move (sandboxd.cluster.moves) and is dropped at once; what a node did by itself to a
-sandbox (paused it at its end, woke it) is noted in the catalog; and an unfinished build whose
-node's lease expired ends in error (sandboxd.cluster.builds)."""
+sandbox (paused it at its end, woke it) is noted in the catalog; a volume on a live node that
+the shared database has no record of and older than a create's deadline is an orphan too (its
+create's gateway died between the node's create and the record) and is deleted; an unfinished
+build whose node's lease expired ends in error (sandboxd.cluster.builds); and the leases that
+ran out (a move's whose gateway died holding it) are forgotten."""
 
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ from typing import TYPE_CHECKING, Final
 
 from sandboxd.cluster import placement
 from sandboxd.cluster.nodes import CREATE_DEADLINE_S
-from sandboxd.errors import SandboxError, SandboxNotFound
+from sandboxd.errors import SandboxError, SandboxNotFound, VolumeNotFound, WrongState
 from sandboxd.ids import now_us
 
 if TYPE_CHECKING:
@@ -76,7 +79,9 @@ class Reconciler:
         for node in store.nodes():
             if placement.alive(node, now):
                 await self._node(node, now)
+                await self._volumes(node, now)
         await self.builds.fail_lost()
+        await store.write(functools.partial(store.drop_expired_locks, now))
 
     async def _node(self, node: NodeRow, now: int) -> None:
         store = self.nodes.store
@@ -85,7 +90,7 @@ class Reconciler:
         except Exception as exc:  # noqa: BLE001  # unreachable: its lease will tell
             log.info("reconciliation: node %s did not list: %s", node.node_id, exc)
             return
-        known = {e.sandbox_id: e for e in store.catalog() if e.node_id == node.node_id}
+        known = {e.sandbox_id: e for e in store.node_catalog(node.node_id)}
         held = {s.sandbox_id for s in running}
         for sandbox in running:
             entry = known.get(sandbox.sandbox_id)
@@ -120,3 +125,29 @@ class Reconciler:
             return
         with contextlib.suppress(SandboxNotFound):
             await self.nodes.client(node).kill(sandbox.sandbox_id)
+
+    async def _volumes(self, node: NodeRow, now: int) -> None:
+        """Delete the node's volumes older than a create's deadline that the shared database
+        has no record of (a create records its volume within that time, or deletes it again)."""
+        client = self.nodes.client(node)
+        try:
+            held = await client.list_volumes()
+        except Exception as exc:  # noqa: BLE001  # unreachable: its lease will tell
+            log.info("reconciliation: node %s did not list its volumes: %s", node.node_id, exc)
+            return
+        old = [v for v in held if now - v.created_at > self.grace_us]
+        if not old:
+            return
+        store = self.nodes.store
+        recorded = {v.volume_id for v in store.volumes()}
+        for volume in old:
+            if volume.volume_id in recorded:
+                continue
+            log.warning("reaping volume %s (%s) on node %s: no gateway recorded it",
+                        volume.volume_id, volume.name, node.node_id)  # fmt: skip
+            try:
+                await client.delete_volume(volume.volume_id)
+            except VolumeNotFound:
+                pass
+            except WrongState as exc:  # a sandbox there mounts it by name: tried next round
+                log.info("reconciliation: volume %s stays for now: %s", volume.volume_id, exc)

@@ -7,16 +7,15 @@ volume again after a reboot and resolves sandboxes' mounts of it); a delete, and
 content-API request, goes to the home node. A sandbox that mounts volumes is placed on their
 home (`mounts_home`), and the home refuses to delete a volume its sandboxes have mounted.
 
-Tokens are signed with a key every gateway derives from the cluster token, so a token one
-gateway handed out opens the volume through any other."""
+Tokens are signed with a key every gateway derives from the cluster token
+(sandboxd.cluster.keys), so a token one gateway handed out opens the volume through any
+other."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import functools
-import hashlib
-import hmac
 from typing import TYPE_CHECKING
 
 from sandboxd.cluster import placement
@@ -42,11 +41,6 @@ if TYPE_CHECKING:
     from sandboxd.store.interface import Store
     from sandboxd.store.rows import NodeRow, VolumeRow
     from sandboxd.volumes.tokens import VolumeTokens
-
-
-def token_key(cluster_token: str) -> bytes:
-    """The volume tokens' key of every gateway of the cluster."""
-    return hmac.new(cluster_token.encode(), b"sandboxd volume tokens", hashlib.sha256).digest()
 
 
 class ClusterVolumes:

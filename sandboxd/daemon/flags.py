@@ -1,6 +1,7 @@
 """The command line's options for running sandboxes, which `sandboxd serve` and `sandboxd node`
 share (pool, limits, base template, cgroup parent, networking, sandbox domain, builds, volumes),
-and the ServeOptions they make; and --database-url, every command's that opens a store."""
+and the ServeOptions they make; --database-url, every command's that opens a store; and
+--cluster-token-file, a node agent's and a gateway's."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from sandboxd.builds.envd_layer import OPTION as ENVD_ARTIFACT_OPTION
 from sandboxd.builds.systemd_init import PROVISIONS
 from sandboxd.daemon.registry_options import add_registry_options, layer_registry
 from sandboxd.daemon.serve import DATABASE_URL_ENV, ServeOptions
-from sandboxd.errors import SandboxError
+from sandboxd.errors import HostError, SandboxError
 from sandboxd.host.disk import MIN_DISK_MB
 from sandboxd.layers.quota import OPTION as STORAGE_OPTION
 from sandboxd.network.slots import DEFAULT_NETWORK_POOL, NetworkPool, parse_pool
@@ -27,6 +28,7 @@ from sandboxd.volumes.catalog import (
 from sandboxd.volumes.storage import MIN_SIZE_MB as MIN_VOLUME_MB
 
 DEFAULT_MAX_TIMEOUT_S = 24 * 3600
+CLUSTER_TOKEN_ENV = "SANDBOXD_CLUSTER_TOKEN"  # noqa: S105  # the variable's name
 
 
 def add_database_option(
@@ -46,6 +48,28 @@ def add_database_option(
         f"password is better given as PGPASSWORD than here) (default ${DATABASE_URL_ENV}"
         f"{fallback})",
     )
+
+
+def add_cluster_token_option(p: argparse.ArgumentParser) -> None:
+    """--cluster-token-file, read by `cluster_token`."""
+    p.add_argument("--cluster-token-file", type=file_path, metavar="FILE",
+                   help="the cluster's credential, the same on its node agents and gateways "
+                   f"(default ${CLUSTER_TOKEN_ENV})")  # fmt: skip
+
+
+def cluster_token(args: argparse.Namespace) -> str:
+    """The token of --cluster-token-file, else $SANDBOXD_CLUSTER_TOKEN.
+
+    Raises:
+        HostError: neither gives one.
+    """
+    path: Path | None = args.cluster_token_file
+    token = path.read_text().strip() if path is not None else os.environ.get(CLUSTER_TOKEN_ENV, "")
+    if not token:
+        raise HostError(
+            f"the cluster token is needed: --cluster-token-file or ${CLUSTER_TOKEN_ENV}"
+        )
+    return token
 
 
 def add_sandbox_options(p: argparse.ArgumentParser, cgroup_parent: str) -> None:

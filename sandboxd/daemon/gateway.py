@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import hmac
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,11 +20,12 @@ from sandboxd.api.app import create_app
 from sandboxd.api.context import ApiContext
 from sandboxd.api.shared_creates import SharedCreates
 from sandboxd.cluster.builds import ClusterBuilds
+from sandboxd.cluster.keys import UPLOADS, VOLUME_TOKENS, derived_key
 from sandboxd.cluster.nodes import CREATE_DEADLINE_S, ClusterNodes
 from sandboxd.cluster.reconcile import Reconciler
 from sandboxd.cluster.routes import ClusterRoutes
-from sandboxd.cluster.volumes import ClusterVolumes, token_key
-from sandboxd.daemon.flags import add_database_option
+from sandboxd.cluster.volumes import ClusterVolumes
+from sandboxd.daemon.flags import add_cluster_token_option, add_database_option, cluster_token
 from sandboxd.daemon.serve import (
     DATABASE_URL_ENV,
     NotifyingServer,
@@ -50,7 +49,6 @@ if TYPE_CHECKING:
     from sandboxd.store.interface import Store
     from sandboxd.store.rows import NodeRow
 
-TOKEN_ENV = "SANDBOXD_CLUSTER_TOKEN"  # noqa: S105  # the variable's name
 DEFAULT_LISTEN = "127.0.0.1:3000"
 
 
@@ -75,8 +73,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help=f"where the API and the proxy listen (default {DEFAULT_LISTEN})")  # fmt: skip
     p.add_argument("--domain", default="localhost", help="the sandboxes' domain: "
                    "{port}-{sandboxID}.DOMAIN (default localhost)")  # fmt: skip
-    p.add_argument("--cluster-token-file", type=Path, metavar="FILE",
-                   help=f"the cluster's credential (default ${TOKEN_ENV})")  # fmt: skip
+    add_cluster_token_option(p)
     p.add_argument("--verbose", action="store_true", help="log debug messages too")
 
 
@@ -88,15 +85,7 @@ def options(args: argparse.Namespace) -> GatewayOptions:
     if not host or not port.isdigit():
         raise HostError(f"--listen must be HOST:PORT, not {args.listen!r}")
     return GatewayOptions(args.database_url, host.strip("[]"), int(port), args.domain,
-                          cluster_token(args.cluster_token_file))  # fmt: skip
-
-
-def cluster_token(path: Path | None) -> str:
-    """Raises HostError: neither the file nor the variable gives one."""
-    token = path.read_text().strip() if path is not None else os.environ.get(TOKEN_ENV, "")
-    if not token:
-        raise HostError(f"the cluster token is needed: --cluster-token-file or ${TOKEN_ENV}")
-    return token
+                          cluster_token(args))  # fmt: skip
 
 
 def gateway(opts: GatewayOptions) -> None:
@@ -117,12 +106,6 @@ def gateway(opts: GatewayOptions) -> None:
         store.close()
 
 
-def uploads_key(token: str) -> bytes:
-    """The key of the build uploads' signed URLs, the same on every gateway of the cluster: an
-    upload may reach another replica than the one that signed its URL (behind one Service)."""
-    return hmac.new(token.encode(), b"sandboxd build uploads", hashlib.sha256).digest()
-
-
 def config(opts: GatewayOptions, store: Store) -> uvicorn.Config:
     def dial(node: NodeRow) -> RemoteNode:
         return RemoteNode(node.node_id, node.api_url, opts.token)
@@ -137,8 +120,12 @@ def config(opts: GatewayOptions, store: Store) -> uvicorn.Config:
     templates = Templates(store, lambda t: any(e.info.get("template_id") == t
                                                for e in store.catalog()), Path())  # fmt: skip
     builds = ClusterBuilds(nodes)
-    volumes = ClusterVolumes(store, nodes.client, VolumeTokens(token_key(opts.token)))
-    context = ApiContext(nodes, store, templates, builds, opts.domain, uploads_key(opts.token),
+    # Keys the same on every gateway: an upload or a volume's token may reach another replica
+    # than the one that signed it (behind one Service).
+    uploads = derived_key(opts.token, UPLOADS)
+    tokens = VolumeTokens(derived_key(opts.token, VOLUME_TOKENS))
+    volumes = ClusterVolumes(store, nodes.client, tokens)
+    context = ApiContext(nodes, store, templates, builds, opts.domain, uploads,
                          volumes, volume_relay.relayed(volumes),
                          SharedCreates(store, CREATE_DEADLINE_S))  # fmt: skip
     reconciler = Reconciler(nodes, builds)

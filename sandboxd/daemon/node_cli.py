@@ -10,16 +10,16 @@ import asyncio
 import contextlib
 import fcntl
 import functools
-import os
 import socket
 import struct
 import sys
-from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from sandboxd.daemon.flags import (
+    add_cluster_token_option,
     add_database_option,
     add_sandbox_options,
-    file_path,
+    cluster_token,
     serve_options,
 )
 from sandboxd.daemon.node_agent import NodeOptions, run_node
@@ -27,11 +27,6 @@ from sandboxd.daemon.serve import DATABASE_URL_ENV, open_store
 from sandboxd.errors import SandboxError
 from sandboxd.node.heartbeat import DEFAULT_INTERVAL_S
 
-if TYPE_CHECKING:
-    from pathlib import Path
-from urllib.parse import urlsplit
-
-TOKEN_ENV = "SANDBOXD_CLUSTER_TOKEN"  # noqa: S105  # the variable's name
 SIOCGIFADDR = 0x8915  # <linux/sockios.h>: an interface's IPv4 address
 DEFAULT_LISTEN = "0.0.0.0:49990"
 DEFAULT_PROXY_LISTEN = "0.0.0.0:49991"
@@ -54,8 +49,7 @@ def add_parser(
                    help=f"the internal proxy's HOST:PORT (default {DEFAULT_PROXY_LISTEN})")  # fmt: skip
     p.add_argument("--advertise", metavar="HOST",
                    help="the address gateways dial (default: the first non-loopback one)")  # fmt: skip
-    p.add_argument("--cluster-token-file", type=file_path, metavar="FILE",
-                   help=f"the cluster token (default ${TOKEN_ENV})")  # fmt: skip
+    add_cluster_token_option(p)
     p.add_argument("--heartbeat-s", type=float, default=DEFAULT_INTERVAL_S,
                    help=f"(default {DEFAULT_INTERVAL_S:g})")  # fmt: skip
     p.add_argument("--lease-s", type=int, default=10, help="(default 10)")
@@ -85,7 +79,7 @@ def run(args: argparse.Namespace) -> None:
     (bind, port), (proxy_bind, proxy_port) = args.listen, args.proxy_listen
     run_node(NodeOptions(serve_options(args, bind=bind, port=port), args.node_id, proxy_bind,
                          proxy_port, args.advertise or first_address(), args.database_url,
-                         _token(args.cluster_token_file), args.heartbeat_s, args.lease_s))  # fmt: skip
+                         cluster_token(args), args.heartbeat_s, args.lease_s))  # fmt: skip
 
 
 def first_address() -> str:
@@ -112,13 +106,6 @@ def _set_draining(args: argparse.Namespace, draining: bool) -> None:
     if not found[0]:
         raise SandboxError(f"no node {args.target_node} in the shared database")
     sys.stdout.write(f"node {args.target_node}: {'draining' if draining else 'taking sandboxes'}\n")
-
-
-def _token(path: Path | None) -> str:
-    token = path.read_text().strip() if path is not None else os.environ.get(TOKEN_ENV, "")
-    if not token:
-        raise SandboxError(f"no cluster token: --cluster-token-file or ${TOKEN_ENV}")
-    return token
 
 
 def _host_port(text: str) -> tuple[str, int]:

@@ -83,5 +83,5 @@ async def _alive(
 
 def on_disk(row: SandboxRow, tokens: Tokens) -> Sandbox:
     """The sandbox of `row`, as yet without a box."""
-    token = tokens.envd(row.sandbox_id) if row.secure else None
-    return Sandbox(row, None, token, ingress_of(row, tokens.traffic(row.sandbox_id)))
+    envd, traffic = tokens.of(row)
+    return Sandbox(row, None, envd, ingress_of(row, traffic))

@@ -25,6 +25,7 @@ from sandboxd.ids import new_sandbox_id
 from sandboxd.lifecycle.capture import capture
 from sandboxd.lifecycle.guest_start import start_guest
 from sandboxd.lifecycle.sandbox import Sandbox, ingress_of
+from sandboxd.lifecycle.tokens import without_kept
 from sandboxd.runtime.spec import BootImage
 
 if TYPE_CHECKING:
@@ -139,6 +140,7 @@ class Forks:
         row = dataclasses.replace(copy.deepcopy(parent), sandbox_id=child_id, state="running",
                                   timeout_s=timeout_s, uid_base=box.uid_base, pause_mode=None,
                                   disk_image=None)  # fmt: skip
+        row.options = without_kept(row.options)  # its tokens are its own
         token = self.tokens.envd(child_id) if row.secure else None
         child = Sandbox(row, box, token, ingress_of(row, self.tokens.traffic(child_id)))
         await start_guest(self.runtime, self.envd, child, box)

@@ -2,8 +2,9 @@
 its record handed out, for another machine to resume it once this one is gone (`record`), and
 such a record taken in as a paused sandbox of this machine's own (`adopt`), whose resume then
 boots it like any pause to disk's, pulling the layers this machine lacks from the registry. It
-keeps its id, metadata, settings and files; its envd and traffic tokens derive from this
-machine's secret (sandboxd.lifecycle.tokens), so a secure one's change with the move.
+keeps its id, metadata, settings, files and its envd and traffic tokens: the record carries
+those its first machine derived from its secret (sandboxd.lifecycle.tokens KEPT_KEY), so that
+the SDK that created it goes on with the token it holds.
 
 A full pause cannot move (its processes and memory are its machine's), nor a sandbox mounting
 volumes (they stay on their node), nor one whose layers are not shared (no registry)."""
@@ -18,6 +19,7 @@ from sandboxd.errors import NotMovable, WrongState
 from sandboxd.ids import now_us
 from sandboxd.lifecycle.adoption import on_disk
 from sandboxd.lifecycle.disk_pause import FILESYSTEM, boot_image, boot_mounts
+from sandboxd.lifecycle.tokens import keeping
 
 if TYPE_CHECKING:
     from sandboxd.images.shared_layers import SharedLayers
@@ -38,7 +40,7 @@ class Moves:
         self.shared = shared
 
     async def record(self, sandbox: Sandbox) -> SandboxRow:
-        """A copy of the record of `sandbox`, paused to disk, for another machine.
+        """A copy of the record of `sandbox`, paused to disk, for another machine, with its tokens.
 
         Raises:
             NotMovable: it is not paused to disk, it mounts volumes, or this machine pushes its
@@ -56,7 +58,10 @@ class Moves:
             if boot_mounts(row.disk_image):
                 raise NotMovable(f"sandbox {row.sandbox_id} mounts volumes, which stay on their "
                                  "node: only its own node can resume it")  # fmt: skip
-            return dataclasses.replace(row, uid_base=None)
+            envd, traffic = self.tokens.of(row)
+            return dataclasses.replace(
+                row, uid_base=None, options=keeping(row.options, envd, traffic)
+            )
 
     async def adopt(self, record: SandboxRow) -> Sandbox:
         """The sandbox of `record` (a disk-paused sandbox's, from another machine), recorded

@@ -12,7 +12,6 @@ start's first."""
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import os
 from dataclasses import dataclass
@@ -87,14 +86,14 @@ class Heartbeat:
             if self._shared is None:  # a connection and migrations: off the event loop
                 self._shared = await asyncio.to_thread(self._open_shared)
             shared = self._shared
-            await shared.write(functools.partial(shared.heartbeat_node, row))
-            mine = [r for r in shared.nodes() if r.node_id == n.node_id]
+            drained: list[bool] = []
+            await shared.write(lambda: drained.append(shared.heartbeat_node(row)))
         # StoreUnavailable, or the driver's own error: whatever it is, the next beat tries again.
         except Exception as exc:  # noqa: BLE001
             log.warning("heartbeat of node %s failed (next in %ss): %s",
                         n.node_id, self._interval_s, exc)  # fmt: skip
             return False
-        self.draining = bool(mine and mine[0].draining)
+        self.draining = drained[0]
         return True
 
     async def last_beat(self) -> bool:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from sandboxd.errors import SandboxError, SandboxNotFound
 from sandboxd.lifecycle.egress import update_network
 from sandboxd.lifecycle.sandbox import CreateRequest
+from sandboxd.lifecycle.tokens import without_kept
 from sandboxd.node.models import LogEntry, SandboxInfo, SnapshotInfo
 
 if TYPE_CHECKING:
@@ -125,9 +126,9 @@ class LocalNode:
             envd_version=row.envd_version,
             auto_pause=row.auto_pause,
             metadata=dict(row.metadata),
-            options=copy.deepcopy(row.options),
+            options=copy.deepcopy(without_kept(row.options)),
             envd_token=sandbox.token,
-            traffic_token=None if public else self._manager.tokens.traffic(row.sandbox_id),
+            traffic_token=None if public else self._manager.tokens.of(row)[1],
             pause_mode=row.pause_mode if row.state == "paused" else None,
             team_id=row.team_id,
         )
@@ -144,3 +145,6 @@ class LocalVolumes:
 
     async def delete_volume(self, volume_id: str) -> None:
         await self._catalog.delete(volume_id)
+
+    async def list_volumes(self) -> list[VolumeRow]:
+        return self._catalog.all()

@@ -157,6 +157,9 @@ class RemoteNode:
     async def delete_volume(self, volume_id: str) -> None:
         await self._call("delete_volume", volume_id=volume_id)
 
+    async def list_volumes(self) -> list[VolumeRow]:
+        return await self._call("list_volumes")  # type: ignore[no-any-return]
+
     async def volume_content(
         self,
         method: str,

@@ -178,6 +178,10 @@ class NodeVolumes(Protocol):
         """
         ...
 
+    async def list_volumes(self) -> list[VolumeRow]:
+        """Every volume on this node's disk, as its own records have them."""
+        ...
+
 
 class NodeAgentService(NodeService, PausedMoves, Protocol):
     """Every operation of a node agent's internal API (sandboxd.node.http_api)."""

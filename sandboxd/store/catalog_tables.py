@@ -57,6 +57,14 @@ class CatalogTables:
         )
         return [_entry(r) for r in rows]
 
+    def node_catalog(self, node_id: str) -> list[CatalogRow]:
+        rows = self._rows(
+            self._sql(f"SELECT {_CATALOG} FROM sandbox_catalog WHERE node_id = ? "  # noqa: S608  # ours
+                      "ORDER BY created_at, sandbox_id"),
+            (node_id,),
+        )  # fmt: skip
+        return [_entry(r) for r in rows]
+
     def delete_catalog_entry(self, sandbox_id: str) -> None:
         self._execute(self._sql("DELETE FROM sandbox_catalog WHERE sandbox_id = ?"), (sandbox_id,))
 
@@ -113,6 +121,14 @@ class CatalogTables:
             (name, now_us),
         )
         return str(rows[0]["holder"]) if rows else None
+
+    def release_lock(self, name: str, holder: str) -> None:
+        self._execute(
+            self._sql("DELETE FROM cluster_locks WHERE name = ? AND holder = ?"), (name, holder)
+        )
+
+    def drop_expired_locks(self, now_us: int) -> None:
+        self._execute(self._sql("DELETE FROM cluster_locks WHERE until_us < ?"), (now_us,))
 
 
 def _json(e: CatalogRow) -> tuple[str, str | None]:

@@ -237,6 +237,9 @@ class Catalog(Protocol):
     def catalog(self) -> list[CatalogRow]:
         """All of them, oldest first (`created_at`, then `sandbox_id`)."""
 
+    def node_catalog(self, node_id: str) -> list[CatalogRow]:
+        """Those on the node, in `catalog`'s order."""
+
     def delete_catalog_entry(self, sandbox_id: str) -> None: ...
 
     def claim_create_key(self, k: CreateKeyRow, expired_before_us: int) -> None:
@@ -257,14 +260,21 @@ class Catalog(Protocol):
 
     def lock_holder(self, name: str, now_us: int) -> str | None: ...
 
+    def release_lock(self, name: str, holder: str) -> None:
+        """Forget `name` if `holder` holds it (its duty is done)."""
+
+    def drop_expired_locks(self, now_us: int) -> None:
+        """Forget the leases that ran out before `now_us` (their holders died holding them)."""
+
 
 class Nodes(Protocol):
     """The node agents of a cluster and their leases (written only in a shared database: a node
     by its heartbeats, an operator by draining it)."""
 
-    def heartbeat_node(self, n: NodeRow) -> None:
+    def heartbeat_node(self, n: NodeRow) -> bool:
         """Insert `n`, or replace everything of its node_id's row but `draining` (a heartbeat
-        never undoes a drain; a new row takes `n.draining`)."""
+        never undoes a drain; a new row takes `n.draining`); the row's `draining`, read back by
+        the same statement (a node learns an operator's drain without another round trip)."""
 
     def set_node_draining(self, node_id: str, draining: bool) -> bool:
         """Set the node's flag; False when there is no such node."""

@@ -56,12 +56,12 @@ def template_lookup(id_or_alias: str, team_id: str) -> tuple[str, ...]:
 
 
 def node_heartbeat(mark: str) -> str:
-    """The upsert of a NodeRow's heartbeat (its fields in order) that keeps a row's `draining`,
-    with the backend's placeholder `mark`."""
+    """The upsert of a NodeRow's heartbeat (its fields in order) that keeps a row's `draining`
+    and returns it, with the backend's placeholder `mark`."""
     names = ["node_id", "api_url", "proxy_address", "heartbeat_us", "lease_s", "status"]
     marks = ", ".join([mark] * (len(names) + 1))
     updates = ", ".join(f"{n} = excluded.{n}" for n in names[1:])
     return (
         f"INSERT INTO nodes ({', '.join(names)}, draining) VALUES ({marks}) "  # noqa: S608  # names are ours
-        f"ON CONFLICT (node_id) DO UPDATE SET {updates}"
+        f"ON CONFLICT (node_id) DO UPDATE SET {updates} RETURNING draining"
     )

@@ -61,11 +61,15 @@ def images(uplink_registry: Registry, tmp_path_factory: pytest.TempPathFactory) 
 def no_systemd_image(
     uplink_registry: Registry, build_net: FakeInternet, tmp_path_factory: pytest.TempPathFactory
 ) -> str:
+    return push_no_systemd_image(uplink_registry, build_net, tmp_path_factory.mktemp("no-systemd"))
+
+
+def push_no_systemd_image(registry: Registry, net: FakeInternet, work: Path) -> str:
     """The stage without systemd, D-Bus and sudo, its only apt source the fake internet's
-    repository of them (tests/builds/deb_repo.py): a build's provisioning installs them."""
+    repository of them (tests/builds/deb_repo.py), pushed to `registry`: a build's provisioning
+    installs them. `work`: an empty directory for the tree and its layer."""
     debs = deb_repo.ensure_debs(IMAGE_CACHE)
-    sources = deb_repo.serve_repo(debs, build_net.workdir / "index", INDEX_ADDRESS)
-    work = tmp_path_factory.mktemp("no-systemd")
+    sources = deb_repo.serve_repo(debs, net.workdir / "index", INDEX_ADDRESS)
 
     def layer(out: Path) -> None:
         root = work / "root"
@@ -75,7 +79,7 @@ def no_systemd_image(
         finally:
             remove_tree(root)
 
-    return push_image(uplink_registry, work, "builds/no-systemd", layer)
+    return push_image(registry, work, "builds/no-systemd", layer)
 
 
 @pytest.fixture(scope="session")

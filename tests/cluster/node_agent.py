@@ -40,14 +40,22 @@ class NodeAgent(Sandboxd):
         self.proxy_url = f"http://127.0.0.1:{self.proxy_port}"
         self.env = {"SANDBOXD_CLUSTER_TOKEN": self.token}
         self.listen_host = "127.0.0.1"  # where both ports listen
+        self.advertise = "127.0.0.1"  # where gateways dial them
 
     def argv(self) -> list[str]:
         base = [] if self.base_rootfs is None else ["--base-rootfs", str(self.base_rootfs)]
         return [*self.command, "node", "--node-id", self.node_id, "--state-dir",
                 str(self.state_dir), "--listen", f"{self.listen_host}:{self.api_port}",
-                "--proxy-listen", f"{self.listen_host}:{self.proxy_port}", "--advertise", "127.0.0.1",
+                "--proxy-listen", f"{self.listen_host}:{self.proxy_port}", "--advertise", self.advertise,
                 "--database-url", self.database_url, "--cgroup-parent", self.cgroup_parent,
                 *base, *self.flags]  # fmt: skip
+
+    def kill(self) -> None:
+        """SIGKILL, as a machine is lost: its sandboxes stay, its lease runs out."""
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait()
+        self.proc = None
 
     def _ready(self) -> bool:
         assert self.proc is not None

@@ -22,13 +22,16 @@ if TYPE_CHECKING:
 
 
 @contextlib.contextmanager
-def registry_server(account: tuple[str, str] | None = None) -> Iterator[Registry]:
-    """A running registry (answering only `account`, user and password, when given)."""
+def registry_server(
+    account: tuple[str, str] | None = None, prefix: tuple[str, ...] = ()
+) -> Iterator[Registry]:
+    """A running registry (answering only `account`, user and password, when given), run with
+    `prefix` before its command (e.g. in a network namespace's loopback)."""
     if shutil.which("docker-registry") is None:
         pytest.fail("docker-registry is missing: run scripts/install as root")
     dir = Path(tempfile.mkdtemp(prefix="sandboxd-test-registry-"))
     try:
-        running = start_registry(dir, account)
+        running = start_registry(dir, account, prefix)
         try:
             yield running
         finally:

@@ -20,7 +20,6 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import httpx
 import psycopg
 
 from tests.cluster.gateway import DOMAIN, Gateway
@@ -55,8 +54,7 @@ class Cluster:
 
     def on_node(self, node: NodeAgent) -> list[str]:
         """The sandboxes the node's own API lists."""
-        answer = httpx.post(node.url + "/node/v1/list_sandboxes", json={},
-                            headers=node.headers, timeout=30)  # fmt: skip
+        answer = node.call_api("list_sandboxes", timeout=30)
         answer.raise_for_status()
         return [s["sandbox_id"] for s in answer.json()]
 
@@ -107,20 +105,26 @@ def main(argv: list[str], node_flags: tuple[str, ...] = ()) -> int:
         tempfile.TemporaryDirectory(prefix="sandboxd-rig-") as work,
         running_cluster(Path(work), node_flags=node_flags) as cluster,
     ):
-        url = cluster.gateways[0].url
-        env = {**os.environ, "E2B_API_URL": url, "E2B_SANDBOX_URL": url,
-               "E2B_VOLUME_API_URL": url, "E2B_API_KEY": API_KEY,
-               "SANDBOXD_OTHER_TEAM_KEY": other_team_key(cluster.url)}  # fmt: skip
-        env.pop("E2B_DEBUG", None)
-        env.pop("E2B_DOMAIN", None)
-        status = subprocess.run(argv, env=env, check=False).returncode
-        booted = {n.node_id: n.log.read_text().count(" up in ") for n in cluster.nodes}
-        sys.stderr.write(f"rig: sandboxes booted per node: {booted}\n")
-        for piece in (*cluster.nodes, *cluster.gateways):
-            if "Traceback (most recent call last)" in (text := piece.log.read_text()):
-                sys.stderr.write(f"rig: {piece.log.name} logged a traceback:\n{text}\n")
-                status = status or 1
-        return status
+        return run_through(cluster, argv)
+
+
+def run_through(cluster: Cluster, argv: list[str], **extra_env: str) -> int:
+    """Run `argv` against the first gateway with the SDKs' variables (and `extra_env`) set; its
+    status, or 1 if a node or gateway logged a traceback."""
+    url = cluster.gateways[0].url
+    env = {**os.environ, "E2B_API_URL": url, "E2B_SANDBOX_URL": url,
+           "E2B_VOLUME_API_URL": url, "E2B_API_KEY": API_KEY,
+           "SANDBOXD_OTHER_TEAM_KEY": other_team_key(cluster.url), **extra_env}  # fmt: skip
+    env.pop("E2B_DEBUG", None)
+    env.pop("E2B_DOMAIN", None)
+    status = subprocess.run(argv, env=env, check=False).returncode
+    booted = {n.node_id: n.log.read_text().count(" up in ") for n in cluster.nodes}
+    sys.stderr.write(f"rig: sandboxes booted per node: {booted}\n")
+    for piece in (*cluster.nodes, *cluster.gateways):
+        if "Traceback (most recent call last)" in (text := piece.log.read_text()):
+            sys.stderr.write(f"rig: {piece.log.name} logged a traceback:\n{text}\n")
+            status = status or 1
+    return status
 
 
 def other_team_key(database_url: str) -> str:

@@ -89,6 +89,30 @@ def test_a_template_built_through_one_gateway_is_created_on_every_node(cluster: 
         assert api_b.get(f"/templates/{build.template_id}/tags").status_code == 404
 
 
+def test_rebuilds_go_to_the_node_holding_their_steps_cache(cluster: Cluster) -> None:
+    """Once every node holds the template's layers, placement alone could pick either: the
+    rebuilds go where the first build ran, and reuse its step."""
+    a, b = cluster.gateways
+    name = f"cluster-rebuilt-{secrets.token_hex(3)}"
+    stamp = {"fromTemplate": "base", "force": False,
+             "steps": [{"type": "RUN", "args": ["date +%s%N > ~/stamp", "user"], "force": False}]}  # fmt: skip
+    with a.client() as api_a, b.client() as api_b:
+        first = build_flow.run(api_a, name, stamp)
+        assert first.status["status"] == "ready", first.status
+        for node in cluster.nodes:  # each pulls the template's layers: both hold them now
+            config = {"template": first.template_id, "timeout_s": 300, "secure": False,
+                      "auto_pause": False}  # fmt: skip
+            made = node.call_api("create", {"config": config})
+            assert made.status_code == 200, made.text
+            assert node.call_api("kill", {"sandbox_id": made.json()["sandbox_id"]}).is_success
+        for _ in range(3):
+            again = build_flow.run(api_b, name, stamp)
+            assert again.status["status"] == "ready", again.status
+            assert build_node(cluster, again) == build_node(cluster, first)
+            assert any("cached" in m.lower() for m in again.messages), again.messages
+        assert api_b.delete(f"/templates/{first.template_id}").status_code == 204
+
+
 def test_the_node_api_takes_uploads_with_the_cluster_token_only(cluster: Cluster) -> None:
     node = cluster.nodes[0]
     files_hash = hashlib.sha256(secrets.token_bytes(16)).hexdigest()
@@ -141,10 +165,7 @@ def test_a_build_whose_node_is_lost_ends_in_error(cluster: Cluster) -> None:
         return any(r[0] == "waiting for ever" for r in rows)
 
     wait_until(running, 600, "the endless step to run")
-    assert node.proc is not None
-    node.proc.kill()
-    node.proc.wait()
-    node.proc = None
+    node.kill()
     with b.client() as api_b:
         build_flow.poll(api_b, build)
     assert build.status["status"] == "error", build.status

@@ -44,19 +44,27 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 
 def create(gateway: Gateway, **headers: str) -> dict[str, Any]:
+    return create_as(gateway, NEW, headers)
+
+
+def create_as(
+    gateway: Gateway, new: dict[str, Any], headers: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """A sandbox created through `gateway` with the body `new`."""
     with gateway.client() as client:
-        answer = client.post("/sandboxes", json=NEW, headers=headers)
+        answer = client.post("/sandboxes", json=new, headers=headers)
     assert answer.status_code == 201, answer.text
     body: dict[str, Any] = answer.json()
     return body
 
 
-def spread(cluster: Cluster, gateway: Gateway, count: int) -> list[dict[str, Any]]:
-    """`count` sandboxes created one after the other, each once its node has written a
-    heartbeat since (which counts it, and which the next placement reads)."""
+def spread(cluster: Cluster, gateway: Gateway, count: int,
+           new: dict[str, Any] = NEW) -> list[dict[str, Any]]:  # fmt: skip
+    """`count` sandboxes (`new`, the create's body) created one after the other, each once its
+    node has written a heartbeat since (which counts it, and which the next placement reads)."""
     made = []
     for _ in range(count):
-        made.append(create(gateway))
+        made.append(create_as(gateway, new))
         created_us = time.time_ns() // 1000
         node_id = cluster.placed()[made[-1]["sandboxID"]]
         wait_until(functools.partial(_beat_since, cluster, node_id, created_us), 60,
@@ -203,10 +211,7 @@ def test_a_lost_node_is_listed_so_and_creates_go_elsewhere(cluster: Cluster) -> 
     spread(cluster, a, 2)  # one more on each node
     on_lost = [s for s, n in cluster.placed().items() if n == lost_node.node_id]
     assert on_lost
-    assert lost_node.proc is not None
-    lost_node.proc.kill()
-    lost_node.proc.wait()
-    lost_node.proc = None
+    lost_node.kill()
 
     def listed_lost() -> bool:
         with b.client() as client:

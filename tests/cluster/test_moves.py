@@ -101,10 +101,7 @@ def test_a_disk_paused_sandbox_resumes_on_another_node(cluster: Cluster) -> None
     assert record_of(cluster, held) is None  # its memory is its node's
     wait_until(lambda: record_of(cluster, ending), 120, "the record of the one paused at its end")
     [layer] = pause_layers(home, sid)
-    assert home.proc is not None
-    home.proc.kill()  # SIGKILL: the node is gone, its lease runs out
-    home.proc.wait()
-    home.proc = None
+    home.kill()  # SIGKILL: the node is gone, its lease runs out
     shown = wait_until(lambda: _lost(b, sid), 120, "the node's lease to expire")
     assert "boots it on another node" in shown["metadata"][LOST_KEY]
     assert shown["state"] == "paused"
@@ -119,8 +116,10 @@ def test_a_disk_paused_sandbox_resumes_on_another_node(cluster: Cluster) -> None
         woken = client.post(f"/sandboxes/{ending}/connect", json={"timeout": 300})
         assert woken.status_code == 201, woken.text
     assert cluster.placed()[sid] == cluster.placed()[ending] == other.node_id
+    assert cluster.rows("SELECT name FROM cluster_locks WHERE name LIKE %s", "move-%") == []
     assert pause_layers(other, sid) == [layer]  # pulled from the registry into its own store
     token = resumed.json()["envdAccessToken"]
+    assert token == moving["envdAccessToken"]  # the one its create gave, kept with its record
     assert other.sh(sid, "cat /home/user/marker /home/user/d/f", token) == "moved-with-me\ndeep\n"
     assert (after["state"], after["metadata"]) == ("running", {"purpose": "move"})
     assert record_of(cluster, sid) is None  # running: nothing to move from
@@ -167,10 +166,7 @@ def test_a_node_without_a_registry_keeps_its_paused_sandboxes(
                 assert paused.status_code == 204, paused.text
             [(unmovable,)] = cluster_rows(url, "SELECT unmovable FROM sandbox_catalog")
             assert "shares no registry" in unmovable
-            assert node.proc is not None
-            node.proc.kill()
-            node.proc.wait()
-            node.proc = None
+            node.kill()
             wait_until(lambda: _lost(gateway, sid), 120, "the node's lease to expire")
             with gateway.client() as client:
                 refused = client.post(f"/sandboxes/{sid}/connect", json={"timeout": 60})

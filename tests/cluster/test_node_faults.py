@@ -64,10 +64,7 @@ def test_a_node_killed_under_load(cluster: Cluster) -> None:
         running = [creators.submit(load.run, g) for g in (a, b)]
         wait_until(lambda: _placed_on(cluster, doomed.node_id) >= 2 or _failed(running), 300,
                    "two creates to land on node-b")  # fmt: skip
-        assert doomed.proc is not None
-        doomed.proc.kill()
-        doomed.proc.wait()
-        doomed.proc = None
+        doomed.kill()
         killed_at = load.count()
         wait_until(lambda: load.count() >= killed_at + CREATES_AFTER_KILL or _failed(running),
                    600, "creates answered after node-b's death")  # fmt: skip

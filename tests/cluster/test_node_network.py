@@ -6,8 +6,6 @@ though the agent listens on every address, its sandboxes' gateways included."""
 
 from __future__ import annotations
 
-import base64
-import json
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +13,7 @@ import httpx
 import pytest
 
 from sandboxd.runtime.spec import read_record
-from tests.client import envelope
+from tests.client import envelope, exit_and_stdout
 from tests.cluster.node_agent import NodeAgent
 from tests.network.fake_internet import DNS_ADDRESS, UPLINK_ADDRESS
 from tests.network.in_sandbox import script
@@ -64,7 +62,7 @@ class UplinkNode(NodeAgent):
             self.proxy_url + "/process.Process/Start", content=body, headers=headers,
             timeout=60))  # fmt: skip
         assert response.status_code == 200, response.text
-        return _exit_and_stdout(response.content)
+        return exit_and_stdout(response.content)
 
     def clean_up(self) -> None:
         try:
@@ -102,16 +100,3 @@ def test_neither_node_port_is_reachable_from_a_sandbox(node: UplinkNode) -> None
                     0, REFUSED + "\n"), f"{address}:{port}"  # fmt: skip
     finally:
         assert node.call_api("kill", {"sandbox_id": sandbox_id}).status_code == 200
-
-
-def _exit_and_stdout(stream: bytes) -> tuple[int, str]:
-    stdout, code = b"", None
-    while stream:
-        size = int.from_bytes(stream[1:5], "big")
-        event = json.loads(stream[5 : 5 + size]).get("event", {})
-        stream = stream[5 + size :]
-        stdout += base64.b64decode(event.get("data", {}).get("stdout", ""))
-        if "end" in event:
-            code = event["end"].get("exitCode", 0)
-    assert code is not None, "no end event"
-    return code, stdout.decode()

@@ -208,10 +208,7 @@ def test_a_home_node_killed(cluster: Cluster) -> None:
     a, b = cluster.gateways
     lost = cluster.nodes[1]
     volume = volume_on(cluster, a, lost.node_id)
-    assert lost.proc is not None
-    lost.proc.kill()
-    lost.proc.wait()
-    lost.proc = None
+    lost.kill()
 
     with content(b, volume) as files:
         cut = files.get("/path", params={"path": "/"})

@@ -42,23 +42,24 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
 
 async def test_a_heartbeat_registers_a_node_and_nodes_come_by_id(store: Store) -> None:
     assert store.nodes() == []
-    await store.write(functools.partial(store.heartbeat_node, node("b", 2)),
-                      functools.partial(store.heartbeat_node, node("a", 1)))  # fmt: skip
+    assert not await _heartbeat(store, node("b", 2))
+    assert not await _heartbeat(store, node("a", 1))
     assert store.nodes() == [node("a", 1), node("b", 2)]
     assert store.node("b") == node("b", 2)
     assert store.node("c") is None
 
 
 async def test_a_heartbeat_replaces_everything_but_the_drain_flag(store: Store) -> None:
-    await store.write(functools.partial(store.heartbeat_node, node("a", 1)))
+    assert not await _heartbeat(store, node("a", 1))
     assert await _set_draining(store, "a", True)
     later = node("a", 7, api_url="http://10.9.9.9:1", proxy_address="10.9.9.9:2", lease_s=30,
                  status={"cpus": 1, "warm": {}, "templates": []})  # fmt: skip
-    await store.write(functools.partial(store.heartbeat_node, later))
+    assert await _heartbeat(store, later)  # the drain read back
     assert store.nodes() == [NodeRow(**{**vars(later), "draining": True})]
     assert await _set_draining(store, "a", False)
-    await store.write(functools.partial(store.heartbeat_node, node("a", 8, draining=True)))
+    assert not await _heartbeat(store, node("a", 8, draining=True))
     assert store.nodes() == [node("a", 8)]
+    assert await _heartbeat(store, node("new", 9, draining=True))  # a new row takes it
 
 
 async def test_draining_a_node_that_is_not_there_says_so(store: Store) -> None:
@@ -67,8 +68,8 @@ async def test_draining_a_node_that_is_not_there_says_so(store: Store) -> None:
 
 
 async def test_a_deleted_node_is_gone(store: Store) -> None:
-    await store.write(functools.partial(store.heartbeat_node, node("a", 1)),
-                      functools.partial(store.heartbeat_node, node("b", 1)))  # fmt: skip
+    await _heartbeat(store, node("a", 1))
+    await _heartbeat(store, node("b", 1))
     await store.write(functools.partial(store.delete_node, "a"))
     assert [n.node_id for n in store.nodes()] == ["b"]
     assert store.node("a") is None
@@ -79,3 +80,10 @@ async def _set_draining(store: Store, node_id: str, draining: bool) -> bool:
     answers: list[bool] = []
     await store.write(lambda: answers.append(store.set_node_draining(node_id, draining)))
     return answers[0]
+
+
+async def _heartbeat(store: Store, row: NodeRow) -> bool:
+    """The heartbeat's write; the drain flag it read back."""
+    drained: list[bool] = []
+    await store.write(lambda: drained.append(store.heartbeat_node(row)))
+    return drained[0]

@@ -235,12 +235,13 @@ async def test_the_catalog_keeps_each_sandbox_once_with_its_node(store: Store) -
     await store.write(functools.partial(store.add_catalog_entry, second),
                       functools.partial(store.add_catalog_entry, first))  # fmt: skip
     assert store.catalog() == [first, second]
+    assert (store.node_catalog("node-a"), store.node_catalog("node-c")) == ([first], [])
     assert store.catalog_entry("s1") == first
     with pytest.raises((sqlite3.IntegrityError, psycopg.IntegrityError)):
         await store.write(functools.partial(store.add_catalog_entry, first))
     moved = dataclasses.replace(first, node_id="node-b", record={"sandbox_id": "s1"})
     await store.write(functools.partial(store.update_catalog_entry, moved))
-    assert store.catalog() == [moved, second]
+    assert store.catalog() == store.node_catalog("node-b") == [moved, second]
     stuck = dataclasses.replace(moved, record=None, unmovable="it mounts volumes")
     await store.write(functools.partial(store.update_catalog_entry, stuck))
     assert store.catalog_entry("s1") == stuck
@@ -278,6 +279,19 @@ async def test_a_lock_is_held_by_one_holder_until_it_runs_out(store: Store) -> N
     await store.write(functools.partial(store.take_lock, "reap", "b", 201, 300))
     assert store.lock_holder("reap", 201) == "b"
     assert store.lock_holder("reap", 301) is None
+
+
+async def test_a_lock_is_released_by_its_holder_and_dropped_once_expired(store: Store) -> None:
+    await store.write(functools.partial(store.take_lock, "move-s1", "a", 0, 100))
+    await store.write(functools.partial(store.take_lock, "move-s2", "a", 0, 300))
+    await store.write(functools.partial(store.release_lock, "move-s1", "b"))
+    assert store.lock_holder("move-s1", 50) == "a"
+    await store.write(functools.partial(store.release_lock, "move-s1", "a"))
+    assert store.lock_holder("move-s1", 50) is None
+    await store.write(functools.partial(store.take_lock, "move-s1", "b", 0, 100))
+    await store.write(functools.partial(store.drop_expired_locks, 101))
+    await store.write(functools.partial(store.take_lock, "move-s1", "c", 0, 50))  # free again
+    assert (store.lock_holder("move-s1", 0), store.lock_holder("move-s2", 101)) == ("c", "a")
 
 
 async def test_a_write_commits_all_its_changes_or_none(store: Store) -> None:

@@ -18,12 +18,14 @@ _COLUMNS = "node_id, api_url, proxy_address, heartbeat_us, lease_s, draining, st
 
 
 class NodeTables(Tables):
-    def heartbeat_node(self, n: NodeRow) -> None:
-        self._db.writes.execute(
+    def heartbeat_node(self, n: NodeRow) -> bool:
+        cursor = self._db.writes.execute(
             node_heartbeat("?"),
             (n.node_id, n.api_url, n.proxy_address, n.heartbeat_us, n.lease_s,
              json.dumps(n.status), n.draining),
         )  # fmt: skip
+        [row] = cursor.fetchall()  # the statement's one row, inserted or updated
+        return bool(row["draining"])
 
     def set_node_draining(self, node_id: str, draining: bool) -> bool:
         # RETURNING rather than rowcount: PostgreSQL's pipelined writes know a row count only
