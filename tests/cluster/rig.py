@@ -17,6 +17,7 @@ import secrets
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,7 @@ from tests.cluster.registry_server import registry_server, registry_url
 from tests.sandboxd.serving import API_KEY, NO_NETWORK
 from tests.sandboxd.template_cache import ensure_base_template
 from tests.store.postgres_server import PostgresServer
+from tests.waiting import wait_until
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -51,6 +53,20 @@ class Cluster:
         """When the node's last heartbeat was written (µs since the epoch; 0: none yet)."""
         rows = self.rows("SELECT heartbeat_us FROM nodes WHERE node_id = %s", node_id)
         return int(rows[0][0]) if rows else 0
+
+    def drain(self, node: NodeAgent, draining: bool) -> None:
+        """`sandboxd node drain` (or `undrain`) as an operator runs it. Drained: once the node's
+        heartbeat has read its flag back, so that it refuses a create that a gateway's node rows
+        (a second old at most) still place there, and the create goes on to another node."""
+        verb = "drain" if draining else "undrain"
+        done = subprocess.run([sys.executable, "-m", "sandboxd", "node", verb, node.node_id,
+                               "--database-url", self.url], capture_output=True, text=True,
+                              check=False)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        flagged_us = time.time_ns() // 1000  # a heartbeat written later reads the flag back
+        if draining:
+            wait_until(lambda: self.heartbeat_us(node.node_id) > flagged_us, 60,
+                       f"{node.node_id}'s heartbeat to read its drain")  # fmt: skip
 
     def on_node(self, node: NodeAgent) -> list[str]:
         """The sandboxes the node's own API lists."""

@@ -18,7 +18,6 @@ import pytest
 
 from tests.builds import build_flow
 from tests.cluster.rig import Cluster, running_cluster
-from tests.cluster.test_moves import drain
 from tests.waiting import wait_until
 
 if TYPE_CHECKING:
@@ -82,7 +81,7 @@ def test_the_catalog_row_of_a_sandbox_ended_on_its_node_is_dropped(cluster: Clus
 
 
 def test_a_build_no_node_can_take_ends_in_error(cluster: Cluster) -> None:
-    drain(cluster, cluster.nodes[0], draining=True)
+    cluster.drain(cluster.nodes[0], draining=True)
     with cluster.gateways[0].client() as api:
         started = build_flow.request(api, "no-node-started")
         left = build_flow.request(api, "no-node-left")

@@ -11,9 +11,6 @@ is gone (409, saying why)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import time
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -56,21 +53,6 @@ def create(gateway: Gateway, purpose: str, **more: object) -> dict[str, Any]:
     return body
 
 
-def drain(cluster: Cluster, node: NodeAgent, draining: bool) -> None:
-    """Drained: once the node's heartbeat has read its flag back, so that it refuses a create
-    that a gateway's node rows (a second old at most) still place there, and the create goes
-    on to another node."""
-    verb = "drain" if draining else "undrain"
-    done = subprocess.run([sys.executable, "-m", "sandboxd", "node", verb, node.node_id,
-                           "--database-url", cluster.url], capture_output=True, text=True,
-                          check=False)  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    flagged_us = time.time_ns() // 1000  # a heartbeat written later reads the flag back
-    if draining:
-        wait_until(lambda: cluster.heartbeat_us(node.node_id) > flagged_us, 60,
-                   f"{node.node_id}'s heartbeat to read its drain")  # fmt: skip
-
-
 def pause_layers(node: NodeAgent, sandbox_id: str) -> list[str]:
     return sorted(p.name for p in (node.state_dir / "layers").glob(f"pause-{sandbox_id}-*"))
 
@@ -84,13 +66,13 @@ def record_of(cluster: Cluster, sandbox_id: str) -> Any:
 def test_a_disk_paused_sandbox_resumes_on_another_node(cluster: Cluster) -> None:
     a, b = cluster.gateways
     home, other = cluster.nodes
-    drain(cluster, other, draining=True)  # both sandboxes on `home`
+    cluster.drain(other, draining=True)  # both sandboxes on `home`
     try:
         moving, frozen = create(a, "move"), create(a, "stay")
         # Paused to disk by its node at its end: the reconciliation notes its record.
         ending = create(a, "end", timeout=5, autoPause=True, autoPauseMemory=False)["sandboxID"]
     finally:
-        drain(cluster, other, draining=False)
+        cluster.drain(other, draining=False)
     sid, held = moving["sandboxID"], frozen["sandboxID"]
     assert cluster.placed() == {sid: home.node_id, held: home.node_id, ending: home.node_id}
     home.sh(sid, MARKER, moving["envdAccessToken"])
