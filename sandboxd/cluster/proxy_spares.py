@@ -4,7 +4,9 @@ them, takes it instead of waiting for a TCP connect and the node proxy's accept,
 dialed in the background for the next. A create recorded through this gateway has one dialed to
 its node's proxy at once. A spare the node closed meanwhile (its proxy's keep-alive, 60 s, or a
 restart) or older than MAX_AGE_S is dropped and the connection dialed then, as without spares.
-A node that cannot be reached gets no spare: each connection dials it and meets the error."""
+A connection that finds the spare still being dialed waits for it rather than dialing a second
+one: that dial began earlier, so it is done sooner. A node that cannot be reached gets no spare:
+the connections waiting for the failed dial meet its error, later ones dial it themselves."""
 
 from __future__ import annotations
 
@@ -54,7 +56,7 @@ class ProxySpares:
 
     def __init__(self) -> None:
         self._ready: dict[Address, tuple[float, socket.socket]] = {}  # address → (made, socket)
-        self._dialing: dict[Address, asyncio.Task[None]] = {}
+        self._dialing: dict[Address, asyncio.Task[OSError | None]] = {}
 
     async def connect(self, host: str, port: int) -> socket.socket:
         """A connected socket to the node proxy at host:port: the spare if it is still good,
@@ -63,7 +65,13 @@ class ProxySpares:
         Raises:
             OSError: the connect failed.
         """
-        spare = self._ready.pop((host, port), None)
+        address = (host, port)
+        under_way = self._dialing.get(address)
+        if under_way is not None and address not in self._ready:
+            failure = await asyncio.shield(under_way)  # a cancelled connect leaves it dialing
+            if failure is not None:
+                raise failure
+        spare = self._ready.pop(address, None)
         self.prepare(host, port)
         if spare is not None:
             made_at, sock = spare
@@ -79,14 +87,16 @@ class ProxySpares:
             loop = asyncio.get_running_loop()
             self._dialing[address] = loop.create_task(self._dial_spare(address))
 
-    async def _dial_spare(self, address: Address) -> None:
+    async def _dial_spare(self, address: Address) -> OSError | None:
+        """The dial's failure, for the connections that waited for it, or None."""
         try:
             sock = await dial(*address)
-        except OSError:
-            return  # unreachable: the next connection dials it itself, and says why
+        except OSError as exc:
+            return exc  # unreachable: no spare kept
         finally:
             self._dialing.pop(address, None)
         self._ready[address] = (time.monotonic(), sock)
+        return None
 
     def close(self) -> None:
         """Drop the spares and stop the dials under way."""
