@@ -19,11 +19,6 @@ if TYPE_CHECKING:
 LOST_KEY: Final = "sandboxd.lost"
 
 
-def recorded(info: SandboxInfo) -> dict[str, object]:
-    """What the catalog keeps of a sandbox: everything but its tokens."""
-    return dataclasses.asdict(dataclasses.replace(info, envd_token=None, traffic_token=None))
-
-
 def lost_message(node_id: str, node: NodeRow | None) -> str:
     if node is None:
         return f"its node {node_id} is no longer registered: the sandbox cannot be reached"

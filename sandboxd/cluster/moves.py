@@ -22,7 +22,7 @@ import logging
 import secrets
 from typing import TYPE_CHECKING, Any, Final
 
-from sandboxd.cluster import catalog, placement
+from sandboxd.cluster import placement
 from sandboxd.errors import (
     NodeLost,
     NoNodeAvailable,
@@ -33,6 +33,7 @@ from sandboxd.errors import (
 )
 from sandboxd.ids import now_us
 from sandboxd.lifecycle.disk_pause import FILESYSTEM, FULL
+from sandboxd.node.models import recorded
 from sandboxd.store.rows import SandboxRow
 
 if TYPE_CHECKING:
@@ -66,7 +67,7 @@ class CatalogMoves:
         record, unmovable = None, None
         if _state(info) == ("paused", FILESYSTEM):
             record, unmovable = await self._record(node, info)
-        noted = dataclasses.replace(entry, node_id=node.node_id, info=catalog.recorded(info),
+        noted = dataclasses.replace(entry, node_id=node.node_id, info=recorded(info),
                                     record=record, unmovable=unmovable)  # fmt: skip
         await self.store.write(functools.partial(self.store.update_catalog_entry, noted))
 
@@ -110,7 +111,7 @@ class CatalogMoves:
         if current.node_id != entry.node_id and there and placement.alive(there, now_us()):
             return there  # moved by another gateway since `entry` was read
         node, info = await self._adopted(current, record)
-        moved = dataclasses.replace(current, node_id=node.node_id, info=catalog.recorded(info))
+        moved = dataclasses.replace(current, node_id=node.node_id, info=recorded(info))
         await self.store.write(functools.partial(self.store.update_catalog_entry, moved))
         log.info("sandbox %s moved from node %s to node %s", entry.sandbox_id,
                  entry.node_id, node.node_id)  # fmt: skip

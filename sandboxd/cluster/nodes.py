@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 from collections import Counter
@@ -32,6 +33,7 @@ from sandboxd.errors import (
 )
 from sandboxd.ids import now_us
 from sandboxd.node.builds import NodeBuilds
+from sandboxd.node.models import recorded
 from sandboxd.node.service import NodeAgentService, NodeVolumes
 from sandboxd.store.riders import riders_for
 from sandboxd.store.rows import CatalogRow
@@ -91,13 +93,13 @@ class ClusterNodes:
         self._clients: dict[str, tuple[str, Remote]] = {}  # node_id → (api_url, client)
         self._gone: list[Callable[[str], None]] = []
         self.moves = CatalogMoves(self)
-        self._made: list[Callable[[str, NodeRow], None]] = []
+        self._made_callbacks: list[Callable[[str, NodeRow], None]] = []
 
     def on_gone(self, callback: Callable[[str], None]) -> None:
         self._gone.append(callback)
 
     def on_made(self, callback: Callable[[str, NodeRow], None]) -> None:
-        self._made.append(callback)
+        self._made_callbacks.append(callback)
 
     async def close(self) -> None:
         clients, self._clients = self._clients, {}
@@ -121,6 +123,7 @@ class ClusterNodes:
         template_id, cpus, shared = self._template(config.template, config.team_id)
         home = volumes.mounts_home(self.store, config)  # its volumes' node, or any
         deadline = asyncio.get_running_loop().time() + self.deadline_s
+        asked = dataclasses.replace(config, catalog=True)  # the node records it: see _made
         refusals: dict[str, str] = {}
         unknown: set[str] = set()  # the nodes that do not hold a template only nodes know
         while True:
@@ -133,7 +136,7 @@ class ClusterNodes:
                     raise TemplateNotFound(config.template)
                 raise NoNodeAvailable(placement.no_node(refusals, home.node_id if home else None))
             try:
-                info = await self._create_on(node, config, cpus, left)
+                info = await self._create_on(node, asked, cpus, left)
             except TemplateNotFound as exc:
                 if shared:
                     raise
@@ -146,7 +149,7 @@ class ClusterNodes:
                 log.info("node %s refused a create: %s", node.node_id, exc)
                 refusals[node.node_id] = str(exc) or type(exc).__name__
                 continue
-            await self._record(node, info, spawned=True)
+            await self._made(node, info)
             return info
 
     def _template(self, name: str, team_id: str) -> tuple[str, int, bool]:
@@ -169,13 +172,24 @@ class ClusterNodes:
         finally:
             self.reserved[node.node_id] -= cpus
 
+    async def _made(self, node: NodeRow, info: SandboxInfo) -> None:
+        """A create made: the node wrote its catalog row and counted its spawn alongside envd's
+        /init (sandboxd.node.catalog_record), off the create's path; a node older than that
+        (`cataloged` false) left both to the gateway, as before. An Idempotency-Key's
+        settlement then goes in a transaction of its own (sandboxd.api.shared_creates)."""
+        if not info.cataloged:
+            await self._record(node, info, spawned=True)
+            return
+        for callback in self._made_callbacks:
+            callback(info.sandbox_id, node)
+
     async def _record(self, node: NodeRow, info: SandboxInfo, spawned: bool = False) -> None:
         """One catalog row for the sandbox, and when `spawned` (a create's, not a fork's) its
         template's spawn counted (a node counts none: sandboxd.store.node_store); without the
         row (the database down) the sandbox is killed again, so that nothing runs that no
         gateway knows."""
         entry = CatalogRow(info.sandbox_id, node.node_id, info.team_id, now_us(),
-                           catalog.recorded(info))  # fmt: skip
+                           recorded(info))  # fmt: skip
         changes = [functools.partial(self.store.add_catalog_entry, entry)]
         if spawned:
             changes.append(functools.partial(self.store.count_spawn, info.template_id,
@@ -186,7 +200,7 @@ class ClusterNodes:
             with contextlib.suppress(Exception):  # else the reaper's: it is an orphan now
                 await self.client(node).kill(info.sandbox_id)
             raise
-        for callback in self._made:
+        for callback in self._made_callbacks:
             callback(info.sandbox_id, node)
 
     # Routing by the catalog

@@ -1,9 +1,10 @@
 """The gateways' reconciliation, done by one of them at a time (the holder of the database's
 `reconcile` lease, sandboxd.store.interface Catalog.take_lock): every INTERVAL_S, on every live
-node, a sandbox the catalog does not know and older than a create's deadline is an orphan (its
-create's gateway died before recording it, or it was killed through the catalog while its node
-was away) and is killed; a catalog row whose sandbox its live node no longer has (it ended at
-its timeout there) is dropped; a sandbox the catalog has on another live node is a copy left
+node, a sandbox the catalog does not know and older than a create's deadline is an orphan (made
+for an older gateway that died before recording it: nodes record creates themselves now,
+sandboxd.node.catalog_record; or killed through the catalog while its node was away) and is
+killed; a catalog row whose sandbox its live node no longer has (it ended at its timeout there;
+asked again before: a create still starting is shown) is dropped; a sandbox the catalog has on another live node is a copy left
 behind by a move (sandboxd.cluster.moves) and is dropped at once; what a node did by itself to a
 sandbox (paused it at its end, woke it) is noted in the catalog; a volume on a live node that
 the shared database has no record of and older than a create's deadline is an orphan too (its

@@ -32,9 +32,10 @@ from sandboxd.host import locks
 from sandboxd.network.slots import own_netns_inode
 from sandboxd.node import wire
 from sandboxd.node.builds import LocalBuilds
+from sandboxd.node.catalog_record import NodeCatalog
 from sandboxd.node.heartbeat import Advertised, Heartbeat, max_sandboxes
 from sandboxd.node.http_api import node_app
-from sandboxd.node.local import LocalNode, LocalVolumes
+from sandboxd.node.local import LocalNode, LocalVolumes, sandbox_info
 from sandboxd.node.remote import KEEPALIVE_S
 from sandboxd.proxy.cluster_gate import ClusterProxy
 from sandboxd.proxy.listener import Listener
@@ -101,7 +102,9 @@ def run_node(options: NodeOptions) -> None:
         parts.manager.on_gone(proxy.cut)
         builds = LocalBuilds(parts.builder, parts.manager.templates)
         content = volume_content.routes(wire.CONTENT_PREFIX, volume_content.trusted(parts.volumes))
-        app = node_app(LocalNode(parts.manager), builds, LocalVolumes(parts.volumes),
+        catalog = NodeCatalog(store, options.node_id,
+                              functools.partial(sandbox_info, parts.manager))  # fmt: skip
+        app = node_app(LocalNode(parts.manager, catalog), builds, LocalVolumes(parts.volumes),
                        options.token, lambda: heartbeat.draining,
                        _node_lifespan(parts, proxy, heartbeat), content)  # fmt: skip
         api = NotifyingServer(_config(app, sandboxes.bind, sandboxes.port), notify_socket,

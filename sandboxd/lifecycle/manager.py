@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
     from sandboxd.guest.client import EnvdClient
     from sandboxd.layers.store import LayerStore
+    from sandboxd.lifecycle.guest_start import CreateRecord
     from sandboxd.lifecycle.sandbox import CreateRequest
     from sandboxd.runtime.engine import Box, Runtime
     from sandboxd.runtime.spec import VolumeMount
@@ -180,22 +181,24 @@ class SandboxManager:
 
     # Create
 
-    async def create(self, request: CreateRequest) -> Sandbox:
-        """Boot (or take a warm) sandbox of the template with its volumes, /init it, record it.
+    async def create(self, request: CreateRequest, record: CreateRecord | None = None) -> Sandbox:
+        """Boot (or take a warm) sandbox of the template with its volumes, /init it (`record`
+        written meanwhile: sandboxd.lifecycle.guest_start), record it.
 
         Raises:
             NotAllowed: a timeout of 0 or past the maximum, or volume mounts that are not.
             TemplateNotFound, TemplateError: no such template, or an unusable one.
             BootError, InitRefused: the sandbox did not come up (nothing of it is left).
+            What `record.write` raised (nothing of the sandbox is left).
         """
         self.lifetimes.check(request.timeout_s)
         template, image = self.templates.resolve(request.template, request.team_id)
         mounts = self.volumes.resolve(request.options.get("volumeMounts"), request.team_id)
         with self.volumes.creating(mounts):  # in use until the sandbox is listed
-            return await self._create(request, template, image, mounts)
+            return await self._create(request, template, image, mounts, record)
 
     async def _create(self, request: CreateRequest, template: TemplateRow, image: TemplateImage,
-                      mounts: tuple[VolumeMount, ...]) -> Sandbox:  # fmt: skip
+                      mounts: tuple[VolumeMount, ...], record: CreateRecord | None) -> Sandbox:  # fmt: skip
         limits = catalog.limits(template)
         try:
             box = await self.boxes.take(image, limits, template.disk_size_mb, mounts)
@@ -209,7 +212,7 @@ class SandboxManager:
         token = self.tokens.envd(box.id) if request.secure else None
         sandbox = Sandbox(row, box, token, ingress_of(row, self.tokens.traffic(box.id)))
         # Neither listed nor known to the API and the proxy until the create succeeds.
-        await start_guest(self.runtime, self.envd, sandbox, box)
+        await start_guest(self.runtime, self.envd, sandbox, box, record)
         count = functools.partial(self.store.count_spawn, template.template_id)
         await self._admit(sandbox, request.timeout_s, count)
         return sandbox

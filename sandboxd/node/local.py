@@ -4,6 +4,7 @@ SandboxManager, its sandboxes handed out as copies (sandboxd.node.models), never
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from sandboxd.errors import SandboxError, SandboxNotFound
@@ -15,16 +16,19 @@ from sandboxd.node.models import LogEntry, SandboxInfo, SnapshotInfo
 if TYPE_CHECKING:
     from sandboxd.lifecycle.manager import SandboxManager
     from sandboxd.lifecycle.sandbox import Sandbox
+    from sandboxd.node.catalog_record import NodeCatalog
     from sandboxd.node.models import SandboxConfig
     from sandboxd.store.rows import MetricSample, SandboxRow, VolumeRow
     from sandboxd.volumes.catalog import VolumeCatalog
 
 
 class LocalNode:
-    """Implements `sandboxd.node.service.NodeAgentService` with the sandboxes of `manager`."""
+    """Implements `sandboxd.node.service.NodeAgentService` with the sandboxes of `manager`;
+    a node agent's also writes the catalog rows of the creates whose gateway asks it to."""
 
-    def __init__(self, manager: SandboxManager) -> None:
+    def __init__(self, manager: SandboxManager, catalog: NodeCatalog | None = None) -> None:
         self._manager = manager
+        self._catalog = catalog
 
     async def create(self, config: SandboxConfig) -> SandboxInfo:
         request = CreateRequest(
@@ -37,7 +41,11 @@ class LocalNode:
             copy.deepcopy(config.options),
             config.team_id,
         )
-        return self._info(await self._manager.create(request))
+        if not config.catalog or self._catalog is None:
+            return self._info(await self._manager.create(request))
+        with self._catalog.recording() as record:
+            sandbox = await self._manager.create(request, record)
+        return dataclasses.replace(self._info(sandbox), cataloged=True)
 
     async def kill(self, sandbox_id: str) -> None:
         await self._manager.kill(sandbox_id)
@@ -75,7 +83,9 @@ class LocalNode:
 
     async def get(self, sandbox_id: str) -> SandboxInfo | None:
         sandbox = self._manager.get(sandbox_id)
-        return None if sandbox is None else self._info(sandbox)
+        if sandbox is None:  # or recorded in the catalog, its create under way
+            return None if self._catalog is None else self._catalog.creating(sandbox_id)
+        return self._info(sandbox)
 
     async def metrics(
         self, sandbox_id: str, start_s: int | None, end_s: int | None, team_id: str
@@ -109,29 +119,34 @@ class LocalNode:
         return self._info(await self._manager.moves.adopt(record))
 
     def _info(self, sandbox: Sandbox) -> SandboxInfo:
-        row = sandbox.row
-        network = row.options.get("network") or {}
-        public = network.get("allowPublicTraffic") is not False
-        return SandboxInfo(
-            sandbox_id=row.sandbox_id,
-            template_id=row.template_id,
-            alias=row.alias,
-            state=row.state,
-            running=sandbox.running,
-            started_at=row.started_at,
-            end_at=row.end_at,
-            cpu_count=row.cpu_count,
-            memory_mb=row.memory_mb,
-            disk_size_mb=row.disk_size_mb,
-            envd_version=row.envd_version,
-            auto_pause=row.auto_pause,
-            metadata=dict(row.metadata),
-            options=copy.deepcopy(without_kept(row.options)),
-            envd_token=sandbox.token,
-            traffic_token=None if public else self._manager.tokens.of(row)[1],
-            pause_mode=row.pause_mode if row.state == "paused" else None,
-            team_id=row.team_id,
-        )
+        return sandbox_info(self._manager, sandbox)
+
+
+def sandbox_info(manager: SandboxManager, sandbox: Sandbox) -> SandboxInfo:
+    """`sandbox` as the node service shows it: a copy."""
+    row = sandbox.row
+    network = row.options.get("network") or {}
+    public = network.get("allowPublicTraffic") is not False
+    return SandboxInfo(
+        sandbox_id=row.sandbox_id,
+        template_id=row.template_id,
+        alias=row.alias,
+        state=row.state,
+        running=sandbox.running,
+        started_at=row.started_at,
+        end_at=row.end_at,
+        cpu_count=row.cpu_count,
+        memory_mb=row.memory_mb,
+        disk_size_mb=row.disk_size_mb,
+        envd_version=row.envd_version,
+        auto_pause=row.auto_pause,
+        metadata=dict(row.metadata),
+        options=copy.deepcopy(without_kept(row.options)),
+        envd_token=sandbox.token,
+        traffic_token=None if public else manager.tokens.of(row)[1],
+        pause_mode=row.pause_mode if row.state == "paused" else None,
+        team_id=row.team_id,
+    )
 
 
 class LocalVolumes:

@@ -4,6 +4,7 @@ changing one changes nothing on the node."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +28,10 @@ class SandboxConfig:
     env_vars: dict[str, str] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)
     team_id: str = DEFAULT_TEAM_ID  # the owner: its templates (or public ones) and volumes
+    # A gateway's: the node writes the sandbox's catalog row itself (sandboxd.node.
+    # catalog_record), and says so in the answer's `cataloged`. A node older than this field
+    # ignores it and says nothing: the gateway writes the row, as it did before.
+    catalog: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +56,16 @@ class SandboxInfo:
     traffic_token: str | None  # the token its ports ask for, without public traffic
     pause_mode: str | None = None  # paused: "full" (in memory) or "filesystem" (on disk)
     team_id: str = DEFAULT_TEAM_ID  # its owner: only the team's keys see it
+    cataloged: bool = False  # a create's answer: its node wrote its catalog row (see SandboxConfig)
+
+
+def recorded(info: SandboxInfo) -> dict[str, object]:
+    """What a cluster's catalog keeps of a sandbox (sandboxd.store.rows CatalogRow's `info`):
+    everything but its tokens and `cataloged`, which a gateway older than that field would not
+    take back as a SandboxInfo."""
+    kept = dataclasses.asdict(dataclasses.replace(info, envd_token=None, traffic_token=None))
+    del kept["cataloged"]
+    return kept
 
 
 @dataclass(frozen=True, slots=True)

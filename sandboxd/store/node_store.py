@@ -60,18 +60,22 @@ class NodeStore:
                 self._shared = shared
             return self._shared
 
+    def shared_now(self) -> Store:
+        """The shared store if it is open. Raises StoreUnavailable: it is not yet."""
+        if self._shared is None:
+            raise StoreUnavailable("the shared database has not been reached yet")
+        return self._shared
+
     def count_spawn(self, template_id: str, at_us: int) -> None:
-        """Counts nothing: a node's creates come from gateways, which count each in the
-        transaction recording it in the catalog (sandboxd.cluster.nodes), so that a create
-        waits for one write to the shared database, not one on the node and one on the
-        gateway."""
+        """Counts nothing: a node's creates come from gateways, and each is counted in the
+        transaction recording it in the catalog, the node's (sandboxd.node.catalog_record) or
+        an older gateway's (sandboxd.cluster.nodes), so that a create waits for one write to
+        the shared database, not two."""
 
     def __getattr__(self, name: str) -> Any:
         if name not in SHARED_METHODS:
             return getattr(self._local, name)
-        if self._shared is None:
-            raise StoreUnavailable("the shared database has not been reached yet")
-        return getattr(self._shared, name)
+        return getattr(self.shared_now(), name)
 
     async def write(self, *changes: Callable[[], None]) -> None:
         """Store.write over the two stores: the shared one's changes in one transaction, then

@@ -1,7 +1,9 @@
 """Writes that ride with the transaction recording a new sandbox: a gateway's create under an
 Idempotency-Key (sandboxd.api.shared_creates) writes its key's sandbox id in the transaction
-that records the sandbox in the catalog (sandboxd.cluster.nodes), one round trip to the
-database fewer. Scoped to the context of the task that runs the create."""
+in which the gateway records the sandbox in the catalog (sandboxd.cluster.nodes: a node older
+than node-written rows leaves that to it), one round trip to the database fewer; otherwise the
+key's settlement is a transaction of its own. Scoped to the context of the task that runs the
+create."""
 
 from __future__ import annotations
 

@@ -2,10 +2,11 @@
 `sandboxd node` agents (tests/cluster/node_agent.py) and two `sandboxd gateway`s, all on
 loopback and stopped by pid. Creates through one gateway land on both nodes and their envd
 answers through the other; kill and list hold across gateways; a create counts its template's
-spawn once (the gateway's count, none on the node) and a fork none; one Idempotency-Key through two
+spawn once (with its catalog row) and a fork none; one Idempotency-Key through two
 gateways makes one sandbox; the database stopped answers 503 while cached routes (a create's
-own among them) serve, then recovers; a gateway SIGKILLed mid-create leaves an orphan the reconciliation reaps; a node
-SIGKILLed is listed lost and creates go to the other."""
+own among them) serve, then recovers; a gateway SIGKILLed mid-create leaves its sandbox in the
+catalog, which its node wrote; a node writes no row for a gateway older than that, whose orphan
+the reconciliation reaps; a node SIGKILLed is listed lost and creates go to the other."""
 
 from __future__ import annotations
 
@@ -180,7 +181,11 @@ def test_the_database_stopped_is_a_503_while_cached_routes_serve(cluster: Cluste
     kill(a, [sandbox, after])
 
 
-def test_a_gateway_killed_mid_create_leaves_no_orphan(cluster: Cluster, tmp_path: Path) -> None:
+def test_a_gateway_killed_mid_create_leaves_its_sandbox_recorded(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """The node records what it makes (the gateway asks it to): the sandbox of a create whose
+    gateway died is in the catalog, listed and killed through another gateway, not an orphan."""
     doomed = Gateway(tmp_path / "doomed", cluster.url, cluster.gateways[0].token)
     doomed.start()
     boxes = {n.node_id: set(_boxes(n)) for n in cluster.nodes}
@@ -194,15 +199,39 @@ def test_a_gateway_killed_mid_create_leaves_no_orphan(cluster: Cluster, tmp_path
 
     with ThreadPoolExecutor(1) as background:
         background.submit(_create_quietly, doomed)
-        orphan = wait_until(booting, 120, "a sandbox to start booting on a node")
+        made = wait_until(booting, 120, "a sandbox to start booting on a node")
         doomed.kill()
-    assert orphan not in cluster.placed()
-    wait_until(lambda: any(orphan in cluster.on_node(n) for n in cluster.nodes)
-               or not any(n.box_dir(orphan).exists() for n in cluster.nodes), 120,
-               "the node to finish the orphan's create")  # fmt: skip
-    wait_until(lambda: all(orphan not in cluster.on_node(n) for n in cluster.nodes), 300,
+    home = wait_until(lambda: next((n for n in cluster.nodes if made in cluster.on_node(n)), None),
+                      120, "the node to finish the create")  # fmt: skip
+    assert cluster.placed()[made] == home.node_id
+    with cluster.gateways[1].client() as client:
+        assert made in {s["sandboxID"] for s in client.get("/v2/sandboxes").json()}
+        assert client.delete(f"/sandboxes/{made}").status_code == 204
+    assert made not in cluster.placed()
+
+
+def test_a_node_records_a_create_only_when_its_gateway_asks(cluster: Cluster) -> None:
+    """A gateway asks the node to write the catalog row (`catalog`); one older than that asks
+    nothing and writes it itself: the node then writes none, and a sandbox no gateway recorded
+    is an orphan the reconciliation reaps once a create's deadline has passed."""
+    node, template_id = cluster.nodes[0], "base"
+    counted = spawns(cluster.gateways[0], template_id)
+    config = {"template": template_id, "timeout_s": 600, "secure": True, "auto_pause": False}
+    asked = node.call_api("create", {"config": {**config, "catalog": True}})
+    assert asked.status_code == 200, asked.text
+    recorded = asked.json()
+    assert recorded["cataloged"] is True
+    assert cluster.placed()[recorded["sandbox_id"]] == node.node_id
+    assert spawns(cluster.gateways[1], template_id) == counted + 1
+    older = node.call_api("create", {"config": config})
+    assert older.status_code == 200, older.text
+    orphan = older.json()
+    assert orphan["cataloged"] is False
+    assert orphan["sandbox_id"] not in cluster.placed()
+    assert spawns(cluster.gateways[1], template_id) == counted + 1
+    wait_until(lambda: orphan["sandbox_id"] not in cluster.on_node(node), 300,
                "the reconciliation to reap the orphan")  # fmt: skip
-    assert orphan not in cluster.placed()
+    kill(cluster.gateways[0], [{"sandboxID": recorded["sandbox_id"]}])
 
 
 def test_a_lost_node_is_listed_so_and_creates_go_elsewhere(cluster: Cluster) -> None:
