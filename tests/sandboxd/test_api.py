@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import socket
 import sqlite3
 import subprocess
@@ -23,7 +22,7 @@ import pytest
 
 from sandboxd.daemon.machinery import SERVE_NICE
 from sandboxd.host.uid_ranges import FIRST_BASE
-from sandboxd.runtime.nspawn import container
+from tests.sandboxd.refusing_envd import warm_box_refusing_init
 from tests.sandboxd.serving import API_KEY, NO_NETWORK, Sandboxd, running_sandboxd, wait_gone
 from tests.waiting import wait_until
 
@@ -553,41 +552,13 @@ def test_a_sandboxs_logs_are_its_journal(api: httpx.Client) -> None:
     assert api.get(f"/sandboxes/{sandbox_id}/logs").status_code == 404
 
 
-# Answers /health like envd and refuses every /init, as an envd would refuse one it cannot take.
-REFUSING_ENVD = """
-import http.server
-class Handler(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(204); self.end_headers()
-    def do_POST(self):
-        self.rfile.read(int(self.headers.get("content-length", 0)))
-        self.send_response(413); self.send_header("content-length", "0"); self.end_headers()
-http.server.ThreadingHTTPServer(("0.0.0.0", 49983), Handler).serve_forever()
-"""
-
-
 def test_a_create_whose_init_is_refused_fails_at_once_and_is_never_listed(
     tmp_path: Path, base_template: Path
 ) -> None:
     """A create whose /init envd refused (413 for a 5 MB env) was retried for 10.9 s, listed as
     running all along, before it failed with a 503."""
     with running_sandboxd(tmp_path / "state", base_template, NO_NETWORK, "--pool", "1") as server:
-        boxes = server.state_dir / "sandboxes"
-
-        def warm_one() -> str | None:
-            found = next(boxes.iterdir(), None) if boxes.is_dir() else None
-            return None if found is None else found.name
-
-        waiting = wait_until(warm_one, 60, "a warm sandbox")
-        wait_until(lambda: server.envd(waiting, "GET", "/health")[0] == 204, 60, "its envd")
-        supervisor = container.supervisor(server.cgroups(waiting))
-        assert supervisor is not None
-        leader = container.leader(supervisor)
-        assert leader is not None
-        swap = ("systemctl stop envd && systemd-run -q --unit refusing-envd python3 -c "
-                + shlex.quote(REFUSING_ENVD))  # fmt: skip
-        subprocess.run(["nsenter", "-t", str(leader), "-a", "sh", "-c", swap], check=True)
-        wait_until(lambda: server.envd(waiting, "GET", "/health")[0] == 204, 30, "the stand-in")
+        waiting = warm_box_refusing_init(server)
         with server.client() as api, ThreadPoolExecutor(1) as pool:
             creating = pool.submit(api.post, "/sandboxes", json={"templateID": "base"})
             listed: set[str] = set()
