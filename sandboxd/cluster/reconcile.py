@@ -4,8 +4,9 @@ node, a sandbox the catalog does not know and older than a create's deadline is 
 for an older gateway that died before recording it: nodes record creates themselves now,
 sandboxd.node.catalog_record; or killed through the catalog while its node was away) and is
 killed; a catalog row whose sandbox its live node no longer has (it ended at its timeout there;
-asked again before: a create still starting is shown) is dropped; a sandbox the catalog has on another live node is a copy left
-behind by a move (sandboxd.cluster.moves) and is dropped at once; what a node did by itself to a
+the node is asked again first, and shows a create still starting) is dropped; a sandbox the
+catalog has on another live node is a copy left behind by a move (sandboxd.cluster.moves) and
+is dropped at once; what a node did by itself to a
 sandbox (paused it at its end, woke it) is noted in the catalog; a volume on a live node that
 the shared database has no record of and older than a create's deadline is an orphan too (its
 create's gateway died between the node's create and the record) and is deleted; an unfinished

@@ -198,7 +198,8 @@ class SandboxManager:
             return await self._create(request, template, image, mounts, record)
 
     async def _create(self, request: CreateRequest, template: TemplateRow, image: TemplateImage,
-                      mounts: tuple[VolumeMount, ...], record: CreateRecord | None) -> Sandbox:  # fmt: skip
+                      mounts: tuple[VolumeMount, ...],
+                      record: CreateRecord | None) -> Sandbox:  # fmt: skip
         limits = catalog.limits(template)
         try:
             box = await self.boxes.take(image, limits, template.disk_size_mb, mounts)

@@ -66,8 +66,8 @@ class NodeCatalog:
     async def remove(self, sandbox_id: str) -> None:
         """Raises SandboxError: the row could not be deleted."""
         shared = self._store.shared_now()
-        await _written(f"removing sandbox {sandbox_id} from the catalog",
-                       shared.write(functools.partial(shared.delete_catalog_entry, sandbox_id)))  # fmt: skip
+        delete = functools.partial(shared.delete_catalog_entry, sandbox_id)
+        await _written(f"removing sandbox {sandbox_id} from the catalog", shared.write(delete))
 
 
 class CatalogRecord:
