@@ -29,7 +29,7 @@ class CreateRecord(Protocol):
     async def write(self, sandbox: Sandbox) -> None:
         """Raises SandboxError (StoreUnavailable): it was not written."""
 
-    async def remove(self, sandbox_id: str) -> None:
+    async def remove(self, sandbox: Sandbox) -> None:
         """Undo `write`. Raises SandboxError: it could not."""
 
 
@@ -73,7 +73,7 @@ async def _start_recorded(runtime: Runtime, envd: EnvdClient, sandbox: Sandbox, 
         if not isinstance(written, BaseException):
             # Else the record's owner drops it (a cluster's reconciliation: no node has it).
             with contextlib.suppress(SandboxError):
-                await record.remove(sandbox.id)
+                await record.remove(sandbox)
         raise started
     if isinstance(written, BaseException):
         raise written

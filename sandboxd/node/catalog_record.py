@@ -1,5 +1,5 @@
 """A create's row in the cluster's catalog (sandboxd.store.rows CatalogRow) and its spawn's
-count, written by the node that makes the sandbox while its guest starts (sandboxd.lifecycle.
+count (both taken back if the start fails), written by the node that makes the sandbox while its guest starts (sandboxd.lifecycle.
 guest_start), when the gateway asks for it (SandboxConfig.catalog). Written by the gateway once
 the node had answered, that transaction was on every create's path (1.5-1.9 ms, bench/README.md);
 here envd's /init hides it. The row also exists before any client can learn the sandbox's id:
@@ -63,11 +63,13 @@ class NodeCatalog:
             functools.partial(shared.count_spawn, info.template_id, info.started_at),
         ))  # fmt: skip
 
-    async def remove(self, sandbox_id: str) -> None:
-        """Raises SandboxError: the row could not be deleted."""
+    async def remove(self, sandbox: Sandbox) -> None:
+        """Raises SandboxError: the row could not be deleted, nor the count taken back."""
         shared = self._store.shared_now()
-        delete = functools.partial(shared.delete_catalog_entry, sandbox_id)
-        await _written(f"removing sandbox {sandbox_id} from the catalog", shared.write(delete))
+        await _written(f"removing sandbox {sandbox.id} from the catalog", shared.write(
+            functools.partial(shared.delete_catalog_entry, sandbox.id),
+            functools.partial(shared.uncount_spawn, sandbox.row.template_id),
+        ))  # fmt: skip
 
 
 class CatalogRecord:
@@ -81,8 +83,8 @@ class CatalogRecord:
         self.sandbox_id = sandbox.id
         await self._catalog.write(sandbox)
 
-    async def remove(self, sandbox_id: str) -> None:
-        await self._catalog.remove(sandbox_id)
+    async def remove(self, sandbox: Sandbox) -> None:
+        await self._catalog.remove(sandbox)
 
 
 async def _written(what: str, write: Awaitable[None]) -> None:

@@ -16,8 +16,8 @@ row of that key (another unique column, a template's alias, clashing is the back
 error); lists come in the order each method names; JSON fields come back equal to what went in
 (an object's keys not necessarily in their order).
 
-Writes (the `add_`, `put_`, `delete_` methods and `count_spawn`) are handed, bound to their
-arguments, to `Store.write`, which runs them in order in one transaction:
+Writes (the `add_`, `put_`, `delete_` methods, `count_spawn` and `uncount_spawn`) are handed,
+bound to their arguments, to `Store.write`, which runs them in order in one transaction:
 
     await store.write(
         functools.partial(store.put_template, template),
@@ -96,6 +96,10 @@ class Templates(Protocol):
     def count_spawn(self, template_id: str, at_us: int) -> None:
         """One more sandbox of the template; nothing when it was deleted meanwhile (a create
         reads the template before its boot and must not write that copy back)."""
+
+    def uncount_spawn(self, template_id: str) -> None:
+        """Take back a count_spawn whose sandbox did not start (a node counts a create while
+        it starts: sandboxd.node.catalog_record); `last_spawned_at` keeps the attempt's time."""
 
     def template(self, id_or_alias: str, team_id: str = DEFAULT_TEAM_ID) -> TemplateRow | None:
         """The template of that id (whoever's), else the team's of that alias, else a public

@@ -127,6 +127,23 @@ async def test_rows_come_back_as_they_went_in(store: Store) -> None:
     assert store.metrics("s1", None, None) == [sample]
 
 
+async def test_a_spawn_taken_back_keeps_the_attempts_time_and_never_goes_below_zero(
+    store: Store,
+) -> None:
+    await store.write(functools.partial(store.put_template, TEMPLATE))
+    await store.write(functools.partial(store.count_spawn, "t1", 7),
+                      functools.partial(store.count_spawn, "t1", 9))  # fmt: skip
+    await store.write(functools.partial(store.uncount_spawn, "t1"))
+    counted = store.template("t1")
+    assert counted is not None
+    assert (counted.spawn_count, counted.last_spawned_at) == (1, 9)
+    await store.write(functools.partial(store.uncount_spawn, "t1"),
+                      functools.partial(store.uncount_spawn, "t1"))  # fmt: skip
+    counted = store.template("t1")
+    assert counted is not None
+    assert counted.spawn_count == 0
+
+
 async def test_a_sandbox_paused_to_disk_comes_back_with_what_it_boots(store: Store) -> None:
     image = {"layers": ["/l/base", "/l/pause-s2-1"], "init": "systemd", "io_uring": False,
              "limits": {"memory_bytes": 1 << 29, "cpus": 2, "pids": 4096}}  # fmt: skip

@@ -48,6 +48,13 @@ class SandboxTables(Tables):
             (at_us, template_id),
         )
 
+    def uncount_spawn(self, template_id: str) -> None:
+        self._db.writes.execute(
+            "UPDATE templates SET spawn_count = spawn_count - 1 "
+            "WHERE template_id = %s AND spawn_count > 0",
+            (template_id,),
+        )
+
     def template(self, id_or_alias: str, team_id: str = DEFAULT_TEAM_ID) -> TemplateRow | None:
         rows = self._db.read(TEMPLATE_LOOKUP, template_lookup(id_or_alias, team_id))
         return TemplateRow(**rows[0]) if rows else None

@@ -54,6 +54,13 @@ class SandboxTables(Tables):
             (at_us, template_id),
         )
 
+    def uncount_spawn(self, template_id: str) -> None:
+        self._db.writes.execute(
+            "UPDATE templates SET spawn_count = spawn_count - 1 "
+            "WHERE template_id = ? AND spawn_count > 0",
+            (template_id,),
+        )
+
     def template(self, id_or_alias: str, team_id: str = DEFAULT_TEAM_ID) -> TemplateRow | None:
         row = self._db.reads.execute(TEMPLATE_LOOKUP.replace("%s", "?"),
                                      template_lookup(id_or_alias, team_id)).fetchone()  # fmt: skip
