@@ -45,7 +45,7 @@ def cluster(work: Path, template: Path, db: PostgresServer, name: str,
     if tree is not None:
         for part in (node, gateway):
             part.command = [sys.executable, "-P", "-m", "sandboxd"]
-            part.env = {"PYTHONPATH": str(tree.absolute())}
+            part.env = {**part.env, "PYTHONPATH": str(tree.absolute())}
     return Target(f"gateway {name}", gateway, url, [node])
 
 
