@@ -99,6 +99,15 @@ class Target:
     def pool_members(self) -> list[Sandboxd]:
         return list(self.nodes) if self.nodes else [self.front]
 
+    def start(self, stack: contextlib.ExitStack) -> None:
+        """Start its processes, the agents before their gateway, each stopped with `stack`."""
+        for member in self.pool_members():
+            stack.callback(member.clean_up)
+            member.start()
+        if self.nodes:
+            stack.callback(self.front.stop)
+            self.front.start()
+
     def backends(self, app: str) -> list[int]:
         """The pids of the PostgreSQL backends serving `app`'s connections."""
         if self.database is None:
@@ -150,12 +159,7 @@ def running_targets(work: Path, template: Path) -> Iterator[tuple[list[Target], 
             gateway = Gateway(work / f"c{size}-gateway", with_app(url, "control"), token)
             targets.append(Target(f"gateway N={size}", gateway, url, nodes))
         for target in targets:
-            for member in target.pool_members():
-                stack.callback(member.clean_up)
-                member.start()
-            if target.nodes:
-                stack.callback(target.front.stop)
-                target.front.start()
+            target.start(stack)
         yield targets, db.create_database()
 
 

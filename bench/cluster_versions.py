@@ -63,12 +63,7 @@ def running_targets(work: Path, template: Path, baseline: Path) -> Iterator[list
             cluster(work, template, db, "this", None),
         ]  # fmt: skip
         for target in targets:
-            for member in target.pool_members():
-                stack.callback(member.clean_up)
-                member.start()
-            if target.nodes:
-                stack.callback(target.front.stop)
-                target.front.start()
+            target.start(stack)
         yield targets
 
 
