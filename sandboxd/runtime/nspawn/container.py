@@ -241,9 +241,11 @@ def children(pid: int) -> list[int]:
 
 
 def _namespace(pid: int, kind: str) -> str | None:
+    """None once `pid` is gone. The kernel answers EACCES, not ENOENT, for a process reaped
+    between the path's lookup and the readlink (nspawn's outer child exits while we look)."""
     try:
         return os.readlink(f"/proc/{pid}/ns/{kind}")
-    except (FileNotFoundError, ProcessLookupError):
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
         return None
 
 
