@@ -177,11 +177,10 @@ class ClusterNodes:
         /init (sandboxd.node.catalog_record), off the create's path; a node older than that
         (`cataloged` false) left both to the gateway, as before. An Idempotency-Key's
         settlement then goes in a transaction of its own (sandboxd.api.shared_creates)."""
-        if not info.cataloged:
+        if info.cataloged:
+            self._announce(info.sandbox_id, node)
+        else:
             await self._record(node, info, spawned=True)
-            return
-        for callback in self._made_callbacks:
-            callback(info.sandbox_id, node)
 
     async def _record(self, node: NodeRow, info: SandboxInfo, spawned: bool = False) -> None:
         """One catalog row for the sandbox, and when `spawned` (a create's, not a fork's) its
@@ -200,8 +199,11 @@ class ClusterNodes:
             with contextlib.suppress(Exception):  # else the reaper's: it is an orphan now
                 await self.client(node).kill(info.sandbox_id)
             raise
+        self._announce(info.sandbox_id, node)
+
+    def _announce(self, sandbox_id: str, node: NodeRow) -> None:
         for callback in self._made_callbacks:
-            callback(info.sandbox_id, node)
+            callback(sandbox_id, node)
 
     # Routing by the catalog
 

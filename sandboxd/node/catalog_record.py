@@ -1,9 +1,10 @@
 """A create's row in the cluster's catalog (sandboxd.store.rows CatalogRow) and its spawn's
-count (both taken back if the start fails), written by the node that makes the sandbox while its guest starts (sandboxd.lifecycle.
-guest_start), when the gateway asks for it (SandboxConfig.catalog). Written by the gateway once
-the node had answered, that transaction was on every create's path (1.5-1.9 ms, bench/README.md);
-here envd's /init hides it. The row also exists before any client can learn the sandbox's id:
-a gateway that dies mid-create leaves a listed sandbox, not an orphan to reap.
+count (both taken back if the start fails), written by the node that makes the sandbox while
+its guest starts (sandboxd.lifecycle.guest_start), when the gateway asks for it
+(SandboxConfig.catalog). Written by the gateway once the node had answered, that transaction
+was on every create's path (1.5-1.9 ms, bench/README.md); here envd's /init hides it. The row
+also exists before any client can learn the sandbox's id: a gateway that dies mid-create
+leaves a listed sandbox, not an orphan to reap.
 
 Until the create ends, the node's `get` shows the sandbox as recorded (`creating`): the
 reconciliation drops a row whose node does not have its sandbox, and asks the node again before
