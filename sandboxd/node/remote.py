@@ -3,9 +3,9 @@
 domain error to the same sandboxd.errors class the node raised (sandboxd.node.wire); a node
 that cannot be reached, or answers what is not the API, is a NodeUnreachable.
 
-Over httpcore, sandboxd's client to envd already (a dependency of every install): its pool
-without httpx's client layer, which is dev-only and would add httpx, certifi and idna to every
-install for requests of one shape (a JSON POST)."""
+Calls go over kept-alive connections parsed by httptools (sandboxd.node.kept_connections: a
+JSON round trip there takes a fifth of httpcore's), a build's upload and the volumes' content
+over a connection each, streamed (sandboxd.node.content_stream)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,10 @@ import json
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-import httpcore
-
 from sandboxd.errors import NodeUnreachable, SandboxError
 from sandboxd.node import content_stream, wire
 from sandboxd.node.builds import UPLOAD_PREFIX, NodeBuilds
+from sandboxd.node.kept_connections import KeptConnections
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterable, AsyncIterator
@@ -29,8 +28,6 @@ if TYPE_CHECKING:
 # other operations answer in milliseconds. A connection that cannot be made fails fast.
 CONNECT_TIMEOUT_S = 5
 READ_TIMEOUT_S = 600
-_TIMEOUTS = {"connect": CONNECT_TIMEOUT_S, "read": READ_TIMEOUT_S, "write": READ_TIMEOUT_S,
-             "pool": READ_TIMEOUT_S}  # fmt: skip
 # How long an idle connection to a node is kept for the next call (a create's then needs no
 # connect); the node's API keeps its side open longer (sandboxd.daemon.node_agent), so that it
 # is never the node that closes one just as a call goes out on it.
@@ -46,14 +43,16 @@ class RemoteNode:
     def __init__(self, node_id: str, api_url: str, token: str) -> None:
         self.node_id = node_id
         self.api_url = api_url.rstrip("/")
-        self._headers = [(b"authorization", f"Bearer {token}".encode()),
-                         (b"content-type", b"application/json")]  # fmt: skip
-        self._pool = httpcore.AsyncConnectionPool(max_connections=64, keepalive_expiry=KEEPALIVE_S)
+        self._authorization = (b"authorization", f"Bearer {token}".encode())
         self._signatures = wire.operations() | wire.operations(NodeBuilds)
-        self._netloc = urlsplit(self.api_url).netloc.encode()  # the Host of a streamed request
+        split = urlsplit(self.api_url)
+        self._address = (split.hostname or "", split.port or 80)
+        self._netloc = split.netloc.encode()  # the Host of every request
+        self._connections = KeptConnections(self._address, KEEPALIVE_S,
+                                            (CONNECT_TIMEOUT_S, READ_TIMEOUT_S))  # fmt: skip
 
     async def close(self) -> None:
-        await self._pool.aclose()
+        await self._connections.aclose()
 
     async def create(self, config: SandboxConfig) -> SandboxInfo:
         return await self._call("create", config=config)  # type: ignore[no-any-return]
@@ -143,9 +142,16 @@ class RemoteNode:
         Raises:
             NodeUnreachable: a transport failure; what the node's builder raised for it.
         """
-        url = f"{self.api_url}{UPLOAD_PREFIX}{template_id}/{files_hash}"
-        headers = [self._headers[0], (b"content-length", str(length).encode())]
-        await self._answer("upload", "PUT", url, headers, body)
+        framing = [(b"content-length", b"%d" % length), (b"expect", b"100-continue")]
+        answer = await self._streamed(b"PUT", f"{UPLOAD_PREFIX}{template_id}/{files_hash}",
+                                      framing, body, chunked=False)  # fmt: skip
+        try:
+            content = b"".join([piece async for piece in answer.aiter_stream()])
+        except NodeUnreachable as exc:
+            raise NodeUnreachable(f"node {self.node_id} ({self.api_url}): {exc}") from exc
+        finally:
+            await answer.aclose()
+        self._result("upload", answer.status, content)
 
     # sandboxd.node.service.NodeVolumes
 
@@ -178,18 +184,28 @@ class RemoteNode:
         framing = [] if body is None else [(b"expect", b"100-continue")]
         if body is not None and chunked:
             framing.append((b"transfer-encoding", b"chunked"))
-        lines = [(b"host", self._netloc), self._headers[0], *headers, *framing,
-                 (b"connection", b"close")]  # fmt: skip
-        head = b"%b %b%b HTTP/1.1\r\n%b\r\n" % (
-            method.encode(), wire.CONTENT_PREFIX.encode(), target.encode(),
-            b"".join(b"%b: %b\r\n" % line for line in lines),
-        )  # fmt: skip
-        split = urlsplit(self.api_url)
+        return await self._streamed(method.encode(), wire.CONTENT_PREFIX + target,
+                                    [*headers, *framing], body, chunked)  # fmt: skip
+
+    async def _streamed(self, method: bytes, target: str, headers: list[tuple[bytes, bytes]],
+                        body: AsyncIterable[bytes] | None,
+                        chunked: bool) -> content_stream.Answer:  # fmt: skip
+        """A streamed exchange, over a connection of its own that the node closes after."""
+        head = self._head(method, target, [*headers, (b"connection", b"close")])
         try:
-            return await content_stream.exchange((split.hostname or "", split.port or 80), head,
-                                                 body, chunked, (CONNECT_TIMEOUT_S, READ_TIMEOUT_S))  # fmt: skip
+            return await content_stream.exchange(self._address, head, body, chunked,
+                                                 (CONNECT_TIMEOUT_S, READ_TIMEOUT_S))  # fmt: skip
         except NodeUnreachable as exc:
             raise NodeUnreachable(f"node {self.node_id} ({self.api_url}): {exc}") from exc
+
+    def _head(self, method: bytes, target: str, headers: list[tuple[bytes, bytes]]) -> bytes:
+        """A request's head to the node: its Host and the cluster token, then `headers`."""
+        lines = [(b"host", self._netloc), self._authorization, *headers]
+        return b"%b %b HTTP/1.1\r\n%b\r\n" % (
+            method,
+            target.encode(),
+            b"".join(b"%b: %b\r\n" % line for line in lines),
+        )
 
     async def _call(self, operation: str, **arguments: object) -> Any:
         """POST the operation; its result decoded by the operation's return annotation.
@@ -199,32 +215,32 @@ class RemoteNode:
             SandboxError: the class the node raised.
         """
         body = json.dumps(wire.encode(arguments)).encode()
-        url = f"{self.api_url}{wire.PREFIX}{operation}"
-        answer = await self._answer(operation, "POST", url, self._headers, body)
+        head = self._head(b"POST", wire.PREFIX + operation,
+                          [(b"content-type", b"application/json"),
+                           (b"content-length", b"%d" % len(body))])  # fmt: skip
+        try:
+            status, content = await self._connections.request(head + body)
+        except NodeUnreachable as exc:
+            raise NodeUnreachable(f"node {self.node_id} ({self.api_url}): {exc}") from exc
+        answer = self._result(operation, status, content)
         try:
             return wire.decode(self._signatures[operation].return_annotation, answer)
         except wire.WireError as exc:
             raise NodeUnreachable(f"node {self.node_id}: {operation}: {exc}") from exc
 
-    async def _answer(self, operation: str, method: str, url: str,
-                      headers: list[tuple[bytes, bytes]],
-                      content: bytes | AsyncIterator[bytes]) -> Any:  # fmt: skip
+    def _result(self, operation: str, status: int, content: bytes) -> Any:
         """The JSON of the node's 2xx answer (None: no body).
 
         Raises:
-            NodeUnreachable: a transport failure, or an answer that is not the API's.
+            NodeUnreachable: an answer that is not the API's.
             SandboxError: the class the node raised.
         """
         try:
-            response = await self._pool.request(method, url, headers=headers, content=content,
-                                                extensions={"timeout": _TIMEOUTS})  # fmt: skip
-            answer = json.loads(response.content) if response.content else None
-        except (httpcore.TimeoutException, httpcore.NetworkError, httpcore.ProtocolError) as exc:
-            raise NodeUnreachable(f"node {self.node_id} ({self.api_url}): {exc!r}") from exc
+            answer = json.loads(content) if content else None
         except ValueError as exc:
             raise NodeUnreachable(f"node {self.node_id}: an answer that is not JSON") from exc
-        if 200 <= response.status < 300:
+        if 200 <= status < 300:
             return answer
         if isinstance(answer, dict) and "code" in answer:
             raise wire.decode_error(answer)
-        raise NodeUnreachable(f"node {self.node_id}: {operation}: status {response.status}")
+        raise NodeUnreachable(f"node {self.node_id}: {operation}: status {status}")

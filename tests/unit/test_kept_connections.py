@@ -1,0 +1,158 @@
+"""Kept-alive connections to a node's API (sandboxd.node.kept_connections) against a real HTTP/1.1
+server on loopback, scripted per connection: calls reuse one connection; a request sent into a
+kept connection the node closes unanswered goes once more on a new one, but not one on a new
+connection; a call cancelled mid-answer does not leave its answer to the next call; an answer
+that is not HTTP, or no server, is NodeUnreachable."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import TYPE_CHECKING
+
+import pytest
+
+from sandboxd.errors import NodeUnreachable
+from sandboxd.node.kept_connections import KeptConnections
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable
+
+pytestmark = pytest.mark.anyio
+
+TIMEOUTS = (5.0, 60.0)
+
+
+class Node:
+    """Answers each request with JSON naming the connection (in order of accept) and the
+    request's number on it, and echoing its body; `script(connection, number)` may instead
+    return "close" (close unanswered), "garbage" or "hold" (answer once `release` is set)."""
+
+    def __init__(self, script: Callable[[int, int], str | None] = lambda _c, _n: None) -> None:
+        self.script = script
+        self.accepted = 0
+        self.held = asyncio.Event()
+        self.release = asyncio.Event()
+        self._writers: list[asyncio.StreamWriter] = []
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connection, self.accepted = self.accepted, self.accepted + 1
+        self._writers.append(writer)
+        number = 0
+        while (body := await _request_body(reader)) is not None:
+            step = self.script(connection, number)
+            if step == "close":
+                writer.close()
+                return
+            if step == "garbage":
+                writer.write(b"this is not HTTP\r\n\r\n")
+                continue
+            if step == "hold":
+                self.held.set()
+                await self.release.wait()
+            answer = json.dumps({"connection": connection, "number": number,
+                                 "echo": body.decode()}).encode()  # fmt: skip
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%b" % (len(answer), answer))
+            number += 1
+
+    def close(self) -> None:
+        for writer in self._writers:
+            writer.close()
+
+
+async def _request_body(reader: asyncio.StreamReader) -> bytes | None:
+    """The next request's body; None once the client closed."""
+    try:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length:"))  # fmt: skip
+        return await reader.readexactly(length)
+    except (asyncio.IncompleteReadError, ConnectionError):
+        return None
+
+
+@pytest.fixture
+async def node() -> AsyncIterator[tuple[Node, int]]:
+    served = Node()
+    listening = await asyncio.start_server(served.serve, "127.0.0.1", 0)
+    yield served, listening.sockets[0].getsockname()[1]
+    listening.close()
+    served.close()
+
+
+def request(body: str) -> bytes:
+    return b"POST /node/v1/op HTTP/1.1\r\nhost: n\r\ncontent-length: %d\r\n\r\n%b" % (
+        len(body),
+        body.encode(),
+    )
+
+
+async def call(connections: KeptConnections, body: str) -> dict[str, object]:
+    status, answer = await connections.request(request(body))
+    assert status == 200
+    return json.loads(answer)  # type: ignore[no-any-return]
+
+
+async def test_calls_reuse_one_connection(node: tuple[Node, int]) -> None:
+    served, port = node
+    connections = KeptConnections(("127.0.0.1", port), 30, TIMEOUTS)
+    answers = [await call(connections, f"call {i}") for i in range(3)]
+    assert answers == [{"connection": 0, "number": i, "echo": f"call {i}"} for i in range(3)]
+    assert served.accepted == 1
+    await connections.aclose()
+
+
+async def test_a_kept_connection_closed_unanswered_is_replaced(node: tuple[Node, int]) -> None:
+    """The node read the second request and closed (its keep-alive ran out just then): the
+    call goes once more, on a new connection."""
+    served, port = node
+    served.script = lambda connection, number: "close" if (connection, number) == (0, 1) else None
+    connections = KeptConnections(("127.0.0.1", port), 30, TIMEOUTS)
+    assert await call(connections, "first") == {"connection": 0, "number": 0, "echo": "first"}
+    assert await call(connections, "again") == {"connection": 1, "number": 0, "echo": "again"}
+    assert served.accepted == 2
+    await connections.aclose()
+
+
+async def test_a_new_connection_closed_unanswered_is_unreachable(node: tuple[Node, int]) -> None:
+    """On a connection of its own the node may have acted on the request: it is not sent again."""
+    served, port = node
+    served.script = lambda _connection, _number: "close"
+    connections = KeptConnections(("127.0.0.1", port), 30, TIMEOUTS)
+    with pytest.raises(NodeUnreachable, match="connection ended"):
+        await call(connections, "lost")
+    assert served.accepted == 1
+    await connections.aclose()
+
+
+async def test_a_call_cancelled_mid_answer_leaves_no_answer_behind(node: tuple[Node, int]) -> None:
+    served, port = node
+    served.script = lambda connection, number: "hold" if (connection, number) == (0, 0) else None
+    connections = KeptConnections(("127.0.0.1", port), 30, TIMEOUTS)
+    cancelled = asyncio.create_task(call(connections, "cancelled"))
+    await served.held.wait()
+    cancelled.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled
+    served.release.set()  # the held answer is sent now, into a connection closed
+    assert await call(connections, "next") == {"connection": 1, "number": 0, "echo": "next"}
+    await connections.aclose()
+
+
+async def test_an_answer_that_is_not_http_is_unreachable(node: tuple[Node, int]) -> None:
+    served, port = node
+    served.script = lambda _connection, _number: "garbage"
+    connections = KeptConnections(("127.0.0.1", port), 30, TIMEOUTS)
+    with pytest.raises(NodeUnreachable, match="connection ended"):
+        await call(connections, "garbled")
+    await connections.aclose()
+
+
+async def test_no_node_is_unreachable(node: tuple[Node, int]) -> None:
+    listening = await asyncio.start_server(lambda _r, _w: None, "127.0.0.1", 0)
+    port = listening.sockets[0].getsockname()[1]
+    listening.close()
+    await listening.wait_closed()
+    connections = KeptConnections(("127.0.0.1", port), 30, TIMEOUTS)
+    with pytest.raises(NodeUnreachable, match="cannot connect"):
+        await call(connections, "nowhere")
