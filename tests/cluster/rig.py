@@ -12,6 +12,7 @@ traceback."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import secrets
 import subprocess
@@ -32,7 +33,7 @@ from tests.store.postgres_server import PostgresServer
 from tests.waiting import wait_until
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterable, Iterator
 
 
 class Cluster:
@@ -55,18 +56,35 @@ class Cluster:
         return int(rows[0][0]) if rows else 0
 
     def drain(self, node: NodeAgent, draining: bool) -> None:
-        """`sandboxd node drain` (or `undrain`) as an operator runs it. Drained: once the node's
-        heartbeat has read its flag back, so that it refuses a create that a gateway's node rows
-        (a second old at most) still place there, and the create goes on to another node."""
+        """`sandboxd node drain` (or `undrain`) as an operator runs it, then read back by the
+        node's heartbeat (`read_back`)."""
         verb = "drain" if draining else "undrain"
+        flagged_us = time.time_ns() // 1000
         done = subprocess.run([sys.executable, "-m", "sandboxd", "node", verb, node.node_id,
                                "--database-url", self.url], capture_output=True, text=True,
                               check=False)  # fmt: skip
         assert done.returncode == 0, done.stderr
-        flagged_us = time.time_ns() // 1000  # a heartbeat written later reads the flag back
-        if draining:
-            wait_until(lambda: self.heartbeat_us(node.node_id) > flagged_us, 60,
-                       f"{node.node_id}'s heartbeat to read its drain")  # fmt: skip
+        self.read_back([node.node_id], flagged_us)
+
+    def set_draining(self, node_ids: Iterable[str], draining: bool) -> None:
+        """The operator's flag written in the nodes' rows at once, then read back (`read_back`)."""
+        node_ids = list(node_ids)
+        flagged_us = time.time_ns() // 1000
+        for node_id in node_ids:
+            self.rows("UPDATE nodes SET draining = %s WHERE node_id = %s RETURNING node_id",
+                      draining, node_id)  # fmt: skip
+        self.read_back(node_ids, flagged_us)
+
+    def read_back(self, node_ids: Iterable[str], flagged_us: int) -> None:
+        """Wait for a heartbeat of each node written after `flagged_us`, which reads its drain
+        flag back: until then a node refuses a create it should take (a drain just lifted: a
+        503 for a create only it could take), or takes one it should refuse."""
+        for node_id in node_ids:
+            wait_until(functools.partial(self._beat_since, node_id, flagged_us), 60,
+                       f"{node_id}'s heartbeat to read its drain flag")  # fmt: skip
+
+    def _beat_since(self, node_id: str, since_us: int) -> bool:
+        return self.heartbeat_us(node_id) > since_us
 
     def on_node(self, node: NodeAgent) -> list[str]:
         """The sandboxes the node's own API lists."""

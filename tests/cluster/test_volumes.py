@@ -63,21 +63,14 @@ def create(gateway: Gateway, mounts: list[dict[str, str]]) -> httpx.Response:
         return client.post("/v2/sandboxes", json=body)
 
 
-def draining(cluster: Cluster, node_id: str, flag: bool) -> None:
-    cluster.rows("UPDATE nodes SET draining = %s WHERE node_id = %s RETURNING node_id",
-                 flag, node_id)  # fmt: skip
-
-
 def volume_on(cluster: Cluster, gateway: Gateway, node_id: str) -> dict[str, str]:
     """A volume made while every other node drains (placement's only choice)."""
     others = [n.node_id for n in cluster.nodes if n.node_id != node_id]
-    for other in others:
-        draining(cluster, other, True)
+    cluster.set_draining(others, True)
     try:
         volume = new_volume(gateway)
     finally:
-        for other in others:
-            draining(cluster, other, False)
+        cluster.set_draining(others, False)
     assert home_of(cluster, volume).node_id == node_id
     return volume
 
@@ -190,11 +183,11 @@ def test_volumes_of_two_nodes_in_one_create_and_a_draining_home(cluster: Cluster
         "a sandbox can only mount volumes of one node: "
         f"'{one['name']}' on node node-a, '{two['name']}' on node node-b"
     )
-    draining(cluster, "node-a", True)
+    cluster.set_draining(["node-a"], True)
     try:
         refused = create(a, [{"name": one["name"], "path": "/one"}])
     finally:
-        draining(cluster, "node-a", False)
+        cluster.set_draining(["node-a"], False)
     assert refused.status_code == 503, refused.text
     assert refused.json()["message"] == (
         f"volume '{one['name']}' is on node node-a, which is draining: it takes no new sandboxes"
