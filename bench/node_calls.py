@@ -1,5 +1,5 @@
 """A gateway's call to a node agent's API, by client: httpcore's connection pool (the gateway's
-client before sandboxd.node.kept_connections, and still sandboxd's client to envd) against
+client before sandboxd.kept_http, and sandboxd's to envd for streamed answers) against
 `KeptConnections`, in one run. The server is uvicorn (httptools, uvloop) in a process of its
 own, serving a Starlette app shaped as the node's internal API: its forty routes behind the
 cluster token's check, each answering a create's `SandboxInfo` (about 600 bytes of JSON) to a
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import httpcore
 import uvloop
 
-from sandboxd.node.kept_connections import KeptConnections
+from sandboxd.kept_http import KeptConnections, tcp
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -86,7 +86,7 @@ def httpcore_call(port: int) -> Client:
 
 
 def kept_call(port: int) -> Client:
-    connections = KeptConnections(("127.0.0.1", port), 30, (5, 60))
+    connections = KeptConnections(tcp("127.0.0.1", port), 30, (5, 60))
     lines = [*HEADERS, (b"content-length", b"%d" % len(BODY))]
     request = b"POST /node/v1/create HTTP/1.1\r\n%b\r\n%b" % (
         b"".join(b"%b: %b\r\n" % line for line in lines),
@@ -98,7 +98,10 @@ def kept_call(port: int) -> Client:
         assert status == 200
         return json.loads(answer)
 
-    return call, connections.aclose
+    async def close() -> None:
+        connections.close()
+
+    return call, close
 
 
 async def measure(rounds: int, calls: int, port: int) -> dict[str, list[float]]:

@@ -3,8 +3,8 @@
 domain error to the same sandboxd.errors class the node raised (sandboxd.node.wire); a node
 that cannot be reached, or answers what is not the API, is a NodeUnreachable.
 
-Calls go over kept-alive connections parsed by httptools (sandboxd.node.kept_connections: a
-JSON round trip there takes a fifth of httpcore's), a build's upload and the volumes' content
+Calls go over kept-alive connections parsed by httptools (sandboxd.kept_http: a JSON round
+trip there takes a quarter of httpcore's), a build's upload and the volumes' content
 over a connection each, streamed (sandboxd.node.content_stream)."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import json
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from sandboxd import kept_http
 from sandboxd.errors import NodeUnreachable, SandboxError
 from sandboxd.node import content_stream, wire
 from sandboxd.node.builds import UPLOAD_PREFIX, NodeBuilds
-from sandboxd.node.kept_connections import KeptConnections
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterable, AsyncIterator
@@ -48,11 +48,11 @@ class RemoteNode:
         split = urlsplit(self.api_url)
         self._address = (split.hostname or "", split.port or 80)
         self._netloc = split.netloc.encode()  # the Host of every request
-        self._connections = KeptConnections(self._address, KEEPALIVE_S,
-                                            (CONNECT_TIMEOUT_S, READ_TIMEOUT_S))  # fmt: skip
+        self._connections = kept_http.KeptConnections(kept_http.tcp(*self._address), KEEPALIVE_S,
+                                                      (CONNECT_TIMEOUT_S, READ_TIMEOUT_S))  # fmt: skip
 
     async def close(self) -> None:
-        await self._connections.aclose()
+        self._connections.close()
 
     async def create(self, config: SandboxConfig) -> SandboxInfo:
         return await self._call("create", config=config)  # type: ignore[no-any-return]
@@ -220,7 +220,7 @@ class RemoteNode:
                            (b"content-length", b"%d" % len(body))])  # fmt: skip
         try:
             status, content = await self._connections.request(head + body)
-        except NodeUnreachable as exc:
+        except kept_http.Unreachable as exc:
             raise NodeUnreachable(f"node {self.node_id} ({self.api_url}): {exc}") from exc
         answer = self._result(operation, status, content)
         try:

@@ -1,24 +1,30 @@
-"""Kept-alive HTTP/1.1 connections to one node's API, for its calls whose request and answer are
-whole bodies (sandboxd.node.remote: the JSON of an operation), parsed by httptools (uvicorn's
-parser already). httpcore's pool took 1.7 ms for a JSON round trip to a uvicorn app on
-loopback where this takes 0.3 ms (h11's pure-Python state machine and anyio's locks, per
-request), and every create pays that round trip (bench/README.md, "Cluster").
+"""Kept-alive HTTP/1.1 connections to one server, for requests and answers that are whole bodies
+(a gateway's calls to a node: sandboxd.node.remote; sandboxd's own to envd: sandboxd.guest.
+client), parsed by httptools (uvicorn's parser already). httpcore's pool took 1.6 ms for a JSON
+round trip to a uvicorn app on loopback where this takes 0.4 ms (h11's pure-Python state
+machine and anyio's locks, per request), and every create pays such round trips (bench.node_calls).
 
 One request at a time per connection; an idle one is reused, the newest first, for up to the
 keep-alive time. A request sent into a kept connection that the node closed before answering
 anything (its side timed out just then) is sent once more on a new connection: the node read
-none of it. Streamed bodies go over sandboxd.node.content_stream, a connection each."""
+none of it. Streamed bodies go elsewhere (sandboxd.node.content_stream)."""
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import socket
 import time
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import httptools
 
-from sandboxd.errors import NodeUnreachable
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+
+class Unreachable(Exception):
+    """No connection, no whole answer in time, or what came is not HTTP."""
 
 
 class _Closed(Exception):  # a state, not an error to report
@@ -97,50 +103,53 @@ class _Connection(asyncio.Protocol):
 
 
 class KeptConnections:
-    """Connections to `address` (host, port), at most `limit` at once (more calls wait);
-    `timeouts`: to connect, and for a whole answer."""
+    """Connections made by `connect`, at most `limit` at once (more calls wait); `timeouts`: to
+    connect, and for a whole answer (a request may give its own)."""
 
-    def __init__(self, address: tuple[str, int], keepalive_s: float,
+    def __init__(self, connect: Callable[[], Awaitable[socket.socket]], keepalive_s: float,
                  timeouts: tuple[float, float], limit: int = 64) -> None:  # fmt: skip
-        self._address = address
+        self._connect_socket = connect
         self._keepalive_s = keepalive_s
         self._connect_s, self._answer_s = timeouts
         self._slots = asyncio.Semaphore(limit)
         self._idle: collections.deque[_Connection] = collections.deque()  # the newest last
+        self._closed = False
 
-    async def request(self, request: bytes) -> tuple[int, bytes]:
-        """Send `request` (its head and body, whole) and return the answer's status and body.
+    async def request(self, request: bytes, timeout_s: float | None = None) -> tuple[int, bytes]:
+        """Send `request` (its head and body, whole) and return the answer's status and body;
+        `timeout_s`: for the whole answer, when not the default.
 
         Raises:
-            NodeUnreachable: no connection, no whole answer in time, or what came is not HTTP.
+            Unreachable: no connection, no whole answer in time, or what came is not HTTP.
         """
+        wait_s = self._answer_s if timeout_s is None else timeout_s
         async with self._slots:
             connection, kept = self._kept(), True
             while True:
                 if connection is None:
                     connection, kept = await self._connect(), False
                 try:
-                    return await connection.exchange(request, self._answer_s)
+                    return await connection.exchange(request, wait_s)
                 except _Closed as exc:
-                    if kept and not exc.answered:  # closed by the node while idle: read nothing
+                    if kept and not exc.answered:  # closed by the server while idle: read nothing
                         connection.close()
                         connection = None
                         continue
-                    raise NodeUnreachable(f"the node's connection ended: {exc}") from exc
+                    raise Unreachable(f"the connection ended: {exc}") from exc
                 except TimeoutError as exc:
-                    raise NodeUnreachable(
-                        f"no answer from the node for {self._answer_s} s"
-                    ) from exc
+                    raise Unreachable(f"no answer for {wait_s:g} s") from exc
                 finally:  # kept only if its answer came whole (not when the call was cancelled)
                     if connection is not None:
                         self._put_back(connection)
 
-    async def aclose(self) -> None:
+    def close(self) -> None:
+        """Close the idle connections, and each busy one once its answer came."""
+        self._closed = True
         while self._idle:
             self._idle.pop().close()
 
     def _kept(self) -> _Connection | None:
-        """The newest idle connection, once those expired or closed by the node are dropped
+        """The newest idle connection, once those expired or closed by the server are dropped
         (the oldest first: a burst's connections left idle are not kept past their time)."""
         now = time.monotonic()
         while self._idle and (self._idle[0].closed or
@@ -153,17 +162,40 @@ class KeptConnections:
         return None
 
     def _put_back(self, connection: _Connection) -> None:
-        if connection.kept and not connection.closed:
+        if connection.kept and not connection.closed and not self._closed:
             connection.idle_since = time.monotonic()
             self._idle.append(connection)
         else:
             connection.close()
 
     async def _connect(self) -> _Connection:
+        if self._closed:
+            raise Unreachable("the connections were closed")
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(self._connect_s):
-                _, connection = await loop.create_connection(_Connection, *self._address)
+                sock = await self._connect_socket()
+            _, connection = await loop.create_connection(_Connection, sock=sock)
         except (OSError, TimeoutError) as exc:
-            raise NodeUnreachable(f"cannot connect: {exc!r}") from exc
+            raise Unreachable(f"cannot connect: {exc!r}") from exc
         return connection
+
+
+def tcp(host: str, port: int) -> Callable[[], Awaitable[socket.socket]]:
+    """`connect` for a TCP server at `host`:`port`."""
+
+    async def connect() -> socket.socket:
+        loop = asyncio.get_running_loop()
+        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        family, kind, proto, _, address = infos[0]
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            await loop.sock_connect(sock, address)
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+
+    return connect

@@ -1,8 +1,8 @@
-"""Kept-alive connections to a node's API (sandboxd.node.kept_connections) against a real HTTP/1.1
+"""Kept-alive connections to a node's API (sandboxd.kept_http) against a real HTTP/1.1
 server on loopback, scripted per connection: calls reuse one connection; a request sent into a
 kept connection the node closes unanswered goes once more on a new one, but not one on a new
 connection; a call cancelled mid-answer does not leave its answer to the next call; an answer
-that is not HTTP, or no server, is NodeUnreachable."""
+that is not HTTP, or no server, is Unreachable."""
 
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from sandboxd.errors import NodeUnreachable
-from sandboxd.node.kept_connections import KeptConnections
+from sandboxd.kept_http import KeptConnections, Unreachable, tcp
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
@@ -95,11 +94,11 @@ async def call(connections: KeptConnections, body: str) -> dict[str, object]:
 
 async def test_calls_reuse_one_connection(node: tuple[Node, int]) -> None:
     served, port = node
-    connections = KeptConnections(("127.0.0.1", port), 30, TIMEOUTS)
+    connections = KeptConnections(tcp("127.0.0.1", port), 30, TIMEOUTS)
     answers = [await call(connections, f"call {i}") for i in range(3)]
     assert answers == [{"connection": 0, "number": i, "echo": f"call {i}"} for i in range(3)]
     assert served.accepted == 1
-    await connections.aclose()
+    connections.close()
 
 
 async def test_a_kept_connection_closed_unanswered_is_replaced(node: tuple[Node, int]) -> None:
@@ -107,28 +106,28 @@ async def test_a_kept_connection_closed_unanswered_is_replaced(node: tuple[Node,
     call goes once more, on a new connection."""
     served, port = node
     served.script = lambda connection, number: "close" if (connection, number) == (0, 1) else None
-    connections = KeptConnections(("127.0.0.1", port), 30, TIMEOUTS)
+    connections = KeptConnections(tcp("127.0.0.1", port), 30, TIMEOUTS)
     assert await call(connections, "first") == {"connection": 0, "number": 0, "echo": "first"}
     assert await call(connections, "again") == {"connection": 1, "number": 0, "echo": "again"}
     assert served.accepted == 2
-    await connections.aclose()
+    connections.close()
 
 
 async def test_a_new_connection_closed_unanswered_is_unreachable(node: tuple[Node, int]) -> None:
     """On a connection of its own the node may have acted on the request: it is not sent again."""
     served, port = node
     served.script = lambda _connection, _number: "close"
-    connections = KeptConnections(("127.0.0.1", port), 30, TIMEOUTS)
-    with pytest.raises(NodeUnreachable, match="connection ended"):
+    connections = KeptConnections(tcp("127.0.0.1", port), 30, TIMEOUTS)
+    with pytest.raises(Unreachable, match="connection ended"):
         await call(connections, "lost")
     assert served.accepted == 1
-    await connections.aclose()
+    connections.close()
 
 
 async def test_a_call_cancelled_mid_answer_leaves_no_answer_behind(node: tuple[Node, int]) -> None:
     served, port = node
     served.script = lambda connection, number: "hold" if (connection, number) == (0, 0) else None
-    connections = KeptConnections(("127.0.0.1", port), 30, TIMEOUTS)
+    connections = KeptConnections(tcp("127.0.0.1", port), 30, TIMEOUTS)
     cancelled = asyncio.create_task(call(connections, "cancelled"))
     await served.held.wait()
     cancelled.cancel()
@@ -136,16 +135,16 @@ async def test_a_call_cancelled_mid_answer_leaves_no_answer_behind(node: tuple[N
         await cancelled
     served.release.set()  # the held answer is sent now, into a connection closed
     assert await call(connections, "next") == {"connection": 1, "number": 0, "echo": "next"}
-    await connections.aclose()
+    connections.close()
 
 
 async def test_an_answer_that_is_not_http_is_unreachable(node: tuple[Node, int]) -> None:
     served, port = node
     served.script = lambda _connection, _number: "garbage"
-    connections = KeptConnections(("127.0.0.1", port), 30, TIMEOUTS)
-    with pytest.raises(NodeUnreachable, match="connection ended"):
+    connections = KeptConnections(tcp("127.0.0.1", port), 30, TIMEOUTS)
+    with pytest.raises(Unreachable, match="connection ended"):
         await call(connections, "garbled")
-    await connections.aclose()
+    connections.close()
 
 
 async def test_no_node_is_unreachable(node: tuple[Node, int]) -> None:
@@ -153,6 +152,6 @@ async def test_no_node_is_unreachable(node: tuple[Node, int]) -> None:
     port = listening.sockets[0].getsockname()[1]
     listening.close()
     await listening.wait_closed()
-    connections = KeptConnections(("127.0.0.1", port), 30, TIMEOUTS)
-    with pytest.raises(NodeUnreachable, match="cannot connect"):
+    connections = KeptConnections(tcp("127.0.0.1", port), 30, TIMEOUTS)
+    with pytest.raises(Unreachable, match="cannot connect"):
         await call(connections, "nowhere")
