@@ -87,14 +87,9 @@ def httpcore_call(port: int) -> Client:
 
 def kept_call(port: int) -> Client:
     connections = KeptConnections(tcp("127.0.0.1", port), 30, (5, 60))
-    lines = [*HEADERS, (b"content-length", b"%d" % len(BODY))]
-    request = b"POST /node/v1/create HTTP/1.1\r\n%b\r\n%b" % (
-        b"".join(b"%b: %b\r\n" % line for line in lines),
-        BODY,
-    )
 
     async def call() -> object:
-        status, answer = await connections.request(request)
+        status, answer = await connections.request(b"POST", b"/node/v1/create", HEADERS, BODY)
         assert status == 200
         return json.loads(answer)
 

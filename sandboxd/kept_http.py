@@ -5,9 +5,10 @@ round trip to a uvicorn app on loopback where this takes 0.4 ms (h11's pure-Pyth
 machine and anyio's locks, per request), and every create pays such round trips (bench.node_calls).
 
 One request at a time per connection; an idle one is reused, the newest first, for up to the
-keep-alive time. A request sent into a kept connection that the node closed before answering
-anything (its side timed out just then) is sent once more on a new connection: the node read
-none of it. Streamed bodies go elsewhere (sandboxd.node.content_stream)."""
+keep-alive time. A request sent into a kept connection that the server closed before answering
+anything (its side timed out just then) is sent once more on a new connection: the server read
+none of it. Streamed bodies go elsewhere (sandboxd.node.content_stream), with a head from
+`head()`."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, cast
 import httptools
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Iterable
 
 
 class Unreachable(Exception):
@@ -115,13 +116,15 @@ class KeptConnections:
         self._idle: collections.deque[_Connection] = collections.deque()  # the newest last
         self._closed = False
 
-    async def request(self, request: bytes, timeout_s: float | None = None) -> tuple[int, bytes]:
-        """Send `request` (its head and body, whole) and return the answer's status and body;
-        `timeout_s`: for the whole answer, when not the default.
+    async def request(self, method: bytes, target: bytes, headers: Iterable[tuple[bytes, bytes]],
+                      body: bytes = b"", timeout_s: float | None = None) -> tuple[int, bytes]:  # fmt: skip
+        """Send a request with `headers` (its Content-Length added) and `body`, and return the
+        answer's status and body; `timeout_s`: for the whole answer, when not the default.
 
         Raises:
             Unreachable: no connection, no whole answer in time, or what came is not HTTP.
         """
+        request = head(method, target, [*headers, (b"content-length", b"%d" % len(body))]) + body
         wait_s = self._answer_s if timeout_s is None else timeout_s
         async with self._slots:
             connection, kept = self._kept(), True
@@ -179,6 +182,12 @@ class KeptConnections:
         except (OSError, TimeoutError) as exc:
             raise Unreachable(f"cannot connect: {exc!r}") from exc
         return connection
+
+
+def head(method: bytes, target: bytes, headers: Iterable[tuple[bytes, bytes]]) -> bytes:
+    """An HTTP/1.1 request's head: its request line, then `headers` (name, value) in order."""
+    lines = b"".join(b"%b: %b\r\n" % line for line in headers)
+    return b"%b %b HTTP/1.1\r\n%b\r\n" % (method, target, lines)
 
 
 def tcp(host: str, port: int) -> Callable[[], Awaitable[socket.socket]]:

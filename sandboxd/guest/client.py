@@ -35,6 +35,7 @@ ENVD_PORT = 49983
 # side longer); a request's own timeout bounds its answer.
 KEEPALIVE_S = 30
 CONNECT_TIMEOUT_S = 2
+ANSWER_TIMEOUT_S = 2  # a request's own default: /init and /metrics answer at once
 
 
 class EnvdUnreachable(Exception):
@@ -142,7 +143,9 @@ class EnvdClient:
         if (earlier := self._kept.get(sandbox_id)) is not None:  # its sockets, in a namespace
             earlier.close()  # that may be gone: they would keep it alive
         self._kept[sandbox_id] = kept_http.KeptConnections(
-            functools.partial(dialer.connect, ENVD_PORT), KEEPALIVE_S, (CONNECT_TIMEOUT_S, 2)
+            functools.partial(dialer.connect, ENVD_PORT),
+            KEEPALIVE_S,
+            (CONNECT_TIMEOUT_S, ANSWER_TIMEOUT_S),
         )
 
     @contextlib.asynccontextmanager
@@ -175,7 +178,7 @@ class EnvdClient:
         *,
         body: dict[str, Any] | None = None,
         token: str | None = None,
-        timeout_s: float = 2,
+        timeout_s: float = ANSWER_TIMEOUT_S,
     ) -> tuple[int, bytes]:
         """(status, body) of one request to envd.
 
@@ -190,14 +193,9 @@ class EnvdClient:
         if body is not None:
             content = json.dumps(body).encode()
             headers.append((b"Content-Type", b"application/json"))
-        headers.append((b"Content-Length", b"%d" % len(content)))
-        head = b"%b %b HTTP/1.1\r\n%b\r\n" % (
-            method.encode(),
-            path.encode(),
-            b"".join(b"%b: %b\r\n" % line for line in headers),
-        )
         try:
-            return await connections.request(head + content, timeout_s)
+            return await connections.request(method.encode(), path.encode(), headers, content,
+                                             timeout_s)  # fmt: skip
         except kept_http.Unreachable as exc:
             raise EnvdUnreachable(f"envd in {sandbox_id}: {exc}") from exc
 

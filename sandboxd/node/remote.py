@@ -43,11 +43,12 @@ class RemoteNode:
     def __init__(self, node_id: str, api_url: str, token: str) -> None:
         self.node_id = node_id
         self.api_url = api_url.rstrip("/")
-        self._authorization = (b"authorization", f"Bearer {token}".encode())
         self._signatures = wire.operations() | wire.operations(NodeBuilds)
         split = urlsplit(self.api_url)
         self._address = (split.hostname or "", split.port or 80)
-        self._netloc = split.netloc.encode()  # the Host of every request
+        # The first headers of every request: its Host, and the cluster token.
+        self._identity = [(b"host", split.netloc.encode()),
+                          (b"authorization", f"Bearer {token}".encode())]  # fmt: skip
         self._connections = kept_http.KeptConnections(kept_http.tcp(*self._address), KEEPALIVE_S,
                                                       (CONNECT_TIMEOUT_S, READ_TIMEOUT_S))  # fmt: skip
 
@@ -191,21 +192,13 @@ class RemoteNode:
                         body: AsyncIterable[bytes] | None,
                         chunked: bool) -> content_stream.Answer:  # fmt: skip
         """A streamed exchange, over a connection of its own that the node closes after."""
-        head = self._head(method, target, [*headers, (b"connection", b"close")])
+        head = kept_http.head(method, target.encode(),
+                              [*self._identity, *headers, (b"connection", b"close")])  # fmt: skip
         try:
             return await content_stream.exchange(self._address, head, body, chunked,
                                                  (CONNECT_TIMEOUT_S, READ_TIMEOUT_S))  # fmt: skip
         except NodeUnreachable as exc:
             raise NodeUnreachable(f"node {self.node_id} ({self.api_url}): {exc}") from exc
-
-    def _head(self, method: bytes, target: str, headers: list[tuple[bytes, bytes]]) -> bytes:
-        """A request's head to the node: its Host and the cluster token, then `headers`."""
-        lines = [(b"host", self._netloc), self._authorization, *headers]
-        return b"%b %b HTTP/1.1\r\n%b\r\n" % (
-            method,
-            target.encode(),
-            b"".join(b"%b: %b\r\n" % line for line in lines),
-        )
 
     async def _call(self, operation: str, **arguments: object) -> Any:
         """POST the operation; its result decoded by the operation's return annotation.
@@ -215,11 +208,11 @@ class RemoteNode:
             SandboxError: the class the node raised.
         """
         body = json.dumps(wire.encode(arguments)).encode()
-        head = self._head(b"POST", wire.PREFIX + operation,
-                          [(b"content-type", b"application/json"),
-                           (b"content-length", b"%d" % len(body))])  # fmt: skip
+        headers = [*self._identity, (b"content-type", b"application/json")]
         try:
-            status, content = await self._connections.request(head + body)
+            status, content = await self._connections.request(
+                b"POST", (wire.PREFIX + operation).encode(), headers, body
+            )
         except kept_http.Unreachable as exc:
             raise NodeUnreachable(f"node {self.node_id} ({self.api_url}): {exc}") from exc
         answer = self._result(operation, status, content)

@@ -1,7 +1,7 @@
-"""Kept-alive connections to a node's API (sandboxd.kept_http) against a real HTTP/1.1
-server on loopback, scripted per connection: calls reuse one connection; a request sent into a
-kept connection the node closes unanswered goes once more on a new one, but not one on a new
-connection; a call cancelled mid-answer does not leave its answer to the next call; an answer
+"""Kept-alive connections to a server (sandboxd.kept_http: a node's API, envd) against a real
+HTTP/1.1 server on loopback, scripted per connection: calls reuse one connection; a request sent
+into a kept connection the server closes unanswered goes once more on a new one, but not one on a
+new connection; a call cancelled mid-answer does not leave its answer to the next call; an answer
 that is not HTTP, or no server, is Unreachable."""
 
 from __future__ import annotations
@@ -79,15 +79,9 @@ async def node() -> AsyncIterator[tuple[Node, int]]:
     served.close()
 
 
-def request(body: str) -> bytes:
-    return b"POST /node/v1/op HTTP/1.1\r\nhost: n\r\ncontent-length: %d\r\n\r\n%b" % (
-        len(body),
-        body.encode(),
-    )
-
-
 async def call(connections: KeptConnections, body: str) -> dict[str, object]:
-    status, answer = await connections.request(request(body))
+    status, answer = await connections.request(b"POST", b"/node/v1/op", [(b"host", b"n")],
+                                               body.encode())  # fmt: skip
     assert status == 200
     return json.loads(answer)  # type: ignore[no-any-return]
 
