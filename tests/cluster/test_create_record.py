@@ -1,12 +1,17 @@
 """A create's catalog row, written by its node alongside envd's `/init` (sandboxd.node.
 catalog_record), all real processes (tests/cluster/rig.py with one node agent, its pool of one,
 and one gateway): a create whose `/init` is refused answers so, and leaves neither its row nor
-its spawn's count behind; the next create is recorded and counted."""
+its spawn's count behind; the next create is recorded and counted. A create whose row the
+database refuses is refused, and its sandbox killed before the node answers: nothing runs that
+no gateway knows, and nothing is counted."""
 
 from __future__ import annotations
 
+import contextlib
+import re
 from typing import TYPE_CHECKING
 
+import psycopg
 import pytest
 
 from tests.cluster.rig import Cluster, running_cluster
@@ -47,3 +52,43 @@ def test_a_create_whose_init_is_refused_leaves_no_catalog_row(cluster: Cluster) 
         assert cluster.placed() == {sandbox_id: cluster.nodes[0].node_id}
         assert spawns(api) == counted + 1
         assert api.delete(f"/sandboxes/{sandbox_id}").status_code == 204
+
+
+@contextlib.contextmanager
+def catalog_refusing_rows(database_url: str) -> Iterator[None]:
+    """The shared database refuses every new catalog row (a trigger) within the block."""
+    with psycopg.connect(database_url, autocommit=True) as db:
+        db.execute(
+            "CREATE FUNCTION refuse_rows() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$ BEGIN RAISE EXCEPTION 'the test refuses catalog rows'; END $$"
+        )
+        db.execute("CREATE TRIGGER refuse_rows BEFORE INSERT ON sandbox_catalog "
+                   "FOR EACH ROW EXECUTE FUNCTION refuse_rows()")  # fmt: skip
+        try:
+            yield
+        finally:
+            db.execute("DROP TRIGGER refuse_rows ON sandbox_catalog")
+            db.execute("DROP FUNCTION refuse_rows()")
+
+
+def test_a_create_whose_row_cannot_be_written_leaves_no_sandbox(cluster: Cluster) -> None:
+    node = cluster.nodes[0]
+    before = set(cluster.on_node(node))
+    with cluster.gateways[0].client() as api:
+        counted = spawns(api)
+        with catalog_refusing_rows(cluster.url):
+            refused = api.post("/sandboxes", json={"templateID": "base"})
+            assert refused.status_code == 503, refused.text
+            message = refused.json()["message"]
+            assert "the test refuses catalog rows" in message
+            refused_id = re.search(r"recording sandbox (\S+) in the catalog", message)
+            assert refused_id, message
+            assert set(cluster.on_node(node)) == before
+            # Killed before the node answered: its container and its files are gone.
+            assert not (node.state_dir / "sandboxes" / refused_id[1]).exists()
+        assert cluster.placed() == {}
+        assert spawns(api) == counted
+        made = api.post("/sandboxes", json={"templateID": "base"})
+        assert made.status_code == 201, made.text
+        assert cluster.placed() == {made.json()["sandboxID"]: node.node_id}
+        assert api.delete(f"/sandboxes/{made.json()['sandboxID']}").status_code == 204
