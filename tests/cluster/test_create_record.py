@@ -3,7 +3,8 @@ catalog_record), all real processes (tests/cluster/rig.py with one node agent, i
 and one gateway): a create whose `/init` is refused answers so, and leaves neither its row nor
 its spawn's count behind; the next create is recorded and counted. A create whose row the
 database refuses is refused, and its sandbox killed before the node answers: nothing runs that
-no gateway knows, and nothing is counted."""
+no gateway knows, and nothing is counted. A node whose database is gone refuses creates as
+StoreUnavailable and still lists what it runs."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import pytest
 
 from tests.cluster.rig import Cluster, running_cluster
 from tests.sandboxd.refusing_envd import warm_box_refusing_init
+from tests.waiting import wait_until
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -92,3 +94,41 @@ def test_a_create_whose_row_cannot_be_written_leaves_no_sandbox(cluster: Cluster
         assert made.status_code == 201, made.text
         assert cluster.placed() == {made.json()["sandboxID"]: node.node_id}
         assert api.delete(f"/sandboxes/{made.json()['sandboxID']}").status_code == 204
+
+
+def test_a_node_without_its_database_refuses_creates_and_serves_the_rest(cluster: Cluster) -> None:
+    """The database gone from under the node: a create is refused as StoreUnavailable, its
+    sandboxes still listed; creates go on once it is back."""
+    node = cluster.nodes[0]
+    with cluster.gateways[0].client() as api:
+        kept = api.post("/sandboxes", json={"templateID": "base"})
+        assert kept.status_code == 201, kept.text
+    before = set(cluster.on_node(node))
+    config = {"template": "base", "timeout_s": 600, "secure": True, "auto_pause": False,
+              "catalog": True}  # fmt: skip
+    cluster.db.halt()
+    try:
+        refused = node.call_api("create", {"config": config})
+        listed = set(cluster.on_node(node))
+    finally:
+        cluster.db.launch()
+    assert refused.status_code == 503, refused.text
+    assert refused.json()["code"] == "StoreUnavailable"
+    assert "the database is unavailable" in refused.json()["message"]
+    assert listed == before
+    assert kept.json()["sandboxID"] in listed
+    with cluster.gateways[0].client() as api:
+        made = wait_until(lambda: _created(api), 120, "a create through the gateway once more")
+        assert cluster.placed()[made] == node.node_id
+        for sandbox_id in (made, kept.json()["sandboxID"]):
+            assert api.delete(f"/sandboxes/{sandbox_id}").status_code == 204
+
+
+def _created(api: httpx.Client) -> str | None:
+    """The id of a sandbox made through the gateway; None while it answers 503 (the database
+    just back: the gateway's connections, the node's heartbeat)."""
+    made = api.post("/sandboxes", json={"templateID": "base"})
+    if made.status_code == 503:
+        return None
+    assert made.status_code == 201, made.text
+    return str(made.json()["sandboxID"])
