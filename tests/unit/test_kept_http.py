@@ -107,13 +107,17 @@ async def test_a_kept_connection_closed_unanswered_is_replaced(node: tuple[Node,
     connections.close()
 
 
-async def test_a_new_connection_closed_unanswered_is_unreachable(node: tuple[Node, int]) -> None:
-    """On a connection of its own the node may have acted on the request: it is not sent again."""
+@pytest.mark.parametrize("step", ["close", "garbage"])
+async def test_a_new_connection_closed_unanswered_or_not_http_is_unreachable(
+    node: tuple[Node, int], step: str
+) -> None:
+    """On a connection of its own the node may have acted on the request: it is not sent again,
+    whether the node closed it unanswered or answered what is not HTTP."""
     served, port = node
-    served.script = lambda _connection, _number: "close"
+    served.script = lambda _connection, _number: step
     connections = KeptConnections(tcp("127.0.0.1", port), 30, TIMEOUTS)
     with pytest.raises(Unreachable, match="connection ended"):
-        await call(connections, "lost")
+        await call(connections, step)
     assert served.accepted == 1
     connections.close()
 
@@ -129,15 +133,6 @@ async def test_a_call_cancelled_mid_answer_leaves_no_answer_behind(node: tuple[N
         await cancelled
     served.release.set()  # the held answer is sent now, into a connection closed
     assert await call(connections, "next") == {"connection": 1, "number": 0, "echo": "next"}
-    connections.close()
-
-
-async def test_an_answer_that_is_not_http_is_unreachable(node: tuple[Node, int]) -> None:
-    served, port = node
-    served.script = lambda _connection, _number: "garbage"
-    connections = KeptConnections(tcp("127.0.0.1", port), 30, TIMEOUTS)
-    with pytest.raises(Unreachable, match="connection ended"):
-        await call(connections, "garbled")
     connections.close()
 
 
