@@ -59,24 +59,23 @@ class Cluster:
         """`sandboxd node drain` (or `undrain`) as an operator runs it, then read back by the
         node's heartbeat (`read_back`)."""
         verb = "drain" if draining else "undrain"
-        flagged_us = time.time_ns() // 1000
         done = subprocess.run([sys.executable, "-m", "sandboxd", "node", verb, node.node_id,
                                "--database-url", self.url], capture_output=True, text=True,
                               check=False)  # fmt: skip
         assert done.returncode == 0, done.stderr
-        self.read_back([node.node_id], flagged_us)
+        self.read_back([node.node_id], time.time_ns() // 1000)
 
     def set_draining(self, node_ids: Iterable[str], draining: bool) -> None:
         """The operator's flag written in the nodes' rows at once, then read back (`read_back`)."""
         node_ids = list(node_ids)
-        flagged_us = time.time_ns() // 1000
         for node_id in node_ids:
             self.rows("UPDATE nodes SET draining = %s WHERE node_id = %s RETURNING node_id",
                       draining, node_id)  # fmt: skip
-        self.read_back(node_ids, flagged_us)
+        self.read_back(node_ids, time.time_ns() // 1000)
 
     def read_back(self, node_ids: Iterable[str], flagged_us: int) -> None:
-        """Wait for a heartbeat of each node written after `flagged_us`, which reads its drain
+        """Wait for a heartbeat of each node begun after `flagged_us`, a time after the flag was
+        written (a heartbeat begun before may have read the old flag), which reads its drain
         flag back: until then a node refuses a create it should take (a drain just lifted: a
         503 for a create only it could take), or takes one it should refuse."""
         for node_id in node_ids:
